@@ -1,0 +1,402 @@
+"""Numba kernels of the GPU cost model, each beside a plain-Python ``_ref`` twin.
+
+Interface (stable; the simulator's numba code calls these directly):
+
+``iteration_time(params, prefill_tokens, prefill_cached, decode_context) -> float64``
+    Seconds for one iteration of a mixed batch on one replica. ``params`` is the flat
+    float64 array of a :class:`~lpserve.cost.CostModel` (``model.params``);
+    ``prefill_tokens[i]`` is the number of tokens of prefill chunk ``i`` in this iteration
+    and ``prefill_cached[i]`` the tokens already in the KV cache before it (both int64,
+    shape ``(n_chunks,)``); ``decode_context[j]`` is the context length (tokens already in
+    KV) of decode request ``j`` (int64, shape ``(n_decode,)``). An empty batch takes 0 s.
+    ``params[0]`` holds the kind code (``KIND_ANALYTIC``, ``KIND_TABLE``,
+    ``KIND_UNIT_ROUND``) and the function dispatches on it.
+
+``decode_run(params, decode_context, n_iters) -> float64``
+    Total seconds of ``n_iters`` consecutive pure-decode iterations of the same requests,
+    where every context grows by one token per iteration (iteration ``k`` sees
+    ``decode_context + k``).
+
+``decode_run_times(params, decode_context, n_iters, out) -> None``
+    As ``decode_run`` but writes the end time of iteration ``k`` (seconds since the
+    start of the run) into ``out[k]``; ``out`` is float64 of length >= ``n_iters``.
+
+``batch_times(params, prefill_tokens, prefill_cached, prefill_offsets, decode_context,
+decode_offsets, out) -> None``
+    Vectorized: batch ``b`` is ``prefill_*[prefill_offsets[b]:prefill_offsets[b+1]]``
+    and ``decode_context[decode_offsets[b]:decode_offsets[b+1]]`` (CSR layout); its time
+    goes to ``out[b]``.
+
+The math is in ``models/cost-model.md``; equation numbers are cited beside the code.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# ---- kind codes (params[0]) -------------------------------------------------------
+KIND_ANALYTIC = 0
+KIND_TABLE = 1
+KIND_UNIT_ROUND = 2
+
+# ---- analytic layout (indices into params) ------------------------------------------
+P_KIND = 0
+P_LAYERS = 1            # decoder layers L
+P_TP = 2                # tensor-parallel degree
+P_HIDDEN = 3            # model width (elements)
+P_LIN_FLOPS = 4         # dense linear FLOPs per token per layer per GPU
+P_LIN_BYTES = 5         # dense linear weight bytes per layer per GPU
+P_MOE_EXPERTS = 6       # experts per MoE layer (0 = dense)
+P_MOE_TOPK = 7          # experts used per token
+P_MOE_FLOPS = 8         # FLOPs per token per expert per layer per GPU
+P_MOE_BYTES = 9         # weight bytes per expert per layer per GPU
+P_HEAD_FLOPS = 10       # LM-head FLOPs per sequence per GPU
+P_HEAD_BYTES = 11       # LM-head weight bytes per GPU
+P_ATTN_FLOPS = 12       # attention FLOPs per (query token x key token) per layer per GPU
+P_KV_BYTES = 13         # KV bytes per token per layer per GPU
+P_PEAK_FLOPS = 14       # peak dense FLOP/s of one GPU at the weight dtype
+P_PEAK_BW = 15          # peak HBM bytes/s of one GPU
+P_EFF_COMPUTE = 16      # linear-layer compute efficiency (MFU)
+P_EFF_WEIGHTS = 17      # weight-streaming bandwidth efficiency (MBU)
+P_PLATEAU_TOKENS = 18   # small-batch GEMM plateau n0 (tokens)
+P_EFF_ATTN = 19         # prefill-attention compute efficiency
+P_ATTN_PLATEAU = 20     # prefill-attention chunk plateau (tokens)
+P_EFF_KV = 21           # KV-read bandwidth efficiency
+P_ATTN_SEQ_S = 22       # per decode sequence per layer attention cost (s)
+P_AR_LATENCY_S = 23     # all-reduce latency floor per call (s)
+P_AR_BW = 24            # all-reduce bus bandwidth (bytes/s)
+P_ACT_BYTES = 25        # bytes per activation element (all-reduce payload)
+P_LAYER_OVERHEAD_S = 26  # fixed per-layer overhead (s)
+P_ITER_OVERHEAD_S = 27  # fixed per-iteration overhead (s)
+P_SEQ_OVERHEAD_S = 28   # per-sequence per-iteration overhead (s)
+N_ANALYTIC_PARAMS = 29
+
+# ---- table layout -------------------------------------------------------------------
+T_LAYERS = 1            # multiplier of the per-layer tables
+T_ITER_OVERHEAD_S = 2
+T_SEQ_OVERHEAD_S = 3
+T_N_LIN = 4             # points in the linear table   (x: tokens in batch)
+T_N_PREFILL_ATTN = 5    # points in the prefill table  (x: sum c*(p+c))
+T_N_DECODE_ATTN = 6     # points in the decode table   (x: sum of contexts)
+T_DATA = 7              # x_lin, y_lin, x_pa, y_pa, x_da, y_da follow
+
+# ---- unit-round layout ----------------------------------------------------------------
+U_MEMORY_TOKENS = 1
+
+
+# =====================================================================================
+# analytic model
+# =====================================================================================
+
+@njit(cache=True)
+def _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_decode,
+                     decode_ctx_sum):
+    """Analytic iteration time from batch totals; models/cost-model.md (1)-(8)."""
+    layers = params[P_LAYERS]
+    peak_f = params[P_PEAK_FLOPS]
+    peak_b = params[P_PEAK_BW]
+    # (2)-(3) linear layers: max of weight streaming and compute with plateau
+    n_exp = params[P_MOE_EXPERTS]
+    w_bytes = params[P_LIN_BYTES]
+    f_tok = params[P_LIN_FLOPS]
+    if n_exp > 0.0:
+        k = params[P_MOE_TOPK]
+        touched = n_exp * (1.0 - (1.0 - k / n_exp) ** n_tokens)
+        w_bytes += touched * params[P_MOE_BYTES]
+        f_tok += k * params[P_MOE_FLOPS]
+    t_mem = w_bytes / (peak_b * params[P_EFF_WEIGHTS])
+    t_cmp = f_tok * (n_tokens + params[P_PLATEAU_TOKENS]) / (peak_f * params[P_EFF_COMPUTE])
+    t_lin = max(t_mem, t_cmp)
+    # (4) LM head, once per sequence
+    t_head = max(params[P_HEAD_BYTES] / (peak_b * params[P_EFF_WEIGHTS]),
+                 params[P_HEAD_FLOPS] * n_seqs / (peak_f * params[P_EFF_COMPUTE]))
+    # (5) prefill attention
+    t_pa = 0.0
+    if attn_work > 0.0:
+        t_pa = max(params[P_ATTN_FLOPS] * attn_work / (peak_f * params[P_EFF_ATTN]),
+                   params[P_KV_BYTES] * attn_kv_tokens / (peak_b * params[P_EFF_KV]))
+    # (6) decode attention
+    t_da = 0.0
+    if n_decode > 0:
+        t_da = max(params[P_KV_BYTES] * decode_ctx_sum / (peak_b * params[P_EFF_KV]),
+                   params[P_ATTN_FLOPS] * decode_ctx_sum / (peak_f * params[P_EFF_ATTN]))
+        t_da += params[P_ATTN_SEQ_S] * n_decode
+    # (7) tensor-parallel all-reduce, two per layer
+    t_comm = 0.0
+    tp = params[P_TP]
+    if tp > 1.0:
+        payload = n_tokens * params[P_HIDDEN] * params[P_ACT_BYTES]
+        t_comm = 2.0 * (params[P_AR_LATENCY_S]
+                        + 2.0 * (tp - 1.0) / tp * payload / params[P_AR_BW])
+    # (8) overheads
+    t_over = (layers * params[P_LAYER_OVERHEAD_S] + params[P_ITER_OVERHEAD_S]
+              + params[P_SEQ_OVERHEAD_S] * n_seqs)
+    return layers * (t_lin + t_pa + t_da + t_comm) + t_head + t_over
+
+
+# =====================================================================================
+# table model
+# =====================================================================================
+
+@njit(cache=True)
+def _interp(params, start, n, x):
+    """Piecewise-linear table lookup; models/cost-model.md (10)."""
+    if n == 0 or x <= 0.0:
+        return 0.0
+    xs = start
+    ys = start + n
+    if x <= params[xs]:
+        return params[ys]
+    if n == 1:
+        return params[ys] * x / params[xs]
+    lo = 0
+    hi = n - 1
+    if x >= params[xs + hi]:
+        lo = n - 2
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if params[xs + mid] <= x:
+                lo = mid
+            else:
+                hi = mid
+    x0 = params[xs + lo]
+    x1 = params[xs + lo + 1]
+    y0 = params[ys + lo]
+    y1 = params[ys + lo + 1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@njit(cache=True)
+def _table_totals(params, n_tokens, n_seqs, attn_work, decode_ctx_sum):
+    n_lin = int(params[T_N_LIN])
+    n_pa = int(params[T_N_PREFILL_ATTN])
+    n_da = int(params[T_N_DECODE_ATTN])
+    s_lin = T_DATA
+    s_pa = s_lin + 2 * n_lin
+    s_da = s_pa + 2 * n_pa
+    per_layer = (_interp(params, s_lin, n_lin, n_tokens)
+                 + _interp(params, s_pa, n_pa, attn_work)
+                 + _interp(params, s_da, n_da, decode_ctx_sum))
+    return (params[T_LAYERS] * per_layer + params[T_ITER_OVERHEAD_S]
+            + params[T_SEQ_OVERHEAD_S] * n_seqs)
+
+
+# =====================================================================================
+# public kernels
+# =====================================================================================
+
+@njit(cache=True)
+def _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_decode,
+                      decode_ctx_sum):
+    if n_tokens <= 0.0:
+        return 0.0
+    kind = int(params[0])
+    if kind == KIND_UNIT_ROUND:
+        return 1.0
+    if kind == KIND_TABLE:
+        return _table_totals(params, n_tokens, n_seqs, attn_work, decode_ctx_sum)
+    return _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens,
+                            n_decode, decode_ctx_sum)
+
+
+@njit(cache=True)
+def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
+    """Seconds of one iteration; see the module docstring for shapes."""
+    n_tokens = 0.0
+    n_seqs = 0.0
+    attn_work = 0.0
+    attn_kv = 0.0
+    plateau = params[P_ATTN_PLATEAU] if int(params[0]) == KIND_ANALYTIC else 0.0
+    for i in range(prefill_tokens.shape[0]):
+        c = float(prefill_tokens[i])
+        if c > 0.0:
+            p = float(prefill_cached[i])
+            n_tokens += c
+            n_seqs += 1.0
+            attn_work += (p + c) * (c + plateau)
+            attn_kv += p + c
+    n_decode = decode_context.shape[0]
+    ctx_sum = 0.0
+    for j in range(n_decode):
+        ctx_sum += float(decode_context[j])
+    n_tokens += n_decode
+    n_seqs += n_decode
+    return _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv, n_decode,
+                             ctx_sum)
+
+
+@njit(cache=True)
+def decode_run_times(params, decode_context, n_iters, out):
+    """End time (s since start) of each of ``n_iters`` decode iterations into ``out``."""
+    n_decode = decode_context.shape[0]
+    ctx_sum = 0.0
+    for j in range(n_decode):
+        ctx_sum += float(decode_context[j])
+    nd = float(n_decode)
+    total = 0.0
+    for k in range(n_iters):
+        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd)
+        out[k] = total
+
+
+@njit(cache=True)
+def decode_run(params, decode_context, n_iters):
+    """Total seconds of ``n_iters`` pure-decode iterations, contexts growing by 1 each."""
+    n_decode = decode_context.shape[0]
+    ctx_sum = 0.0
+    for j in range(n_decode):
+        ctx_sum += float(decode_context[j])
+    nd = float(n_decode)
+    total = 0.0
+    for k in range(n_iters):
+        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd)
+    return total
+
+
+@njit(cache=True)
+def batch_times(params, prefill_tokens, prefill_cached, prefill_offsets, decode_context,
+                decode_offsets, out):
+    """Times of many batches given in CSR layout (see the module docstring)."""
+    n_batches = out.shape[0]
+    for b in range(n_batches):
+        out[b] = iteration_time(
+            params,
+            prefill_tokens[prefill_offsets[b]:prefill_offsets[b + 1]],
+            prefill_cached[prefill_offsets[b]:prefill_offsets[b + 1]],
+            decode_context[decode_offsets[b]:decode_offsets[b + 1]],
+        )
+
+
+# =====================================================================================
+# plain-Python twins
+# =====================================================================================
+
+def analytic_parts_ref(params, prefill_tokens, prefill_cached, decode_context):
+    """Per-part seconds of the analytic model, written term by term.
+
+    Returns a dict with ``linear_compute_s``, ``linear_memory_s`` (whole model, before
+    the max), ``linear_s``, ``attention_compute_s``, ``attention_memory_s``,
+    ``attention_s``, ``communication_s``, ``comm_latency_s``, ``overhead_s`` and
+    ``time_s``. Equations: models/cost-model.md (1)-(8).
+    """
+    p = [float(v) for v in params]
+    chunks = [(float(c), float(h)) for c, h in zip(prefill_tokens, prefill_cached) if c > 0]
+    ctx = [float(c) for c in decode_context]
+    n_tokens = sum(c for c, _ in chunks) + len(ctx)
+    zero = dict.fromkeys(("linear_compute_s", "linear_memory_s", "linear_s",
+                          "attention_compute_s", "attention_memory_s", "attention_s",
+                          "communication_s", "comm_latency_s", "overhead_s", "time_s"), 0.0)
+    if n_tokens <= 0:
+        return zero
+    n_seqs = len(chunks) + len(ctx)
+    layers = p[P_LAYERS]
+    bw_w = p[P_PEAK_BW] * p[P_EFF_WEIGHTS]
+    fl_c = p[P_PEAK_FLOPS] * p[P_EFF_COMPUTE]
+    fl_a = p[P_PEAK_FLOPS] * p[P_EFF_ATTN]
+    bw_kv = p[P_PEAK_BW] * p[P_EFF_KV]
+    w_bytes, f_tok = p[P_LIN_BYTES], p[P_LIN_FLOPS]
+    if p[P_MOE_EXPERTS] > 0:
+        e, k = p[P_MOE_EXPERTS], p[P_MOE_TOPK]
+        w_bytes += e * (1.0 - math.pow(1.0 - k / e, n_tokens)) * p[P_MOE_BYTES]
+        f_tok += k * p[P_MOE_FLOPS]
+    lin_mem = w_bytes / bw_w
+    lin_cmp = f_tok * (n_tokens + p[P_PLATEAU_TOKENS]) / fl_c
+    head_mem = p[P_HEAD_BYTES] / bw_w
+    head_cmp = p[P_HEAD_FLOPS] * n_seqs / fl_c
+    pa_cmp = sum(p[P_ATTN_FLOPS] * (h + c) * (c + p[P_ATTN_PLATEAU]) for c, h in chunks) / fl_a
+    pa_mem = sum(p[P_KV_BYTES] * (h + c) for c, h in chunks) / bw_kv
+    da_mem = sum(p[P_KV_BYTES] * x for x in ctx) / bw_kv
+    da_cmp = sum(p[P_ATTN_FLOPS] * x for x in ctx) / fl_a
+    t_pa = max(pa_cmp, pa_mem) if chunks else 0.0
+    t_da = (max(da_mem, da_cmp) + p[P_ATTN_SEQ_S] * len(ctx)) if ctx else 0.0
+    comm = lat = 0.0
+    tp = p[P_TP]
+    if tp > 1:
+        payload = n_tokens * p[P_HIDDEN] * p[P_ACT_BYTES]
+        lat = layers * 2.0 * p[P_AR_LATENCY_S]
+        comm = layers * 2.0 * (p[P_AR_LATENCY_S] + 2.0 * (tp - 1.0) / tp * payload / p[P_AR_BW])
+    over = layers * p[P_LAYER_OVERHEAD_S] + p[P_ITER_OVERHEAD_S] + p[P_SEQ_OVERHEAD_S] * n_seqs
+    linear = layers * max(lin_mem, lin_cmp) + max(head_mem, head_cmp)
+    attention = layers * (t_pa + t_da)
+    return {
+        "linear_compute_s": layers * lin_cmp + head_cmp,
+        "linear_memory_s": layers * lin_mem + head_mem,
+        "linear_s": linear,
+        "attention_compute_s": layers * ((pa_cmp if chunks else 0.0) + (da_cmp if ctx else 0.0)),
+        "attention_memory_s": layers * ((pa_mem if chunks else 0.0) + (da_mem if ctx else 0.0)),
+        "attention_s": attention,
+        "communication_s": comm,
+        "comm_latency_s": lat,
+        "overhead_s": over,
+        "time_s": linear + attention + comm + over,
+    }
+
+
+def _interp_ref(xs, ys, x):
+    if not xs or x <= 0:
+        return 0.0
+    if x <= xs[0]:
+        return ys[0]
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]
+    i = len(xs) - 2
+    for j in range(len(xs) - 1):
+        if xs[j] <= x < xs[j + 1]:
+            i = j
+            break
+    return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def iteration_time_ref(params, prefill_tokens, prefill_cached, decode_context):
+    """Plain-Python twin of :func:`iteration_time`."""
+    kind = int(params[0])
+    chunks = [(int(c), int(h)) for c, h in zip(prefill_tokens, prefill_cached) if c > 0]
+    ctx = [int(c) for c in decode_context]
+    n_tokens = sum(c for c, _ in chunks) + len(ctx)
+    if n_tokens == 0:
+        return 0.0
+    if kind == KIND_UNIT_ROUND:
+        return 1.0
+    if kind == KIND_ANALYTIC:
+        return analytic_parts_ref(params, prefill_tokens, prefill_cached, decode_context)["time_s"]
+    p = [float(v) for v in params]
+    n1, n2, n3 = int(p[T_N_LIN]), int(p[T_N_PREFILL_ATTN]), int(p[T_N_DECODE_ATTN])
+    s = T_DATA
+    x1, y1 = p[s:s + n1], p[s + n1:s + 2 * n1]
+    s += 2 * n1
+    x2, y2 = p[s:s + n2], p[s + n2:s + 2 * n2]
+    s += 2 * n2
+    x3, y3 = p[s:s + n3], p[s + n3:s + 2 * n3]
+    work = sum(float(c) * (h + c) for c, h in chunks)
+    per_layer = (_interp_ref(x1, y1, float(n_tokens)) + _interp_ref(x2, y2, work)
+                 + _interp_ref(x3, y3, float(sum(ctx))))
+    return p[T_LAYERS] * per_layer + p[T_ITER_OVERHEAD_S] + p[T_SEQ_OVERHEAD_S] * (len(chunks) + len(ctx))
+
+
+def decode_run_times_ref(params, decode_context, n_iters, out):
+    """Plain-Python twin of :func:`decode_run_times`: steps every iteration explicitly."""
+    ctx = [int(c) for c in decode_context]
+    total = 0.0
+    for k in range(n_iters):
+        total += iteration_time_ref(params, [], [], [c + k for c in ctx])
+        out[k] = total
+
+
+def decode_run_ref(params, decode_context, n_iters):
+    """Plain-Python twin of :func:`decode_run`."""
+    out = np.zeros(max(int(n_iters), 0))
+    decode_run_times_ref(params, decode_context, n_iters, out)
+    return float(out[-1]) if n_iters > 0 else 0.0
+
+
+def batch_times_ref(params, prefill_tokens, prefill_cached, prefill_offsets, decode_context,
+                    decode_offsets, out):
+    """Plain-Python twin of :func:`batch_times`."""
+    for b in range(out.shape[0]):
+        a0, a1 = prefill_offsets[b], prefill_offsets[b + 1]
+        d0, d1 = decode_offsets[b], decode_offsets[b + 1]
+        out[b] = iteration_time_ref(params, prefill_tokens[a0:a1], prefill_cached[a0:a1],
+                                    decode_context[d0:d1])
