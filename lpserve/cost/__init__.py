@@ -1,0 +1,53 @@
+"""The GPU cost model: per-iteration batch time, KV sizes, swap and transfer times.
+
+Three models share the :class:`CostModel` interface:
+
+- :func:`cost_model` / :class:`AnalyticCost`: a calibrated roofline of a catalog GPU x LLM
+  at tensor-parallel degree 1/2/4/8 (``models/cost-model.md``);
+- :class:`TableCost`: interpolation of a measured per-layer profile;
+- :class:`UnitRoundCost`: every iteration takes one time unit (the theory papers' GPU).
+
+Each exposes ``params`` (flat float64) and ``kind`` so numba code can call
+``lpserve.cost._kernels.iteration_time(params, ...)`` directly.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from lpserve.cost.analytic import AnalyticCost, calibration_for, calibrations
+from lpserve.cost.base import CostModel
+from lpserve.cost.catalog import (GPUSpec, LLMSpec, get_gpu, get_llm, gpu_names, llm_from_hf_config,
+                                  llm_names, load_catalog_file, register_gpu, register_llm)
+from lpserve.cost.table import TableCost, UnitRoundCost
+
+__all__ = [
+    "AnalyticCost", "CostModel", "GPUSpec", "LLMSpec", "TableCost", "UnitRoundCost",
+    "calibration_for", "calibrations", "cost_model", "cost_model_for", "fit", "get_gpu",
+    "get_llm", "gpu_names", "llm_from_hf_config", "llm_names", "load_catalog_file",
+    "register_gpu", "register_llm", "validation_table",
+]
+
+
+def cost_model(gpu: str | GPUSpec = "a100-80gb", llm: str | LLMSpec = "llama-2-7b", tp: int = 1,
+               **overrides: Any) -> AnalyticCost:
+    """The calibrated analytic cost model of one replica (see :class:`AnalyticCost`)."""
+    return AnalyticCost(gpu=gpu, llm=llm, tp=tp, **overrides)
+
+
+def cost_model_for(cluster: Any, **overrides: Any) -> AnalyticCost:
+    """The cost model of one replica of ``cluster`` (an :class:`lpserve.Cluster`)."""
+    return AnalyticCost(gpu=cluster.gpu, llm=cluster.llm, tp=cluster.tp, **overrides)
+
+
+def fit(*args: Any, **kwargs: Any):
+    """Fit calibrated parameters to measured rows; see :func:`lpserve.cost.fit.fit`."""
+    from lpserve.cost.fit import fit as _fit
+
+    return _fit(*args, **kwargs)
+
+
+def validation_table(source: str | None = None):
+    """Predicted vs measured for every calibration point; see :mod:`lpserve.cost.validate`."""
+    from lpserve.cost.validate import validation_table as _vt
+
+    return _vt(source)

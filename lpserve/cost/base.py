@@ -1,0 +1,138 @@
+"""The interface every cost model shares (:class:`CostModel`) and input checking."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import numpy as np
+
+ArrayLike = Sequence[int] | np.ndarray
+
+
+def as_tokens(values: Any, field: str) -> np.ndarray:
+    """``values`` as an int64 1-D array of non-negative integers, or a clear error."""
+    arr = np.asarray(values if values is not None else [])
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{field} must be a 1-D array of token counts, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{field} must hold integers, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        bad = arr[~np.isfinite(arr) | (arr != np.round(arr))] if arr.size else arr
+        if bad.size:
+            raise ValueError(f"{field} must hold integers, got {bad[0]!r}")
+    if (arr < 0).any():
+        raise ValueError(f"{field} must be >= 0, got {arr[arr < 0][0]!r}")
+    return arr.astype(np.int64)
+
+
+def check_batch(prefill_tokens: Any, prefill_cached: Any,
+                decode_context: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated int64 arrays of a batch; ``prefill_cached`` defaults to zeros."""
+    pt = as_tokens(prefill_tokens, "prefill_tokens")
+    pc = (np.zeros_like(pt) if prefill_cached is None
+          else as_tokens(prefill_cached, "prefill_cached"))
+    if pc.shape != pt.shape:
+        raise ValueError(f"prefill_cached has {pc.size} entries but prefill_tokens has {pt.size}")
+    dc = as_tokens(decode_context, "decode_context")
+    return pt, pc, dc
+
+
+class CostModel(ABC):
+    """Per-iteration time of a batch on one replica, and KV-cache sizes and transfers.
+
+    A batch is given as arrays: prefill chunks (``prefill_tokens[i]`` tokens in this
+    iteration, ``prefill_cached[i]`` tokens already in KV before it) and decode requests
+    (``decode_context[j]`` tokens of context). An empty batch takes 0 s.
+
+    Attributes:
+        params: flat float64 array the numba kernels read
+            (``lpserve.cost._kernels.iteration_time(params, ...)``).
+        kind: int kind code stored in ``params[0]`` (0 analytic, 1 table, 2 unit-round).
+    """
+
+    params: np.ndarray
+    kind: int
+
+    def batch_time_s(self, prefill_tokens: ArrayLike = (), prefill_cached: ArrayLike | None = None,
+                     decode_context: ArrayLike = ()) -> float:
+        """Seconds of one iteration of the batch (0.0 for an empty batch)."""
+        from lpserve.cost import _kernels
+
+        pt, pc, dc = check_batch(prefill_tokens, prefill_cached, decode_context)
+        return float(_kernels.iteration_time(self.params, pt, pc, dc))
+
+    def batch_times_s(self, batches: Sequence[dict[str, ArrayLike]]) -> np.ndarray:
+        """Times (s) of many batches, each a dict of the :meth:`batch_time_s` arguments.
+
+        Evaluated in one call of the vectorized kernel; shape ``(len(batches),)``.
+        """
+        from lpserve.cost import _kernels
+
+        pts, pcs, dcs = [], [], []
+        for b in batches:
+            pt, pc, dc = check_batch(b.get("prefill_tokens", ()), b.get("prefill_cached"),
+                                     b.get("decode_context", ()))
+            pts.append(pt)
+            pcs.append(pc)
+            dcs.append(dc)
+        po = np.concatenate([[0], np.cumsum([a.size for a in pts])]).astype(np.int64)
+        do = np.concatenate([[0], np.cumsum([a.size for a in dcs])]).astype(np.int64)
+        out = np.zeros(len(batches))
+        cat = (lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64))
+        _kernels.batch_times(self.params, cat(pts), cat(pcs), po, cat(dcs), do, out)
+        return out
+
+    def decode_run_s(self, decode_context: ArrayLike, n_iters: int) -> float:
+        """Total seconds of ``n_iters`` decode iterations, each context growing by 1."""
+        from lpserve.cost import _kernels
+
+        dc = as_tokens(decode_context, "decode_context")
+        if not isinstance(n_iters, (int, np.integer)) or n_iters < 0:
+            raise ValueError(f"n_iters must be a non-negative integer, got {n_iters!r}")
+        return float(_kernels.decode_run(self.params, dc, int(n_iters)))
+
+    @abstractmethod
+    def breakdown(self, prefill_tokens: ArrayLike = (), prefill_cached: ArrayLike | None = None,
+                  decode_context: ArrayLike = ()) -> dict[str, Any]:
+        """``time_s`` and its parts (seconds): ``linear_s``, ``attention_s``,
+        ``communication_s``, ``overhead_s``, with what bounds each part."""
+
+    @property
+    @abstractmethod
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes of one token over the whole replica."""
+
+    @abstractmethod
+    def kv_capacity_tokens(self, gpu_memory_fraction: float = 0.9) -> int:
+        """Tokens of KV cache that fit in the replica at this memory fraction."""
+
+    def kv_capacity_blocks(self, block_tokens: int = 16, gpu_memory_fraction: float = 0.9) -> int:
+        """Whole paged-KV blocks of ``block_tokens`` tokens that fit."""
+        if not isinstance(block_tokens, (int, np.integer)) or block_tokens < 1:
+            raise ValueError(f"block_tokens must be a positive integer, got {block_tokens!r}")
+        return int(self.kv_capacity_tokens(gpu_memory_fraction) // int(block_tokens))
+
+    @abstractmethod
+    def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
+        """Seconds to move ``n_blocks`` KV blocks between GPU and host memory (one way)."""
+
+    @abstractmethod
+    def transfer_time_s(self, n_tokens: int, link_gbps: float | None = None) -> float:
+        """Seconds to send the KV of ``n_tokens`` tokens to another replica."""
+
+    @staticmethod
+    def _check_fraction(gpu_memory_fraction: float) -> float:
+        f = float(gpu_memory_fraction)
+        if not 0.0 < f <= 1.0:
+            raise ValueError(f"gpu_memory_fraction must be in (0, 1], got {gpu_memory_fraction!r}")
+        return f
+
+    @staticmethod
+    def _check_count(value: Any, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{field} must be a non-negative integer, got {value!r}")
+        return int(value)

@@ -1,0 +1,266 @@
+"""Calibration: fit efficiencies and overheads of the analytic model to measured rows.
+
+A measured row is a dict (see :func:`predict_row`) with a ``scope``:
+
+- ``"iteration"``: one whole iteration, or the mean over ``decode_iters`` decode
+  iterations (contexts growing by one each);
+- ``"layer_linear"``, ``"layer_prefill_attention"``, ``"layer_decode_attention"``: one
+  decoder layer's token-level ops or attention, as in operator profiles;
+- ``"all_reduce"``: one all-reduce of ``message_bytes`` bytes over ``tp`` GPUs.
+
+Row fields: ``tp``, ``prefill_tokens`` (tokens per chunk), ``prefill_chunks`` (identical
+chunks), ``prefill_cached``, ``decode_batch``, ``decode_context`` (context at the first
+iteration), ``decode_iters``, ``message_bytes``, ``measured_s``. Missing fields are 0
+(``decode_iters`` 1).
+
+Running ``python -m lpserve.cost.fit`` refits every calibration from the data in
+``lpserve/data/calibration`` and rewrites ``fitted.toml`` there.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from lpserve.cost import _kernels as K
+from lpserve.cost.catalog import GPUSpec, LLMSpec
+
+# parameter -> (lower, upper) bounds of the fit
+BOUNDS = {
+    "eff_compute": (0.05, 1.0), "eff_weights": (0.05, 1.0), "plateau_tokens": (0.0, 512.0),
+    "eff_attn": (0.02, 1.0), "attn_plateau_tokens": (0.0, 4096.0), "eff_kv": (0.05, 1.0),
+    "attn_seq_s": (0.0, 1e-3), "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0),
+    "layer_overhead_s": (0.0, 1e-3), "iter_overhead_s": (0.0, 0.1), "seq_overhead_s": (0.0, 1e-2),
+}
+
+
+@dataclass
+class FitResult:
+    """Fitted values, the rows used and the relative errors of the fit (pred/meas - 1)."""
+
+    values: dict[str, float]
+    fitted: tuple[str, ...]
+    n_rows: int
+    rel_errors: np.ndarray = field(repr=False)
+    success: bool = True
+    message: str = ""
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median(np.abs(self.rel_errors)))
+
+    @property
+    def max_abs_error(self) -> float:
+        return float(np.max(np.abs(self.rel_errors)))
+
+
+def _model(gpu: str | GPUSpec, llm: str | LLMSpec, tp: int, values: dict[str, float],
+           dtype: str | None = None):
+    from lpserve.cost.analytic import AnalyticCost
+
+    kw = dict(values)
+    if dtype:
+        kw["dtype"] = dtype
+    return AnalyticCost(gpu=gpu, llm=llm, tp=tp, **kw)
+
+
+def predict_row(model: Any, row: dict[str, Any]) -> float:
+    """Predicted seconds of one measured row under ``model`` (an AnalyticCost)."""
+    p = model.params
+    scope = row["scope"]
+    c = int(row.get("prefill_tokens", 0))
+    chunks = int(row.get("prefill_chunks", 1 if c else 0))
+    h = int(row.get("prefill_cached", 0))
+    b = int(row.get("decode_batch", 0))
+    ctx = int(row.get("decode_context", 0))
+    if scope == "iteration":
+        iters = int(row.get("decode_iters", 1))
+        dc = np.full(b, ctx, dtype=np.int64)
+        if chunks == 0 and b > 0:
+            return K.decode_run(p, dc, iters) / iters
+        return K.iteration_time(p, np.full(chunks, c, np.int64), np.full(chunks, h, np.int64), dc)
+    peak_f, peak_b = p[K.P_PEAK_FLOPS], p[K.P_PEAK_BW]
+    if scope == "layer_linear":  # (2)-(3) plus the per-layer overhead of (8)
+        n = c * chunks + b
+        t_mem = p[K.P_LIN_BYTES] / (peak_b * p[K.P_EFF_WEIGHTS])
+        t_cmp = p[K.P_LIN_FLOPS] * (n + p[K.P_PLATEAU_TOKENS]) / (peak_f * p[K.P_EFF_COMPUTE])
+        return max(t_mem, t_cmp) + p[K.P_LAYER_OVERHEAD_S]
+    if scope == "layer_prefill_attention":  # (5)
+        return chunks * max(p[K.P_ATTN_FLOPS] * (h + c) * (c + p[K.P_ATTN_PLATEAU])
+                            / (peak_f * p[K.P_EFF_ATTN]),
+                            p[K.P_KV_BYTES] * (h + c) / (peak_b * p[K.P_EFF_KV]))
+    if scope == "layer_decode_attention":  # (6)
+        s = float(b * ctx)
+        return (max(p[K.P_KV_BYTES] * s / (peak_b * p[K.P_EFF_KV]),
+                    p[K.P_ATTN_FLOPS] * s / (peak_f * p[K.P_EFF_ATTN]))
+                + p[K.P_ATTN_SEQ_S] * b)
+    if scope == "all_reduce":  # (7), one call
+        tp = float(row["tp"])
+        return p[K.P_AR_LATENCY_S] + 2.0 * (tp - 1.0) / tp * float(row["message_bytes"]) / p[K.P_AR_BW]
+    raise ValueError(f"unknown row scope {scope!r}")
+
+
+def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, *,
+        parameters: Iterable[str], base: dict[str, float] | None = None,
+        dtype: str | None = None) -> FitResult:
+    """Least-squares fit of ``parameters`` so predictions match ``rows``.
+
+    Minimises the sum of squared log-ratios log(predicted / measured) (relative errors
+    weigh every row alike) with ``scipy.optimize.least_squares`` within :data:`BOUNDS`.
+    ``base`` gives the values of every parameter not fitted (default: the catalog's
+    calibration for the pair). Each row's ``tp`` selects the tensor-parallel degree.
+    """
+    from scipy.optimize import least_squares
+
+    from lpserve.cost.analytic import AnalyticCost
+
+    names = tuple(parameters)
+    unknown = set(names) - set(BOUNDS)
+    if unknown:
+        raise ValueError(f"cannot fit {sorted(unknown)}; fittable: {sorted(BOUNDS)}")
+    rows = list(rows)
+    if not rows:
+        raise ValueError("fit needs at least one measured row")
+    for i, r in enumerate(rows):
+        if not r.get("measured_s", 0) > 0:
+            raise ValueError(f"row {i}: measured_s must be > 0, got {r.get('measured_s')!r}")
+    if base is None:
+        ref = AnalyticCost(gpu=gpu, llm=llm, tp=int(rows[0].get("tp", 1)))
+        base = dict(ref.values)
+    base = {k: float(v) for k, v in base.items()}
+    meas = np.array([float(r["measured_s"]) for r in rows])
+    tps = sorted({int(r.get("tp", 1)) for r in rows})
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+    scale = np.maximum(hi - lo, 1e-12)
+
+    def values_at(z: np.ndarray) -> dict[str, float]:
+        v = dict(base)
+        v.update({n: float(lo[i] + scale[i] * z[i]) for i, n in enumerate(names)})
+        return v
+
+    def predict(z: np.ndarray) -> np.ndarray:
+        v = values_at(z)
+        models = {tp: _model(gpu, llm, tp, v, dtype) for tp in tps}
+        return np.array([predict_row(models[int(r.get("tp", 1))], r) for r in rows])
+
+    x0 = np.array([np.clip((base[n] - lo[i]) / scale[i], 1e-6, 1 - 1e-6)
+                   for i, n in enumerate(names)])
+    res = least_squares(lambda z: np.log(predict(z) / meas), x0, bounds=(0.0, 1.0),
+                        x_scale="jac", method="trf")
+    pred = predict(res.x)
+    return FitResult(values=values_at(res.x), fitted=names, n_rows=len(rows),
+                     rel_errors=pred / meas - 1.0, success=bool(res.success),
+                     message=str(res.message))
+
+
+# ---- the project's own calibrations ---------------------------------------------------
+
+def calibrate(data: Any = None) -> list[dict[str, Any]]:
+    """Refit every calibration entry of ``fitted.toml`` from the shipped data.
+
+    Returns the entries (dicts with ``name``, ``gpu``, ``llm``, the parameter values
+    and ``provenance``). ``data`` is a :class:`lpserve.cost.data.CalibrationData`
+    (default: the copies inside the package).
+    """
+    from lpserve.cost import data as D
+
+    data = data or D.CalibrationData.packaged()
+    today = _dt.date.today().isoformat()
+    hw = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s")
+    attn = ("eff_attn", "attn_plateau_tokens", "eff_kv", "attn_seq_s")
+    start = {"eff_compute": 0.7, "eff_weights": 0.75, "plateau_tokens": 50.0, "eff_attn": 0.4,
+             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6,
+             "ar_latency_s": 5e-5, "ar_link_efficiency": 0.6, "layer_overhead_s": 3e-5,
+             "iter_overhead_s": 0.0, "seq_overhead_s": 0.0}
+    entries = []
+
+    def entry(name, gpu, llm, values, used, res, note):
+        e = {"name": name, "gpu": gpu, "llm": llm}
+        e.update({k: float(f"{v:.6g}") for k, v in sorted(values.items())})
+        e["provenance"] = {
+            "data": used, "date": today, "note": note, "rows": res.n_rows,
+            "fitted": list(res.fitted),
+            "median_abs_error": round(res.median_abs_error, 4),
+            "max_abs_error": round(res.max_abs_error, 4),
+        }
+        return e
+
+    # 1. NCCL all-reduce on DGX-A100 -> latency floor and link efficiency
+    ar_rows = data.all_reduce_rows()
+    r_ar = fit(ar_rows, "a100-80gb", "llama-2-7b", parameters=("ar_latency_s", "ar_link_efficiency"),
+               base=start)
+    start.update({k: r_ar.values[k] for k in r_ar.fitted})
+    # 2. Vidur A100 operator profile -> A100 kernel efficiencies (no engine overhead)
+    op_rows = data.vidur_linear_rows() + data.vidur_attention_rows()
+    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start)
+    a100 = dict(r_v.values)
+    used_v = ("vidur_a100_llama2_7b_linear_ops_summary.csv, vidur_a100_llama2_7b_*_attention_tp1.csv, "
+              "nccl_a100_dgx_all_reduce_summary.csv")
+    note_v = ("A100 kernel times from Vidur's operator profile; no engine overhead "
+              "(iteration and sequence overheads 0); all-reduce from NCCL on DGX-A100 "
+              f"(fit median error {r_ar.median_abs_error:.3f})")
+    entries.append(entry("vidur-a100", "a100", "*", a100, used_v, r_v, note_v))
+    entries.append(entry("default", "*", "*", a100, used_v, r_v,
+                         "A100 efficiencies (fractions of peak) applied to a GPU with no calibration"))
+    # 3. Splitwise end-to-end medians -> engine-level fits per (gpu, llm), on even rows
+    engine = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s",
+              "iter_overhead_s", "seq_overhead_s")
+    for llm, hwkey, gpu in (("llama-2-70b", "a100-80gb", "a100-80gb"),
+                            ("bloom-176b", "a100-80gb", "a100-80gb"),
+                            ("bloom-176b", "h100-80gb", "h100-sxm")):
+        rows = data.splitwise_rows(llm=llm, hardware=hwkey)
+        train = [r for r in rows if r["fit_split"] == "train" and not r["excluded"]]
+        r_s = fit(train, gpu, llm, parameters=engine, base=a100)
+        tag = "a100" if gpu.startswith("a100") else "h100"
+        name = f"splitwise-{tag}-{llm}"
+        note = ("Splitwise end-to-end medians (vLLM-based engine, fp16); fitted on every "
+                "other row (fit_split=train), the rest held out")
+        entries.append(entry(name, gpu, llm, r_s.values, "splitwise_perf_model_medians.csv",
+                             r_s, note))
+        if tag == "h100":
+            entries.append(entry("splitwise-h100", "h100", "*", r_s.values,
+                                 "splitwise_perf_model_medians.csv", r_s,
+                                 "H100 BLOOM-176B engine fit applied to other models on Hopper"))
+    return entries
+
+
+def write_fitted(entries: list[dict[str, Any]], path: Any = None) -> str:
+    """Write calibration entries as TOML (to ``path`` when given); returns the text."""
+    lines = ["# Fitted cost-model calibrations; regenerate with `python -m lpserve.cost.fit`.",
+             "# Lookup order: (gpu key, llm), (gpu family, llm), (gpu, *), (family, *), (*, *).",
+             ""]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, str):
+            return '"' + v.replace('"', "'") + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        return repr(v)
+
+    for e in entries:
+        lines.append("[[calibration]]")
+        lines += [f"{k} = {fmt(v)}" for k, v in e.items() if k != "provenance"]
+        lines.append("[calibration.provenance]")
+        lines += [f"{k} = {fmt(v)}" for k, v in e["provenance"].items()]
+        lines.append("")
+    text = "\n".join(lines)
+    if path is not None:
+        from pathlib import Path
+
+        Path(path).write_text(text)
+    return text
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from importlib import resources
+
+    target = resources.files("lpserve") / "data" / "calibration" / "fitted.toml"
+    out = calibrate()
+    write_fitted(out, str(target))
+    for e in out:
+        pv = e["provenance"]
+        print(f"{e['name']:32s} rows={pv['rows']:4d} median={pv['median_abs_error']:.3f} "
+              f"max={pv['max_abs_error']:.3f}")
