@@ -1,0 +1,49 @@
+"""The ``lpserve`` command line.
+
+Each sub-command lives in its own module under :mod:`lpserve.commands` and exposes
+``register(subparsers)``. Every command accepts ``--json`` and then prints exactly one
+JSON object on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# one module per top-level sub-command, in the order ``--help`` lists them
+COMMAND_MODULES: tuple[str, ...] = (
+    "lpserve.commands.trace_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lpserve",
+        description="Principled LLM-serving policies: traces, GPU cost model, simulator, "
+        "offline optima and bounds.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from lpserve import __version__
+
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from lpserve.commands._common import run_command
+
+    return run_command(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

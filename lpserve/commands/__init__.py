@@ -1,0 +1,1 @@
+"""Sub-commands of the ``lpserve`` CLI, one module each (see :mod:`lpserve.cli`)."""

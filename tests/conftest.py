@@ -1,0 +1,41 @@
+"""Shared test configuration: hypothesis profiles and data locations.
+
+Profiles: ``dev`` (fast, random) and ``ci`` (derandomized, more examples); chosen by the
+``HYPOTHESIS_PROFILE`` environment variable (the README's test command uses ``ci``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("dev", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def shared_dir() -> Path | None:
+    """The shared data folder beside the repository (``LPSERVE_SHARED`` overrides)."""
+    env = os.environ.get("LPSERVE_SHARED")
+    p = Path(env) if env else REPO.parent / "shared"
+    return p if (p / "traces").is_dir() else None
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    d = shared_dir()
+    if d is None:
+        pytest.skip("the shared trace folder (../shared/traces) is not present on this machine")
+    return d / "traces"
