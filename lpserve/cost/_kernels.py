@@ -65,13 +65,16 @@ P_EFF_ATTN = 19         # prefill-attention compute efficiency
 P_ATTN_PLATEAU = 20     # prefill-attention chunk plateau (tokens)
 P_EFF_KV = 21           # KV-read bandwidth efficiency
 P_ATTN_SEQ_S = 22       # per decode sequence per layer attention cost (s)
-P_AR_LATENCY_S = 23     # all-reduce latency floor per call (s)
+P_AR_LATENCY_S = 23     # all-reduce latency per call per log2(tp) step (s)
 P_AR_BW = 24            # all-reduce bus bandwidth (bytes/s)
 P_ACT_BYTES = 25        # bytes per activation element (all-reduce payload)
 P_LAYER_OVERHEAD_S = 26  # fixed per-layer overhead (s)
 P_ITER_OVERHEAD_S = 27  # fixed per-iteration overhead (s)
 P_SEQ_OVERHEAD_S = 28   # per-sequence per-iteration overhead (s)
-N_ANALYTIC_PARAMS = 29
+P_ATTN_FIXED_S = 29     # fixed decode-attention cost per layer (s)
+P_MULTI_PROMPT_S = 30   # per prefill token outside the largest chunk (s)
+P_ATTN_CHUNK_S = 31     # prefill attention cost per chunk per layer (s)
+N_ANALYTIC_PARAMS = 32
 
 # ---- table layout -------------------------------------------------------------------
 T_LAYERS = 1            # multiplier of the per-layer tables
@@ -92,7 +95,7 @@ U_MEMORY_TOKENS = 1
 
 @njit(cache=True)
 def _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_decode,
-                     decode_ctx_sum):
+                     decode_ctx_sum, side_tokens):
     """Analytic iteration time from batch totals; models/cost-model.md (1)-(8)."""
     layers = params[P_LAYERS]
     peak_f = params[P_PEAK_FLOPS]
@@ -114,25 +117,27 @@ def _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_deco
                  params[P_HEAD_FLOPS] * n_seqs / (peak_f * params[P_EFF_COMPUTE]))
     # (5) prefill attention
     t_pa = 0.0
+    n_chunks = n_seqs - n_decode
     if attn_work > 0.0:
         t_pa = max(params[P_ATTN_FLOPS] * attn_work / (peak_f * params[P_EFF_ATTN]),
                    params[P_KV_BYTES] * attn_kv_tokens / (peak_b * params[P_EFF_KV]))
+        t_pa += params[P_ATTN_CHUNK_S] * n_chunks
     # (6) decode attention
     t_da = 0.0
     if n_decode > 0:
         t_da = max(params[P_KV_BYTES] * decode_ctx_sum / (peak_b * params[P_EFF_KV]),
                    params[P_ATTN_FLOPS] * decode_ctx_sum / (peak_f * params[P_EFF_ATTN]))
-        t_da += params[P_ATTN_SEQ_S] * n_decode
+        t_da += params[P_ATTN_SEQ_S] * n_decode + params[P_ATTN_FIXED_S]
     # (7) tensor-parallel all-reduce, two per layer
     t_comm = 0.0
     tp = params[P_TP]
     if tp > 1.0:
         payload = n_tokens * params[P_HIDDEN] * params[P_ACT_BYTES]
-        t_comm = 2.0 * (params[P_AR_LATENCY_S]
+        t_comm = 2.0 * (params[P_AR_LATENCY_S] * math.log2(tp)
                         + 2.0 * (tp - 1.0) / tp * payload / params[P_AR_BW])
     # (8) overheads
     t_over = (layers * params[P_LAYER_OVERHEAD_S] + params[P_ITER_OVERHEAD_S]
-              + params[P_SEQ_OVERHEAD_S] * n_seqs)
+              + params[P_SEQ_OVERHEAD_S] * n_seqs + params[P_MULTI_PROMPT_S] * side_tokens)
     return layers * (t_lin + t_pa + t_da + t_comm) + t_head + t_over
 
 
@@ -190,7 +195,7 @@ def _table_totals(params, n_tokens, n_seqs, attn_work, decode_ctx_sum):
 
 @njit(cache=True)
 def _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_decode,
-                      decode_ctx_sum):
+                      decode_ctx_sum, side_tokens):
     if n_tokens <= 0.0:
         return 0.0
     kind = int(params[0])
@@ -199,7 +204,7 @@ def _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_dec
     if kind == KIND_TABLE:
         return _table_totals(params, n_tokens, n_seqs, attn_work, decode_ctx_sum)
     return _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens,
-                            n_decode, decode_ctx_sum)
+                            n_decode, decode_ctx_sum, side_tokens)
 
 
 @njit(cache=True)
@@ -209,10 +214,12 @@ def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
     n_seqs = 0.0
     attn_work = 0.0
     attn_kv = 0.0
+    max_chunk = 0.0
     plateau = params[P_ATTN_PLATEAU] if int(params[0]) == KIND_ANALYTIC else 0.0
     for i in range(prefill_tokens.shape[0]):
         c = float(prefill_tokens[i])
         if c > 0.0:
+            max_chunk = max(max_chunk, c)
             p = float(prefill_cached[i])
             n_tokens += c
             n_seqs += 1.0
@@ -222,10 +229,11 @@ def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
     ctx_sum = 0.0
     for j in range(n_decode):
         ctx_sum += float(decode_context[j])
+    side = n_tokens - max_chunk
     n_tokens += n_decode
     n_seqs += n_decode
     return _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv, n_decode,
-                             ctx_sum)
+                             ctx_sum, side)
 
 
 @njit(cache=True)
@@ -238,7 +246,7 @@ def decode_run_times(params, decode_context, n_iters, out):
     nd = float(n_decode)
     total = 0.0
     for k in range(n_iters):
-        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd)
+        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd, 0.0)
         out[k] = total
 
 
@@ -252,7 +260,7 @@ def decode_run(params, decode_context, n_iters):
     nd = float(n_decode)
     total = 0.0
     for k in range(n_iters):
-        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd)
+        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd, 0.0)
     return total
 
 
@@ -310,15 +318,17 @@ def analytic_parts_ref(params, prefill_tokens, prefill_cached, decode_context):
     pa_mem = sum(p[P_KV_BYTES] * (h + c) for c, h in chunks) / bw_kv
     da_mem = sum(p[P_KV_BYTES] * x for x in ctx) / bw_kv
     da_cmp = sum(p[P_ATTN_FLOPS] * x for x in ctx) / fl_a
-    t_pa = max(pa_cmp, pa_mem) if chunks else 0.0
-    t_da = (max(da_mem, da_cmp) + p[P_ATTN_SEQ_S] * len(ctx)) if ctx else 0.0
+    t_pa = (max(pa_cmp, pa_mem) + p[P_ATTN_CHUNK_S] * len(chunks)) if chunks else 0.0
+    t_da = (max(da_mem, da_cmp) + p[P_ATTN_SEQ_S] * len(ctx) + p[P_ATTN_FIXED_S]) if ctx else 0.0
     comm = lat = 0.0
     tp = p[P_TP]
     if tp > 1:
         payload = n_tokens * p[P_HIDDEN] * p[P_ACT_BYTES]
-        lat = layers * 2.0 * p[P_AR_LATENCY_S]
-        comm = layers * 2.0 * (p[P_AR_LATENCY_S] + 2.0 * (tp - 1.0) / tp * payload / p[P_AR_BW])
-    over = layers * p[P_LAYER_OVERHEAD_S] + p[P_ITER_OVERHEAD_S] + p[P_SEQ_OVERHEAD_S] * n_seqs
+        lat = layers * 2.0 * p[P_AR_LATENCY_S] * math.log2(tp)
+        comm = lat + layers * 2.0 * (2.0 * (tp - 1.0) / tp * payload / p[P_AR_BW])
+    side = sum(c for c, _ in chunks) - max((c for c, _ in chunks), default=0.0)
+    over = (layers * p[P_LAYER_OVERHEAD_S] + p[P_ITER_OVERHEAD_S] + p[P_SEQ_OVERHEAD_S] * n_seqs
+            + p[P_MULTI_PROMPT_S] * side)
     linear = layers * max(lin_mem, lin_cmp) + max(head_mem, head_cmp)
     attention = layers * (t_pa + t_da)
     return {

@@ -23,6 +23,9 @@ CALIBRATED = {
     "attn_plateau_tokens": K.P_ATTN_PLATEAU,
     "eff_kv": K.P_EFF_KV,
     "attn_seq_s": K.P_ATTN_SEQ_S,
+    "attn_fixed_s": K.P_ATTN_FIXED_S,
+    "multi_prompt_token_s": K.P_MULTI_PROMPT_S,
+    "attn_chunk_s": K.P_ATTN_CHUNK_S,
     "ar_latency_s": K.P_AR_LATENCY_S,
     "layer_overhead_s": K.P_LAYER_OVERHEAD_S,
     "iter_overhead_s": K.P_ITER_OVERHEAD_S,
@@ -91,9 +94,12 @@ class AnalyticCost(CostModel):
         if "calibration" in overrides:
             calib = self._named_calibration(overrides["calibration"])
         self.calibration = calib
-        values = {k: float(calib[k]) for k in (*CALIBRATED, *EXTRA_CALIBRATED)}
-        values.update({k: float(v) for k, v in overrides.items()
-                       if k in CALIBRATED or k in EXTRA_CALIBRATED})
+        merged = {**calib, **{k: v for k, v in overrides.items()
+                              if k in CALIBRATED or k in EXTRA_CALIBRATED}}
+        missing = [k for k in (*CALIBRATED, *EXTRA_CALIBRATED) if k not in merged]
+        if missing:
+            raise ValueError(f"calibration {calib.get('name')!r} lacks {missing}")
+        values = {k: float(merged[k]) for k in (*CALIBRATED, *EXTRA_CALIBRATED)}
         self.pcie_efficiency = float(overrides.get("pcie_efficiency", 1.0))
         for k in BOUNDED_01:
             v = self.pcie_efficiency if k == "pcie_efficiency" else values[k]

@@ -31,7 +31,7 @@ from lpserve.cost.catalog import GPUSpec, LLMSpec
 BOUNDS = {
     "eff_compute": (0.05, 1.0), "eff_weights": (0.05, 1.0), "plateau_tokens": (0.0, 512.0),
     "eff_attn": (0.02, 1.0), "attn_plateau_tokens": (0.0, 4096.0), "eff_kv": (0.05, 1.0),
-    "attn_seq_s": (0.0, 1e-3), "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0),
+    "attn_seq_s": (0.0, 1e-3), "attn_fixed_s": (0.0, 1e-3), "multi_prompt_token_s": (0.0, 1e-3), "attn_chunk_s": (0.0, 1e-3), "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0),
     "layer_overhead_s": (0.0, 1e-3), "iter_overhead_s": (0.0, 0.1), "seq_overhead_s": (0.0, 1e-2),
 }
 
@@ -88,17 +88,18 @@ def predict_row(model: Any, row: dict[str, Any]) -> float:
         t_cmp = p[K.P_LIN_FLOPS] * (n + p[K.P_PLATEAU_TOKENS]) / (peak_f * p[K.P_EFF_COMPUTE])
         return max(t_mem, t_cmp) + p[K.P_LAYER_OVERHEAD_S]
     if scope == "layer_prefill_attention":  # (5)
-        return chunks * max(p[K.P_ATTN_FLOPS] * (h + c) * (c + p[K.P_ATTN_PLATEAU])
-                            / (peak_f * p[K.P_EFF_ATTN]),
-                            p[K.P_KV_BYTES] * (h + c) / (peak_b * p[K.P_EFF_KV]))
+        return chunks * (max(p[K.P_ATTN_FLOPS] * (h + c) * (c + p[K.P_ATTN_PLATEAU])
+                                 / (peak_f * p[K.P_EFF_ATTN]),
+                                 p[K.P_KV_BYTES] * (h + c) / (peak_b * p[K.P_EFF_KV]))
+                             + p[K.P_ATTN_CHUNK_S])
     if scope == "layer_decode_attention":  # (6)
         s = float(b * ctx)
         return (max(p[K.P_KV_BYTES] * s / (peak_b * p[K.P_EFF_KV]),
                     p[K.P_ATTN_FLOPS] * s / (peak_f * p[K.P_EFF_ATTN]))
-                + p[K.P_ATTN_SEQ_S] * b)
+                + p[K.P_ATTN_SEQ_S] * b + p[K.P_ATTN_FIXED_S])
     if scope == "all_reduce":  # (7), one call
         tp = float(row["tp"])
-        return p[K.P_AR_LATENCY_S] + 2.0 * (tp - 1.0) / tp * float(row["message_bytes"]) / p[K.P_AR_BW]
+        return p[K.P_AR_LATENCY_S] * np.log2(tp) + 2.0 * (tp - 1.0) / tp * float(row["message_bytes"]) / p[K.P_AR_BW]
     raise ValueError(f"unknown row scope {scope!r}")
 
 
@@ -170,9 +171,9 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
     data = data or D.CalibrationData.packaged()
     today = _dt.date.today().isoformat()
     hw = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s")
-    attn = ("eff_attn", "attn_plateau_tokens", "eff_kv", "attn_seq_s")
+    attn = ("eff_attn", "attn_plateau_tokens", "eff_kv", "attn_seq_s", "attn_fixed_s", "attn_chunk_s")
     start = {"eff_compute": 0.7, "eff_weights": 0.75, "plateau_tokens": 50.0, "eff_attn": 0.4,
-             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6,
+             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6, "attn_fixed_s": 5e-6, "multi_prompt_token_s": 0.0, "attn_chunk_s": 5e-6,
              "ar_latency_s": 5e-5, "ar_link_efficiency": 0.6, "layer_overhead_s": 3e-5,
              "iter_overhead_s": 0.0, "seq_overhead_s": 0.0}
     entries = []
@@ -207,7 +208,8 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
                          "A100 efficiencies (fractions of peak) applied to a GPU with no calibration"))
     # 3. Splitwise end-to-end medians -> engine-level fits per (gpu, llm), on even rows
     engine = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s",
-              "iter_overhead_s", "seq_overhead_s")
+              "iter_overhead_s", "seq_overhead_s", "eff_attn", "ar_latency_s",
+              "multi_prompt_token_s")
     for llm, hwkey, gpu in (("llama-2-70b", "a100-80gb", "a100-80gb"),
                             ("bloom-176b", "a100-80gb", "a100-80gb"),
                             ("bloom-176b", "h100-80gb", "h100-sxm")):
