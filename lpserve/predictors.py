@@ -1,0 +1,230 @@
+"""Output-length predictors behind one interface (layer 0: numpy only).
+
+The simulator owns a predictor and is the only party that shows it true output lengths:
+at arrival it asks for a prediction of each request's output length as an interval
+``[lo, hi]`` plus a point estimate, and hands non-clairvoyant policies only those. When a
+request completes, the simulator reports its true length with :meth:`observe`, so a
+learning predictor trains on completed requests only — never on the future.
+
+Predictors:
+
+``Oracle``           the truth (``lo == hi == point``); for clairvoyant baselines.
+``NoisyOracle``      the truth times a log-normal multiplicative error of chosen spread.
+``IntervalClasses``  the geometric class ``[b·r^k, b·r^(k+1))`` holding the truth, with
+                     ``alpha = lo / hi = 1 / r`` (the interval predictions of Chen, Ye, Zhou).
+``History``          online, history-based: empirical quantiles of completed requests in
+                     the same (prompt-length bucket, tenant) bucket, falling back to coarser
+                     buckets and finally to a stated prior.
+"""
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted output lengths of ``n`` requests (int64 arrays of shape ``(n,)``)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    point: np.ndarray
+
+
+def _as_int(name: str, x) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {a.shape}")
+    if a.size and (a.dtype.kind not in "iu"):
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise ValueError(f"{name} must hold integers, got {a[:5]!r}")
+    return a.astype(np.int64)
+
+
+class Predictor(abc.ABC):
+    """Base class. ``predict`` sees true lengths only through ``_truth`` for the oracle
+    family; learning predictors ignore it and use :meth:`observe`d completions."""
+
+    name = "predictor"
+    uses_truth = False
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Forget learned state and take a new random stream."""
+        self._rng = rng
+
+    @property
+    def rng(self) -> np.random.Generator:
+        r = getattr(self, "_rng", None)
+        if r is None:
+            raise RuntimeError(f"predictor {self.name!r}: call reset(rng) before predict()")
+        return r
+
+    @abc.abstractmethod
+    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
+        """Predictions for requests with these prompts (and tenants, -1 for none)."""
+
+    def observe(self, prompt_tokens, tenant, output_tokens) -> None:
+        """Completed requests' true output lengths (default: nothing to learn)."""
+
+
+@dataclass
+class Oracle(Predictor):
+    name = "oracle"
+    uses_truth = True
+
+    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
+        t = _as_int("true output_tokens", _truth)
+        return Prediction(t.copy(), t.copy(), t.copy())
+
+
+@dataclass
+class NoisyOracle(Predictor):
+    """``point = round(truth · exp(N(0, sigma)))``; the interval is ``point · exp(±z·sigma)``
+    with ``z = interval_z`` (``interval_z = 0`` gives a point prediction)."""
+
+    sigma: float = 0.5
+    interval_z: float = 0.0
+    name = "noisy-oracle"
+    uses_truth = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.sigma) and self.sigma >= 0):
+            raise ValueError(f"NoisyOracle.sigma must be >= 0, got {self.sigma!r}")
+        if not (math.isfinite(self.interval_z) and self.interval_z >= 0):
+            raise ValueError(f"NoisyOracle.interval_z must be >= 0, got {self.interval_z!r}")
+
+    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
+        t = _as_int("true output_tokens", _truth)
+        noise = self.rng.normal(0.0, self.sigma, size=t.size)
+        point = np.maximum(1, np.rint(t * np.exp(noise))).astype(np.int64)
+        w = math.exp(self.interval_z * self.sigma)
+        lo = np.maximum(1, np.floor(point / w)).astype(np.int64)
+        hi = np.maximum(lo, np.ceil(point * w)).astype(np.int64)
+        return Prediction(lo, hi, point)
+
+
+@dataclass
+class IntervalClasses(Predictor):
+    """Geometric length classes with ratio ``1/alpha``: the truth ``o`` lies in
+    ``[lo, hi]`` with ``lo = ceil(base·r^k)``, ``hi = ceil(base·r^(k+1)) - 1`` and
+    ``lo / hi ≈ alpha``. The point estimate is the geometric mean of the class."""
+
+    alpha: float = 0.5
+    base_tokens: float = 1.0
+    name = "interval-classes"
+    uses_truth = True
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.alpha < 1.0):
+            raise ValueError(f"IntervalClasses.alpha must be in (0, 1), got {self.alpha!r}")
+        if not self.base_tokens > 0:
+            raise ValueError(f"IntervalClasses.base_tokens must be > 0, got "
+                             f"{self.base_tokens!r}")
+
+    def classes(self, truth) -> np.ndarray:
+        t = _as_int("true output_tokens", truth)
+        r = 1.0 / self.alpha
+        k = np.floor(np.log(np.maximum(t, 1) / self.base_tokens) / math.log(r) + 1e-12)
+        return np.maximum(k, 0).astype(np.int64)
+
+    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
+        t = _as_int("true output_tokens", _truth)
+        r = 1.0 / self.alpha
+        k = self.classes(t)
+        lo = np.ceil(self.base_tokens * r ** k - 1e-9).astype(np.int64)
+        hi = np.ceil(self.base_tokens * r ** (k + 1) - 1e-9).astype(np.int64) - 1
+        lo = np.where(k == 0, 1, lo)
+        hi = np.maximum(hi, lo)
+        # rounding at class edges: keep the truth inside
+        lo, hi = np.minimum(lo, t), np.maximum(hi, t)
+        point = np.rint(np.sqrt(lo * hi)).astype(np.int64)
+        return Prediction(lo, hi, point)
+
+
+@dataclass
+class History(Predictor):
+    """Online predictor from completed requests.
+
+    Buckets are ``(floor(log2(prompt_tokens)), tenant)``; a bucket with at least
+    ``min_samples`` completions predicts its empirical ``[q_lo, q_hi]`` quantiles and
+    median; otherwise the prompt bucket over all tenants, then all completions, then the
+    stated prior interval ``prior``. Only the newest ``window`` completions per bucket are
+    kept, so the predictor follows drift.
+    """
+
+    q_lo: float = 0.1
+    q_hi: float = 0.9
+    min_samples: int = 20
+    window: int = 500
+    prior: tuple[int, int, int] = (16, 1024, 256)  # lo, hi, point before any data
+    name = "history"
+    _buckets: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.q_lo <= self.q_hi <= 1.0):
+            raise ValueError(f"History needs 0 <= q_lo <= q_hi <= 1, got {self.q_lo}, "
+                             f"{self.q_hi}")
+        if self.min_samples < 1 or self.window < self.min_samples:
+            raise ValueError("History needs 1 <= min_samples <= window, got "
+                             f"{self.min_samples}, {self.window}")
+        lo, hi, pt = self.prior
+        if not (1 <= lo <= pt <= hi):
+            raise ValueError(f"History.prior must be (lo, hi, point) with 1 <= lo <= point "
+                             f"<= hi, got {self.prior!r}")
+
+    def reset(self, rng: np.random.Generator) -> None:
+        super().reset(rng)
+        self._buckets = {}
+
+    @staticmethod
+    def _keys(prompt: int, tenant: int) -> tuple[tuple, tuple, tuple]:
+        b = int(math.log2(max(prompt, 1)))
+        return (b, tenant), (b, None), (None, None)
+
+    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
+        p = _as_int("prompt_tokens", prompt_tokens)
+        ten = np.full(p.size, -1, np.int64) if tenant is None else _as_int("tenant", tenant)
+        lo = np.empty(p.size, np.int64)
+        hi = np.empty(p.size, np.int64)
+        pt = np.empty(p.size, np.int64)
+        cache: dict[tuple, tuple[int, int, int]] = {}
+        for i in range(p.size):
+            for key in self._keys(int(p[i]), int(ten[i])):
+                hit = cache.get(key)
+                if hit is None:
+                    obs = self._buckets.get(key)
+                    if obs is None or len(obs) < self.min_samples:
+                        continue
+                    q = np.quantile(np.asarray(obs), [self.q_lo, 0.5, self.q_hi])
+                    hit = cache[key] = (max(1, int(math.floor(q[0]))),
+                                        max(1, int(math.ceil(q[2]))), max(1, int(round(q[1]))))
+                lo[i], hi[i], pt[i] = hit
+                break
+            else:
+                lo[i], hi[i], pt[i] = self.prior
+        return Prediction(lo, hi, pt)
+
+    def observe(self, prompt_tokens, tenant, output_tokens) -> None:
+        p = _as_int("prompt_tokens", prompt_tokens)
+        o = _as_int("output_tokens", output_tokens)
+        ten = np.full(p.size, -1, np.int64) if tenant is None else _as_int("tenant", tenant)
+        for i in range(p.size):
+            for key in self._keys(int(p[i]), int(ten[i])):
+                obs = self._buckets.setdefault(key, [])
+                obs.append(int(o[i]))
+                if len(obs) > self.window:
+                    del obs[: len(obs) - self.window]
+
+
+PREDICTORS = {"oracle": Oracle, "noisy-oracle": NoisyOracle,
+              "interval-classes": IntervalClasses, "history": History}
+
+
+def make_predictor(name: str, **params) -> Predictor:
+    """A predictor by name (``oracle``, ``noisy-oracle``, ``interval-classes``, ``history``)."""
+    if name not in PREDICTORS:
+        raise ValueError(f"unknown predictor {name!r}; known: {', '.join(PREDICTORS)}")
+    return PREDICTORS[name](**params)
