@@ -13,6 +13,7 @@ import sys
 # one module per top-level sub-command, in the order ``--help`` lists them
 COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.trace_cmd",
+    "lpserve.commands.cost_cmd",
 )
 
 
