@@ -1,0 +1,111 @@
+"""The one definition of every metric (layer 2).
+
+Per-request times are arrays of shape ``(n,)`` in seconds, NaN where undefined (a
+request that never produced a token has NaN TTFT). Summaries ignore NaN entries.
+
+Definitions:
+    TTFT      = first_token_s - arrival_s
+    TPOT      = (finish_s - first_token_s) / (output_tokens - 1)   (NaN for 1-token outputs)
+    E2E       = finish_s - arrival_s
+    queue     = first_scheduled_s - arrival_s   (time before the request first ran)
+    goodput   = requests finished within both SLOs per second of makespan
+    hit rate  = prompt tokens served from the prefix cache / prompt tokens prefilled+hit
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+
+
+def ttft_s(arrival_s: np.ndarray, first_token_s: np.ndarray) -> np.ndarray:
+    return np.asarray(first_token_s, float) - np.asarray(arrival_s, float)
+
+
+def e2e_s(arrival_s: np.ndarray, finish_s: np.ndarray) -> np.ndarray:
+    return np.asarray(finish_s, float) - np.asarray(arrival_s, float)
+
+
+def queue_s(arrival_s: np.ndarray, first_scheduled_s: np.ndarray) -> np.ndarray:
+    return np.asarray(first_scheduled_s, float) - np.asarray(arrival_s, float)
+
+
+def tpot_s(first_token_s: np.ndarray, finish_s: np.ndarray,
+           output_tokens: np.ndarray) -> np.ndarray:
+    out = np.asarray(output_tokens, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = (np.asarray(finish_s, float) - np.asarray(first_token_s, float)) / (out - 1.0)
+    return np.where(out > 1, v, np.nan)
+
+
+def distribution(x: np.ndarray) -> dict[str, float]:
+    """``{"mean","p50","p90","p99"}`` of the finite entries (NaN when there are none)."""
+    a = np.asarray(x, float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return {"mean": float("nan"), **{k: float("nan") for k in QUANTILES}}
+    out = {"mean": float(a.mean())}
+    for k, q in QUANTILES.items():
+        out[k] = float(np.percentile(a, q))
+    return out
+
+
+def meets_slo(ttft: np.ndarray, tpot: np.ndarray, slo_ttft_s: float,
+              slo_tpot_s: float) -> np.ndarray:
+    """True where both TTFT and TPOT are within the SLO (a 1-token output has no TPOT)."""
+    t = np.asarray(ttft, float)
+    p = np.asarray(tpot, float)
+    return np.isfinite(t) & (t <= slo_ttft_s) & (~np.isfinite(p) | (p <= slo_tpot_s)) & \
+        ~(np.isnan(t))
+
+
+def makespan_s(arrival_s: np.ndarray, finish_s: np.ndarray) -> float:
+    """From the first arrival to the last finish (s); NaN when nothing finished."""
+    f = np.asarray(finish_s, float)
+    f = f[np.isfinite(f)]
+    if f.size == 0 or len(arrival_s) == 0:
+        return float("nan")
+    return float(f.max() - np.min(arrival_s))
+
+
+def total_latency_s(e2e: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Sum of (weighted) end-to-end latencies of finished requests."""
+    e = np.asarray(e2e, float)
+    w = np.ones_like(e) if weights is None else np.asarray(weights, float)
+    m = np.isfinite(e)
+    return float(np.sum(w[m] * e[m]))
+
+
+def summarize(*, arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.ndarray,
+              first_scheduled_s: np.ndarray, output_tokens: np.ndarray, finished: np.ndarray,
+              rejected: np.ndarray, cached_prompt_tokens: np.ndarray,
+              prompt_tokens_seen: np.ndarray, slo_ttft_s: float, slo_tpot_s: float,
+              wall_s: float, kv_utilization: float = float("nan")) -> dict[str, Any]:
+    """Summary dict with the DESIGN keys (see the module docstring for definitions)."""
+    fin = np.asarray(finished, bool)
+    tt = ttft_s(arrival_s, first_token_s)
+    tp = tpot_s(first_token_s, finish_s, output_tokens)
+    ee = e2e_s(arrival_s, finish_s)
+    qq = queue_s(arrival_s, first_scheduled_s)
+    span = makespan_s(arrival_s, np.where(fin, finish_s, np.nan))
+    n_fin = int(fin.sum())
+    good = int(np.sum(fin & meets_slo(tt, tp, slo_ttft_s, slo_tpot_s)))
+    seen = float(np.sum(prompt_tokens_seen))
+    return {
+        "ttft_s": distribution(tt[fin]),
+        "tpot_s": distribution(tp[fin]),
+        "e2e_s": distribution(ee[fin]),
+        "queue_s": distribution(qq[fin]),
+        "throughput_rps": n_fin / span if span and span > 0 else float("nan"),
+        "goodput_rps": good / span if span and span > 0 else float("nan"),
+        "prefix_hit_rate": float(np.sum(cached_prompt_tokens)) / seen if seen > 0 else 0.0,
+        "n_requests": int(len(arrival_s)),
+        "n_finished": n_fin,
+        "n_rejected": int(np.sum(rejected)),
+        "n_unfinished": int(len(arrival_s) - n_fin - int(np.sum(rejected))),
+        "makespan_s": span,
+        "kv_utilization": kv_utilization,
+        "wall_s": float(wall_s),
+    }

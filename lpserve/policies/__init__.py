@@ -1,0 +1,1 @@
+"""Online policies: baseline engines and routers."""

@@ -1,0 +1,112 @@
+"""Baseline engines as named policies, with their documented defaults.
+
+=============  ==============================================================================
+``vllm``       vLLM (V0 scheduler): FCFS, prefill-first iterations (whole prompts of newly
+               admitted requests, decodes paused), blocks allocated as tokens are produced,
+               recompute preemption of the newest running request, 1% watermark,
+               256 sequences, 4096 tokens per iteration, automatic prefix caching.
+``vllm-chunked``  vLLM with chunked prefill: decode-first, stall-free chunks within a
+               2048-token budget, otherwise as ``vllm``.
+``sarathi``    Sarathi-Serve: decode-first, stall-free chunked prefill with a 512-token
+               budget (the paper's chunk size), 256 sequences, recompute preemption.
+``orca``       Orca: iteration-level scheduling that mixes decodes and whole prefills in one
+               iteration; KV reserved for the maximum sequence length (4096 tokens) at
+               admission, so nothing is ever preempted; 128 sequences; no prefix caching.
+``static``     Request-level batching as FasterTransformer: a batch of up to 32 requests is
+               admitted into an empty engine and runs until its longest request finishes;
+               KV reserved for 4096 tokens per request.
+=============  ==============================================================================
+
+Every factory accepts :class:`~lpserve.policy.EngineConfig` fields as keyword arguments
+(``max_num_seqs=128``, ``preemption="swap"`` …) and ``router=`` (a router name or object).
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from lpserve.policy import FCFS, LRU, EngineConfig, Evictor, Policy, Router
+from lpserve.policies import routers as R
+
+_ENGINE_FIELDS = {f.name for f in fields(EngineConfig)}
+
+ROUTERS = {
+    "round-robin": R.RoundRobin,
+    "random": R.RandomRouter,
+    "least-outstanding": R.LeastOutstanding,
+    "least-kv": R.LeastKVLoad,
+    "power-of-two": R.PowerOfTwo,
+    "prefix-affinity": R.PrefixAffinity,
+}
+
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm": dict(batching="prefill-first", max_num_seqs=256, max_num_batched_tokens=4096,
+                 preemption="recompute", watermark=0.01, prefix_caching=True),
+    "vllm-chunked": dict(batching="decode-first", chunked_prefill=True, max_num_seqs=256,
+                         max_num_batched_tokens=2048, preemption="recompute", watermark=0.01,
+                         prefix_caching=True),
+    "sarathi": dict(batching="decode-first", chunked_prefill=True, max_num_seqs=256,
+                    max_num_batched_tokens=512, preemption="recompute", watermark=0.01,
+                    prefix_caching=True),
+    "orca": dict(batching="mixed", max_num_seqs=128, max_num_batched_tokens=1 << 20,
+                 reserve_tokens=4096, max_model_len=4096, watermark=0.0, prefix_caching=False),
+    "static": dict(batching="static", max_num_seqs=32, max_num_batched_tokens=1 << 20,
+                   reserve_tokens=4096, max_model_len=4096, watermark=0.0,
+                   prefix_caching=False),
+}
+
+
+def _router(spec: Any) -> Router:
+    if isinstance(spec, Router):
+        return spec
+    if isinstance(spec, str):
+        if spec not in ROUTERS:
+            raise KeyError(f"unknown router {spec!r}; known: {', '.join(sorted(ROUTERS))}")
+        return ROUTERS[spec]()
+    raise ValueError(f"router must be a name or a Router, got {spec!r}")
+
+
+def engine_policy(engine: str, *, router: Any = "round-robin",
+                  decode_router: Any = "round-robin", evictor: Evictor | None = None,
+                  name: str | None = None, **params: Any) -> Policy:
+    """A baseline engine (``ENGINE_DEFAULTS[engine]`` overridden by ``params``) with FCFS."""
+    if engine not in ENGINE_DEFAULTS:
+        raise KeyError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_DEFAULTS)}")
+    bad = sorted(set(params) - _ENGINE_FIELDS)
+    if bad:
+        raise ValueError(f"{engine}: unknown parameter(s) {bad}; engine parameters: "
+                         f"{sorted(_ENGINE_FIELDS)}, plus router, decode_router, evictor")
+    cfg = EngineConfig(**{**ENGINE_DEFAULTS[engine], **params})
+    return Policy(router=_router(router), scheduler=FCFS(), evictor=evictor or LRU(),
+                  engine=cfg, decode_router=_router(decode_router), name=name or engine)
+
+
+def vllm(**params: Any) -> Policy:
+    return engine_policy("vllm", **params)
+
+
+def vllm_chunked(**params: Any) -> Policy:
+    return engine_policy("vllm-chunked", **params)
+
+
+def sarathi(**params: Any) -> Policy:
+    return engine_policy("sarathi", **params)
+
+
+def orca(**params: Any) -> Policy:
+    return engine_policy("orca", **params)
+
+
+def static(**params: Any) -> Policy:
+    return engine_policy("static", **params)
+
+
+def routed(router: str):
+    """Factory of the ``vllm`` engine behind the named router (registered per router)."""
+
+    def factory(**params: Any) -> Policy:
+        params.setdefault("name", f"vllm+{router}")
+        return engine_policy("vllm", router=router, **params)
+
+    factory.__name__ = f"vllm_{router.replace('-', '_')}"
+    return factory

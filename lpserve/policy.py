@@ -1,0 +1,457 @@
+"""The policy contract (layer 3): three narrow roles, arrays in and arrays out.
+
+* :class:`Router` — ``route(view) -> int64 (n_arriving,)`` replica index per arriving request.
+* :class:`Scheduler` — ``rank(view) -> float64 (n_candidates,)``; lower runs first,
+  ``+inf`` holds a candidate back.
+* :class:`Evictor` — ``evict(view, need_blocks) -> int64 (need_blocks,)`` distinct positions
+  (into the view's candidate arrays) of the cached blocks to give up.
+
+Every role has ``reset(cluster, rng)``, called once per simulation before the first
+decision. Views are read-only numpy arrays aligned with the candidates. A view handed to a
+non-clairvoyant policy has no ``output_tokens`` field at all (it is ``None``), so a policy
+cannot use true output lengths by accident.
+
+A :class:`Policy` bundles one of each role plus an :class:`EngineConfig` (how a replica
+batches, reserves memory and preempts). Plain functions can be lifted into a role with
+:func:`as_router`, :func:`as_scheduler` and :func:`as_evictor`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
+PREEMPTION_MODES = ("recompute", "swap")
+ENGINES = ("lpserve", "vidur", "vllm")
+
+
+class PolicyError(ValueError):
+    """A policy returned something unusable; the message names the policy and the value."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A bound a policy claims, backed by a proof file.
+
+    Attributes:
+        statement: the claim in one sentence (e.g. "2-competitive for total flow time").
+        proof: path of the proof file under ``proofs/`` (e.g. ``"proofs/srpt.md"``).
+        test: the test that checks it (``"tests/properties/test_x.py::test_y"``).
+    """
+
+    statement: str
+    proof: str
+    test: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.proof.startswith("proofs/"):
+            raise ValueError(f"Claim.proof must point into proofs/, got {self.proof!r}")
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What a policy declares about itself.
+
+    Attributes:
+        online: decides using only the past (True) or sees the whole instance (False).
+        clairvoyant: receives true output lengths (``view.output_tokens``).
+        stochastic: uses the ``rng`` given to ``reset``.
+        engines: engines the policy can run in (``"lpserve"``, ``"vidur"``, ``"vllm"``).
+        claims: :class:`Claim` objects.
+    """
+
+    online: bool = True
+    clairvoyant: bool = False
+    stochastic: bool = False
+    engines: tuple[str, ...] = ("lpserve", "vidur", "vllm")
+    claims: tuple[Claim, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [e for e in self.engines if e not in ENGINES]
+        if bad:
+            raise ValueError(f"Meta.engines has unknown engine(s) {bad}; known: {ENGINES}")
+        for c in self.claims:
+            if not isinstance(c, Claim):
+                raise ValueError(f"Meta.claims must hold Claim objects, got {c!r}")
+
+
+# ===================================================================================== views
+def _ro(a: Any, dtype: Any) -> np.ndarray:
+    arr = np.array(a, dtype=dtype, copy=True)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class SchedulerView:
+    """Candidates of one replica at one scheduling point (all arrays shape ``(n,)``).
+
+    Attributes:
+        now_s: simulated time of the decision (s).
+        replica: replica index.
+        request: request index in the trace (int64).
+        arrival_s: arrival time (s).
+        prompt_tokens: prompt length (tokens).
+        generated_tokens: output tokens produced so far.
+        computed_tokens: tokens whose KV is currently computed on this replica.
+        cached_tokens: prompt tokens found in this replica's prefix cache (admission estimate).
+        running: True for requests in the running batch, False for waiting ones.
+        swapped: True for requests whose KV sits in host memory.
+        preemptions: times the request was preempted so far.
+        first_scheduled_s: when the request first ran (NaN if never).
+        tenant, session_id: trace ids or -1; predicted_lo, predicted_hi: predicted output
+            interval (tokens) or ``None`` if the trace has none.
+        output_tokens: true output lengths, only for clairvoyant policies (else ``None``).
+        free_blocks, total_blocks, block_tokens: the replica's KV state (blocks; tokens per block).
+    """
+
+    now_s: float
+    replica: int
+    request: np.ndarray
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    generated_tokens: np.ndarray
+    computed_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    running: np.ndarray
+    swapped: np.ndarray
+    preemptions: np.ndarray
+    first_scheduled_s: np.ndarray
+    tenant: np.ndarray
+    session_id: np.ndarray
+    predicted_lo: np.ndarray | None
+    predicted_hi: np.ndarray | None
+    output_tokens: np.ndarray | None
+    free_blocks: int
+    total_blocks: int
+    block_tokens: int
+
+    def __len__(self) -> int:
+        return int(self.request.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class EvictorView:
+    """Evictable cached KV blocks of one replica (all arrays shape ``(n,)``).
+
+    Attributes:
+        now_s: simulated time (s); replica: replica index.
+        block: physical block slot ids (int64).
+        last_access_s: last time the block was used by a request (s).
+        hits: times the block was found in the cache.
+        depth: position of the block in its prefix chain (0 = first block of a prompt).
+        created_s: when the block was filled (s).
+    """
+
+    now_s: float
+    replica: int
+    block: np.ndarray
+    last_access_s: np.ndarray
+    hits: np.ndarray
+    depth: np.ndarray
+    created_s: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.block.shape[0])
+
+
+class RouterView:
+    """Requests arriving now and the replicas they can go to.
+
+    Request arrays have shape ``(n_arriving,)``: ``request``, ``arrival_s``,
+    ``prompt_tokens``, ``tenant``, ``session_id``, ``predicted_lo``/``predicted_hi`` (or
+    ``None``), ``output_tokens`` (clairvoyant policies only, else ``None``), and
+    ``block_keys`` (a tuple of int64 arrays: chained content hashes of each prompt's
+    prefix blocks; empty without block ids). ``phase`` is ``"prefill"`` (or
+    ``"colocated"``) at arrival and ``"decode"`` when a disaggregated request's KV is ready.
+
+    Replica arrays have shape ``(n_replicas,)`` and are computed on first access (the
+    simulator brings every replica up to ``now_s`` for them): ``outstanding`` (requests
+    routed and not finished), ``waiting``, ``running``, ``used_blocks``, ``total_blocks``.
+    """
+
+    _REPLICA_FIELDS = ("outstanding", "waiting", "running", "used_blocks", "total_blocks")
+
+    def __init__(self, *, now_s: float, n_replicas: int, phase: str, request: np.ndarray,
+                 arrival_s: np.ndarray, prompt_tokens: np.ndarray, tenant: np.ndarray,
+                 session_id: np.ndarray, predicted_lo: np.ndarray | None,
+                 predicted_hi: np.ndarray | None, output_tokens: np.ndarray | None,
+                 block_keys: tuple[np.ndarray, ...],
+                 replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray]):
+        self.now_s = float(now_s)
+        self.n_replicas = int(n_replicas)
+        self.phase = phase
+        self.request = _ro(request, np.int64)
+        self.arrival_s = _ro(arrival_s, np.float64)
+        self.prompt_tokens = _ro(prompt_tokens, np.int64)
+        self.tenant = _ro(tenant, np.int64)
+        self.session_id = _ro(session_id, np.int64)
+        self.predicted_lo = None if predicted_lo is None else _ro(predicted_lo, np.int64)
+        self.predicted_hi = None if predicted_hi is None else _ro(predicted_hi, np.int64)
+        self.output_tokens = None if output_tokens is None else _ro(output_tokens, np.int64)
+        self.block_keys = tuple(_ro(k, np.int64) for k in block_keys)
+        self._state_fn = replica_state
+        self._state: dict[str, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return int(self.request.shape[0])
+
+    def _replica(self, name: str) -> np.ndarray:
+        if self._state is None:
+            raw = self._state_fn() if callable(self._state_fn) else self._state_fn
+            self._state = {k: _ro(raw[k], np.int64) for k in self._REPLICA_FIELDS}
+            self._state_fn = None  # never keep the simulator alive through a stored view
+        return self._state[name]
+
+    outstanding = property(lambda self: self._replica("outstanding"))
+    waiting = property(lambda self: self._replica("waiting"))
+    running = property(lambda self: self._replica("running"))
+    used_blocks = property(lambda self: self._replica("used_blocks"))
+    total_blocks = property(lambda self: self._replica("total_blocks"))
+
+
+# ===================================================================================== roles
+class _Role:
+    """Common base: a name, a :class:`Meta`, and ``reset``."""
+
+    name: str = "role"
+    meta: Meta = Meta()
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Prepare for a new run on ``cluster``; ``rng`` is the only randomness allowed."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Router(_Role):
+    """Chooses a replica for each arriving request."""
+
+    def route(self, view: RouterView) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Scheduler(_Role):
+    """Ranks the candidates of one replica; lower runs first, ``+inf`` holds back.
+
+    ``quantum_s``: if set, the simulator asks again at least every ``quantum_s`` seconds
+    of simulated time (a time-sliced policy); ``None`` asks only at events.
+    """
+
+    quantum_s: float | None = None
+
+    def rank(self, view: SchedulerView) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Evictor(_Role):
+    """Chooses which evictable cached blocks to drop."""
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+
+class RoundRobin(Router):
+    """Replica ``k mod R`` for the ``k``-th routed request."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        self._next = 0
+
+    def route(self, view: RouterView) -> np.ndarray:
+        n = len(view)
+        out = (self._next + np.arange(n, dtype=np.int64)) % view.n_replicas
+        self._next = int((self._next + n) % view.n_replicas)
+        return out
+
+
+class FCFS(Scheduler):
+    """First come, first served: rank = arrival time (ties by request index)."""
+
+    name = "fcfs"
+
+    def rank(self, view: SchedulerView) -> np.ndarray:
+        return np.asarray(view.arrival_s, dtype=np.float64).copy()
+
+
+class LRU(Evictor):
+    """Least recently used first; among equal times the deepest block of a chain first."""
+
+    name = "lru"
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        order = np.lexsort((-view.depth, view.last_access_s))
+        return order[:need_blocks].astype(np.int64)
+
+
+# ===================================================================================== lifting
+class _FnRouter(Router):
+    def __init__(self, fn: Callable[[RouterView], Any], name: str, meta: Meta):
+        self.fn, self.name, self.meta = fn, name, meta
+
+    def route(self, view: RouterView) -> np.ndarray:
+        return np.asarray(self.fn(view))
+
+
+class _FnScheduler(Scheduler):
+    def __init__(self, fn: Callable[[SchedulerView], Any], name: str, meta: Meta):
+        self.fn, self.name, self.meta = fn, name, meta
+
+    def rank(self, view: SchedulerView) -> np.ndarray:
+        return np.asarray(self.fn(view), dtype=np.float64)
+
+
+class _FnEvictor(Evictor):
+    def __init__(self, fn: Callable[[EvictorView, int], Any], name: str, meta: Meta):
+        self.fn, self.name, self.meta = fn, name, meta
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        return np.asarray(self.fn(view, need_blocks))
+
+
+def as_router(fn: Callable[[RouterView], Any] | Router, *, name: str | None = None,
+              meta: Meta = Meta()) -> Router:
+    """Lift ``fn(view) -> replica per request`` into a :class:`Router` (a module-level
+    function keeps the router picklable)."""
+    return fn if isinstance(fn, Router) else _FnRouter(fn, name or fn.__name__, meta)
+
+
+def as_scheduler(fn: Callable[[SchedulerView], Any] | Scheduler, *, name: str | None = None,
+                 meta: Meta = Meta()) -> Scheduler:
+    """Lift ``fn(view) -> rank per candidate`` into a :class:`Scheduler`."""
+    return fn if isinstance(fn, Scheduler) else _FnScheduler(fn, name or fn.__name__, meta)
+
+
+def as_evictor(fn: Callable[[EvictorView, int], Any] | Evictor, *, name: str | None = None,
+               meta: Meta = Meta()) -> Evictor:
+    """Lift ``fn(view, need_blocks) -> positions`` into an :class:`Evictor`."""
+    return fn if isinstance(fn, Evictor) else _FnEvictor(fn, name or fn.__name__, meta)
+
+
+# ===================================================================================== engine
+@dataclass(frozen=True)
+class EngineConfig:
+    """How one replica batches, reserves KV memory and preempts.
+
+    Attributes:
+        batching: ``"prefill-first"`` (vLLM V0: an iteration is either whole prefills of
+            newly admitted requests or decodes of all running ones), ``"decode-first"``
+            (Sarathi-Serve / vLLM chunked prefill: running decodes first, then prefill
+            chunks within the token budget), ``"mixed"`` (Orca: decodes plus whole prefills
+            in one iteration), ``"static"`` (request-level batching: admit only into an
+            empty batch, which then runs until all of its requests finish).
+        max_num_seqs: most requests in the running batch.
+        max_num_batched_tokens: token budget of one iteration (prefill tokens + decodes).
+        chunked_prefill: split prompts into chunks to fit the token budget (decode-first).
+        preemption: ``"recompute"`` (drop KV, re-prefill later) or ``"swap"`` (copy KV to
+            host memory over PCIe, priced by the cost model; recompute when host is full).
+        reserve_tokens: ``None`` allocates KV blocks as tokens are produced; an integer
+            reserves blocks for that many tokens at admission (Orca / static: the maximum
+            sequence length).
+        max_model_len: requests with ``prompt + output`` above it are rejected on arrival
+            (the engine validates ``max_tokens`` as vLLM does); ``None`` for no limit.
+        watermark: share of KV blocks kept free when admitting a new request (vLLM: 0.01).
+        prefix_caching: keep full prompt blocks hashed after release and reuse them.
+        evict_batch_blocks: cached blocks reclaimed at once when the plain free pool runs
+            out (a low-watermark reclaim; LRU order is unaffected by the batch size).
+    """
+
+    batching: str = "prefill-first"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = False
+    preemption: str = "recompute"
+    reserve_tokens: int | None = None
+    max_model_len: int | None = None
+    watermark: float = 0.01
+    prefix_caching: bool = True
+    evict_batch_blocks: int = 32
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING_MODES:
+            raise ValueError(f"EngineConfig.batching must be one of {BATCHING_MODES}, "
+                             f"got {self.batching!r}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"EngineConfig.preemption must be one of {PREEMPTION_MODES}, "
+                             f"got {self.preemption!r}")
+        for k in ("max_num_seqs", "max_num_batched_tokens", "evict_batch_blocks"):
+            v = getattr(self, k)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"EngineConfig.{k} must be a positive integer, got {v!r}")
+        for k in ("reserve_tokens", "max_model_len"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, (int, np.integer)) or v < 1):
+                raise ValueError(f"EngineConfig.{k} must be None or a positive integer, "
+                                 f"got {v!r}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"EngineConfig.watermark must be in [0, 1), got {self.watermark}")
+        if self.chunked_prefill and self.batching != "decode-first":
+            raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
+                             f"got {self.batching!r}")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One router, scheduler and evictor plus the engine they drive.
+
+    ``decode_router`` routes the decode phase of disaggregated clusters (defaults to a
+    fresh round robin). ``meta`` is derived from the roles when not given: clairvoyant or
+    stochastic if any role is.
+    """
+
+    router: Router = field(default_factory=RoundRobin)
+    scheduler: Scheduler = field(default_factory=FCFS)
+    evictor: Evictor = field(default_factory=LRU)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    decode_router: Router = field(default_factory=RoundRobin)
+    name: str = "custom"
+    meta: Meta | None = None
+
+    def __post_init__(self) -> None:
+        for role, cls in (("router", Router), ("scheduler", Scheduler),
+                          ("evictor", Evictor), ("decode_router", Router)):
+            v = getattr(self, role)
+            if not isinstance(v, cls):
+                lifter = {"router": as_router, "decode_router": as_router,
+                          "scheduler": as_scheduler, "evictor": as_evictor}[role]
+                if not callable(v):
+                    raise ValueError(f"Policy.{role} must be a {cls.__name__} or a function, "
+                                     f"got {v!r}")
+                object.__setattr__(self, role, lifter(v))
+        if not isinstance(self.engine, EngineConfig):
+            raise ValueError(f"Policy.engine must be an EngineConfig, got {self.engine!r}")
+        if self.meta is None:
+            roles = self.roles()
+            engines = set(ENGINES)
+            for r in roles:
+                engines &= set(r.meta.engines)
+            object.__setattr__(self, "meta", Meta(
+                online=all(r.meta.online for r in roles),
+                clairvoyant=any(r.meta.clairvoyant for r in roles),
+                stochastic=any(r.meta.stochastic for r in roles),
+                engines=tuple(e for e in ENGINES if e in engines),
+                claims=tuple(c for r in roles for c in r.meta.claims),
+            ))
+
+    def roles(self) -> tuple[Router, Scheduler, Evictor, Router]:
+        return (self.router, self.scheduler, self.evictor, self.decode_router)
+
+    def with_(self, **changes: Any) -> "Policy":
+        """A copy with fields changed (``engine`` may be a dict of EngineConfig changes)."""
+        eng = changes.get("engine")
+        if isinstance(eng, dict):
+            changes["engine"] = replace(self.engine, **eng)
+        if "meta" not in changes:
+            changes["meta"] = None
+        return replace(self, **changes)
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Reset every role, each with its own child generator of ``rng``."""
+        for role, child in zip(self.roles(), rng.spawn(4)):
+            role.reset(cluster, child)

@@ -1,0 +1,204 @@
+"""The cluster-level event loop: arrivals, routing, KV transfers, replicas."""
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from lpserve.instance import Instance
+from lpserve.policy import Policy, PolicyError, RouterView
+from lpserve.sim.blocks import BlockError
+from lpserve.sim.replica import Replica
+from lpserve.sim.state import (FINISHED, PENDING, REJECTED, RUNNING, TRANSFER, WAITING,
+                               State)
+
+
+class InvariantError(AssertionError):
+    """A simulator invariant failed (only raised with ``check=True``)."""
+
+
+class Simulation:
+    """One run of ``policy`` on ``instance``; see :func:`lpserve.sim.simulate`."""
+
+    def __init__(self, instance: Instance, policy: Policy, seed: int = 0, *,
+                 reference: bool = False, check: bool = False) -> None:
+        self.instance = instance
+        self.policy = policy
+        self.seed = int(seed)
+        self.reference = bool(reference)
+        self.check = bool(check)
+        self.state = State(instance.trace)
+        self.cost = instance.cost_model()
+        self.params = np.ascontiguousarray(self.cost.params, dtype=np.float64)
+        cl = instance.cluster
+        self.cluster = cl
+        self.block_tokens = int(cl.block_tokens)
+        self.total_blocks = int(self.cost.kv_capacity_blocks(
+            block_tokens=self.block_tokens, gpu_memory_fraction=cl.gpu_memory_fraction))
+        if self.total_blocks < 1:
+            raise ValueError(f"cluster {cl.gpu}/{cl.llm} tp={cl.tp}: no room for KV blocks "
+                             f"(kv_capacity_blocks = {self.total_blocks})")
+        block_bytes = float(self.cost.kv_bytes_per_token) * self.block_tokens
+        self.host_blocks = int(cl.host_memory_gb * 1e9 // block_bytes) if block_bytes > 0 else 0
+        self.link_gbps = cl.link_gbps
+        self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
+        if cl.disaggregated:
+            self.front = [Replica(self, k, "prefill") for k in range(cl.prefill_replicas)]
+            self.back = [Replica(self, k, "decode") for k in range(cl.decode_replicas)]
+        else:
+            self.front = [Replica(self, k, "colocated") for k in range(cl.replicas)]
+            self.back = []
+        self.kv_heap: list[tuple[float, int]] = []
+        self._last_now = {}
+
+    # ------------------------------------------------------------------ callbacks
+    def role_name(self, role: str) -> str:
+        obj = getattr(self.policy, role)
+        return f"policy {self.policy.name!r} ({role} {getattr(obj, 'name', obj)!r})"
+
+    def reject(self, i: int, reason: str, t: float) -> None:
+        S = self.state
+        S.status[i] = REJECTED
+        S.reason[i] = reason
+        S.finish[i] = np.nan
+
+    def kv_ready(self, i: int, t: float) -> None:
+        heapq.heappush(self.kv_heap, (t, i))
+
+    def check_replica(self, r: Replica) -> None:
+        if not self.check:
+            return
+        try:
+            r.bm.check()
+        except BlockError as exc:
+            raise InvariantError(f"replica {r.role}{r.index}: {exc}") from None
+        S = self.state
+        last = self._last_now.get(id(r), -math.inf)
+        if r.now < last:
+            raise InvariantError(f"replica {r.index}: time went back {last} -> {r.now}")
+        self._last_now[id(r)] = r.now
+        anon = int(S.anon[r.running].sum()) + sum(a for *_, a in r.releases)
+        if anon != r.bm.anon_used:
+            raise InvariantError(f"replica {r.index}: anonymous blocks of requests {anon} != "
+                                 f"pool {r.bm.anon_used}")
+        refs = np.zeros(r.bm.total, np.int64)
+        for i in r.running:
+            np.add.at(refs, np.asarray(S.slots[i], np.int64), 1)
+        for _, _, slots, _ in r.releases:
+            np.add.at(refs, np.asarray(slots, np.int64), 1)
+        if not np.array_equal(refs, r.bm.ref):
+            raise InvariantError(f"replica {r.index}: slot references do not match holders")
+        if r.bm.used > r.bm.total:
+            raise InvariantError(f"replica {r.index}: {r.bm.used} blocks used > {r.bm.total}")
+        if r.running:
+            idx = np.asarray(r.running)
+            if np.any(S.arrival[idx] > r.now):
+                raise InvariantError(f"replica {r.index}: a request ran before it arrived")
+            if np.any(S.status[idx] != RUNNING):
+                raise InvariantError(f"replica {r.index}: running list holds non-running ids")
+
+    # ------------------------------------------------------------------ routing
+    def _route(self, pool: list[Replica], req: list[int], t: float, phase: str) -> list[int]:
+        S = self.state
+        role = "decode_router" if phase == "decode" else "router"
+        router = getattr(self.policy, role)
+        idx = np.asarray(req, np.int64)
+        tr = S.trace
+
+        def replica_state() -> dict[str, np.ndarray]:
+            for r in pool:
+                r.advance(t)
+            return {
+                "outstanding": np.array([r.outstanding for r in pool]),
+                "waiting": np.array([len(r.waiting) for r in pool]),
+                "running": np.array([len(r.running) for r in pool]),
+                "used_blocks": np.array([r.bm.used for r in pool]),
+                "total_blocks": np.array([r.bm.total for r in pool]),
+            }
+
+        view = RouterView(
+            now_s=t, n_replicas=len(pool), phase=phase, request=idx,
+            arrival_s=S.arrival[idx], prompt_tokens=S.prompt[idx], tenant=S.tenant[idx],
+            session_id=S.session[idx],
+            predicted_lo=None if tr.predicted_lo is None else tr.predicted_lo[idx],
+            predicted_hi=None if tr.predicted_hi is None else tr.predicted_hi[idx],
+            output_tokens=S.out[idx] if self.policy.meta.clairvoyant else None,
+            block_keys=tuple(S.trace_keys(i) for i in req), replica_state=replica_state)
+        out = np.asarray(router.route(view))
+        name = self.role_name(role)
+        if out.shape != (len(req),):
+            raise PolicyError(f"{name}: route() returned shape {out.shape}, expected "
+                              f"({len(req)},)")
+        if out.dtype.kind == "f":
+            if np.isnan(out).any() or np.any(out != np.round(out)):
+                raise PolicyError(f"{name}: route() returned NaN or non-integer replicas {out}")
+        elif out.dtype.kind not in "iu":
+            raise PolicyError(f"{name}: route() returned dtype {out.dtype}, expected integers")
+        out = out.astype(np.int64)
+        if out.size and (out.min() < 0 or out.max() >= len(pool)):
+            raise PolicyError(f"{name}: route() returned replica {int(out.max() if out.max() >= len(pool) else out.min())} "
+                              f"outside [0, {len(pool)})")
+        return out.tolist()
+
+    def _flush_kv(self, until: float) -> None:
+        """Route and hand over every transferred request whose KV is ready by ``until``."""
+        while self.kv_heap and self.kv_heap[0][0] <= until:
+            t, i = heapq.heappop(self.kv_heap)
+            group = [i]
+            while self.kv_heap and self.kv_heap[0][0] == t:
+                group.append(heapq.heappop(self.kv_heap)[1])
+            for i2, r in zip(group, self._route(self.back, group, t, "decode")):
+                self.back[r].enqueue(i2, t)
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        S = self.state
+        self.policy.reset(self.cluster, np.random.default_rng(self.seed))
+        arr = S.arrival
+        n = S.n
+        i = 0
+        while i < n:
+            t = float(arr[i])
+            if t >= self.horizon_s:
+                break
+            j = i + 1
+            while j < n and arr[j] == t:
+                j += 1
+            if self.back:
+                for r in self.front:
+                    r.advance(t)
+                self._flush_kv(t)
+            req = list(range(i, j))
+            for k, r in zip(req, self._route(self.front, req, t, "prefill" if self.back
+                                             else "colocated")):
+                self.front[r].enqueue(k, t)
+            i = j
+        for r in self.front:
+            r.advance(math.inf)
+        if self.back:
+            self._flush_kv(math.inf)
+            for r in self.back:
+                r.advance(math.inf)
+        self._label_unfinished()
+        return {"wall_s": time.perf_counter() - t0}
+
+    def _label_unfinished(self) -> None:
+        S = self.state
+        finite = math.isfinite(self.horizon_s)
+        for i in np.flatnonzero((S.status != FINISHED) & (S.status != REJECTED)).tolist():
+            st = S.status[i]
+            if st == PENDING:
+                S.reason[i] = "arrived_after_horizon"
+            elif finite:
+                S.reason[i] = "horizon"
+            elif st == WAITING:
+                S.reason[i] = "held_back"
+            else:
+                S.reason[i] = "stalled"
+
+    def replicas(self) -> list[Replica]:
+        return self.front + self.back

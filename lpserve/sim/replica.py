@@ -1,0 +1,477 @@
+"""One serving replica: continuous batching over paged KV blocks.
+
+The replica keeps its own clock ``now`` (end of its last iteration) and is advanced lazily:
+``advance(t)`` runs every iteration that starts before ``t``. Python plans one iteration
+per event (admission, prefill chunk, preemption, eviction, completion); runs of
+pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_advance`.
+In reference mode the planner runs before every iteration instead. The semantics are
+written down in ``models/simulator.md``.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lpserve.cost._kernels import iteration_time
+from lpserve.policy import EvictorView, PolicyError, SchedulerView
+from lpserve.sim import _kernels as K
+from lpserve.sim.blocks import BlockManager
+from lpserve.sim.state import FINISHED, REJECTED, RUNNING, TRANSFER, WAITING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lpserve.sim.engine import Simulation
+
+_BIG = 1 << 62
+
+
+class Replica:
+    """Engine of one replica; ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
+
+    def __init__(self, sim: "Simulation", index: int, role: str) -> None:
+        self.sim = sim
+        self.S = sim.state
+        self.index = index
+        self.role = role
+        self.eng = sim.policy.engine
+        self.bt = sim.block_tokens
+        self.params = sim.params
+        self.bm = BlockManager(sim.total_blocks, self.bt, self.eng.prefix_caching)
+        self.wm_blocks = int(self.eng.watermark * sim.total_blocks)
+        self.reserve_blocks = (0 if self.eng.reserve_tokens is None
+                               else -(-self.eng.reserve_tokens // self.bt))
+        self.host_free = sim.host_blocks
+        self.waiting: list[int] = []
+        self.running: list[int] = []
+        self.releases: list[tuple[float, int, list[int], int]] = []
+        self.now = 0.0
+        self.link_free_s = 0.0
+        self.n_iters = 0
+        self.n_decode_iters = 0
+        self.used_block_s = 0.0
+        self.n_swaps = 0
+        self._ranks: dict[int, float] | None = None
+        self._swap_blocks = 0
+
+    # =============================================================== public
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def enqueue(self, i: int, t: float) -> None:
+        """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
+        self.advance(t)
+        S = self.S
+        reason = self._reject_reason(i)
+        if reason:
+            self.sim.reject(i, reason, t)
+            return
+        if not self.running and not self.waiting and self.now < t:
+            self.now = t
+        if self.now < t:
+            self.now = t
+        self.waiting.append(i)
+        S.status[i] = WAITING
+        if self.role == "decode":
+            S.decode_replica[i] = self.index
+        else:
+            S.replica[i] = self.index
+        self.sim.check_replica(self)
+
+    def advance(self, t: float) -> None:
+        """Run every iteration that starts before ``min(t, horizon)``."""
+        stop = min(t, self.sim.horizon_s)
+        while True:
+            self._apply_releases()
+            if self.now >= stop:
+                break
+            if not self._step(stop):
+                if self.releases and self.releases[0][0] < stop:
+                    self.now = max(self.now, self.releases[0][0])
+                    continue
+                break
+            self.sim.check_replica(self)
+
+    # =============================================================== checks
+    def _reject_reason(self, i: int) -> str:
+        S, eng = self.S, self.eng
+        p = int(S.prompt[i])
+        total = self.bm.total
+        if eng.max_model_len is not None and p + int(S.out[i]) > eng.max_model_len:
+            return "exceeds_max_model_len"
+        if self.reserve_blocks and self.reserve_blocks > total:
+            return "prompt_exceeds_kv"
+        if -(-(p + 1) // self.bt) > total - self.wm_blocks:
+            return "prompt_exceeds_kv"
+        if not eng.chunked_prefill and p > eng.max_num_batched_tokens and not S.kv_remote[i]:
+            return "prompt_exceeds_token_budget"
+        return ""
+
+    # =============================================================== ranking
+    def _rank_all(self) -> dict[int, float]:
+        if self._ranks is not None:
+            return self._ranks
+        S = self.S
+        cand = self.waiting + self.running
+        idx = np.asarray(cand, np.int64)
+        clair = self.sim.policy.meta.clairvoyant
+        tr = S.trace
+        view = SchedulerView(
+            now_s=self.now, replica=self.index, request=_ro(idx),
+            arrival_s=_ro(S.arrival[idx]), prompt_tokens=_ro(S.prompt[idx]),
+            generated_tokens=_ro(S.gen[idx]), computed_tokens=_ro(S.computed[idx]),
+            cached_tokens=_ro(self._cached_estimate(cand)),
+            running=_ro(np.arange(len(cand)) >= len(self.waiting)),
+            swapped=_ro(S.swapped[idx]), preemptions=_ro(S.preempt[idx]),
+            first_scheduled_s=_ro(S.first_sched[idx]), tenant=_ro(S.tenant[idx]),
+            session_id=_ro(S.session[idx]),
+            predicted_lo=None if tr.predicted_lo is None else _ro(tr.predicted_lo[idx]),
+            predicted_hi=None if tr.predicted_hi is None else _ro(tr.predicted_hi[idx]),
+            output_tokens=_ro(S.out[idx]) if clair else None,
+            free_blocks=self.bm.available, total_blocks=self.bm.total, block_tokens=self.bt)
+        r = self.sim.policy.scheduler.rank(view)
+        r = np.asarray(r)
+        name = self.sim.role_name("scheduler")
+        if r.shape != (len(cand),):
+            raise PolicyError(f"{name}: rank() returned shape {r.shape}, expected "
+                              f"({len(cand)},) (one value per candidate)")
+        if r.dtype.kind not in "iuf" or np.isnan(r.astype(float)).any():
+            raise PolicyError(f"{name}: rank() returned NaN or non-numeric values ({r.dtype})")
+        self._ranks = dict(zip(cand, r.astype(float).tolist()))
+        return self._ranks
+
+    def _cached_estimate(self, cand: list[int]) -> np.ndarray:
+        out = np.zeros(len(cand), np.int64)
+        if not self.eng.prefix_caching or self.bm.hashed_used + self.bm.evictable == 0:
+            return out
+        for k, i in enumerate(cand):
+            if self.S.status[i] == WAITING and not self.S.swapped[i]:
+                out[k] = len(self.bm.match(self.S.block_keys(i, self.bt))) * self.bt
+        return out
+
+    # =============================================================== memory
+    def _evict(self, need: int) -> None:
+        """Reclaim ``need`` evictable blocks chosen by the policy's evictor."""
+        bm = self.bm
+        slots = bm.evictable_slots()
+        view = EvictorView(now_s=self.now, replica=self.index, block=_ro(slots),
+                           last_access_s=_ro(bm.last_access_s[slots]),
+                           hits=_ro(bm.hits[slots]), depth=_ro(bm.depth[slots]),
+                           created_s=_ro(bm.created_s[slots]))
+        pos = np.asarray(self.sim.policy.evictor.evict(view, int(need)))
+        name = self.sim.role_name("evictor")
+        if pos.shape != (need,) or pos.dtype.kind not in "iu":
+            raise PolicyError(f"{name}: evict() returned shape {pos.shape} dtype {pos.dtype}, "
+                              f"expected ({need},) integer positions")
+        if pos.size and (pos.min() < 0 or pos.max() >= slots.size
+                         or np.unique(pos).size != pos.size):
+            raise PolicyError(f"{name}: evict() returned out-of-range or repeated positions "
+                              f"(candidates: {slots.size})")
+        bm.evict(slots[pos].tolist())
+
+    def _make_room(self, need: int) -> bool:
+        """Ensure ``need`` plain free blocks, evicting cached ones; False if impossible."""
+        bm = self.bm
+        if need <= bm.plain_free:
+            return True
+        if need > bm.available:
+            return False
+        self._evict(min(bm.evictable, max(need - bm.plain_free, self.eng.evict_batch_blocks)))
+        return True
+
+    def _alloc_prompt_blocks(self, i: int, target_blocks: int) -> None:
+        """Grow request ``i`` to ``target_blocks`` blocks (full prompt blocks get keys)."""
+        S = self.S
+        held = int(S.anon[i] + S.nslots[i])
+        extra = target_blocks - held
+        if extra <= 0:
+            return
+        if not self._make_room(extra):
+            raise RuntimeError("internal: allocation without room")
+        n_full = int(S.prompt[i]) // self.bt
+        keys = None
+        for j in range(held, target_blocks):
+            if self.eng.prefix_caching and j < n_full and j == S.nslots[i] and \
+                    not S.kv_remote[i]:
+                if keys is None:
+                    keys = S.block_keys(i, self.bt)
+                s = self.bm.take_hashed(keys[j], j, self.now)
+                if s >= 0:
+                    S.slots[i].append(s)
+                    S.nslots[i] += 1
+                    continue
+            else:
+                self.bm.take_anon(1)
+            S.anon[i] += 1
+
+    def _release_request(self, i: int) -> None:
+        S = self.S
+        self.bm.release(S.slots[i], int(S.anon[i]), self.now)
+        S.slots[i] = []
+        S.nslots[i] = 0
+        S.anon[i] = 0
+
+    def _apply_releases(self) -> None:
+        while self.releases and self.releases[0][0] <= self.now:
+            _, _, slots, anon = heapq.heappop(self.releases)
+            self.bm.release(slots, anon, self.now)
+
+    def _preempt(self, v: int) -> None:
+        S = self.S
+        held = int(S.anon[v] + S.nslots[v])
+        if self.eng.preemption == "swap" and held <= self.host_free:
+            self.host_free -= held
+            S.host_blocks[v] = held
+            S.swapped[v] = True
+            self._swap_blocks += held
+            self.n_swaps += 1
+        else:
+            S.computed[v] = 0
+            S.kv_remote[v] = False
+        self._release_request(v)
+        S.preempt[v] += 1
+        S.status[v] = WAITING
+        self.running.remove(v)
+        self.waiting.insert(0, v)
+
+    def _victim(self) -> int:
+        ranks = self._rank_all()
+        best, key = -1, None
+        for pos, i in enumerate(self.running):
+            k = (ranks.get(i, math.inf), pos)
+            if key is None or k > key:
+                best, key = i, k
+        return best
+
+    def _decode_need(self, decodes: list[int]) -> int:
+        S, bt = self.S, self.bt
+        return sum(1 for i in decodes if S.computed[i] + 1 > (S.anon[i] + S.nslots[i]) * bt)
+
+    # =============================================================== admission
+    def _admit(self, budget: int, chunks: list, allow_chunk: bool) -> int:
+        """Admit waiting requests in rank order; returns the token budget left."""
+        S, eng, bm, bt = self.S, self.eng, self.bm, self.bt
+        ranks = self._rank_all()
+        order = sorted((ranks[i], pos, i) for pos, i in enumerate(self.waiting)
+                       if ranks[i] != math.inf)
+        for _, _, i in order:
+            if len(self.running) >= eng.max_num_seqs or budget <= 0:
+                break
+            L = int(S.prompt[i] + S.gen[i])
+            if S.swapped[i] or S.kv_remote[i]:
+                n = int(S.host_blocks[i]) if S.swapped[i] else -(-int(S.computed[i]) // bt)
+                if bm.available - n < self.wm_blocks:
+                    break
+                self._make_room(n)
+                bm.take_anon(n)
+                S.anon[i] = n
+                if S.swapped[i]:
+                    self.host_free += n
+                    self._swap_blocks += n
+                    S.host_blocks[i] = 0
+                    S.swapped[i] = False
+                S.kv_remote[i] = False
+            else:
+                keys = S.block_keys(i, bt) if eng.prefix_caching else []
+                hits = bm.match(keys)
+                cached = min(len(hits) * bt, L - 1)
+                chunk = L - cached
+                if chunk > budget:
+                    if not allow_chunk:
+                        if L > eng.max_num_batched_tokens:
+                            self._drop_waiting(i, "context_exceeds_token_budget")
+                            continue
+                        break
+                    chunk = budget
+                target = self.reserve_blocks or -(-(cached + chunk) // bt)
+                full = self.reserve_blocks or -(-L // bt)
+                if full > bm.total - self.wm_blocks:
+                    self._drop_waiting(i, "context_exceeds_kv")
+                    continue
+                n_hit_free = int(np.sum(bm.ref[hits] == 0)) if hits else 0
+                if bm.available - n_hit_free - (target - len(hits)) < self.wm_blocks:
+                    break
+                bm.acquire(hits, self.now)
+                S.slots[i] = list(hits)
+                S.nslots[i] = len(hits)
+                S.computed[i] = cached
+                S.cached_tok[i] += cached
+                S.seen_tok[i] += L
+                self._alloc_prompt_blocks(i, target)
+                chunks.append((i, chunk, cached))
+                budget -= chunk
+            if np.isnan(S.first_sched[i]):
+                S.first_sched[i] = self.now
+            self.waiting.remove(i)
+            self.running.append(i)
+            S.status[i] = RUNNING
+        return budget
+
+    def _drop_waiting(self, i: int, reason: str) -> None:
+        self.waiting.remove(i)
+        self.sim.reject(i, reason, self.now)
+
+    # =============================================================== one step
+    def _step(self, stop: float) -> bool:
+        """Plan and run one iteration (or a run of decode iterations); False if idle."""
+        if not self.running and not self.waiting:
+            return False
+        S, eng = self.S, self.eng
+        self._ranks = None
+        self._swap_blocks = 0
+        chunks: list[tuple[int, int, int]] = []
+        budget = eng.max_num_batched_tokens
+        admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
+        if eng.batching == "prefill-first" and admit_ok:
+            self._admit(budget, chunks, allow_chunk=False)
+            admit_ok = False
+            if chunks:
+                return self._iterate(chunks, [])
+        # running requests in decode phase and in (chunked) prefill phase
+        decodes = [i for i in self.running if S.prompt[i] + S.gen[i] - S.computed[i] == 1]
+        need = self._decode_need(decodes)
+        while need > self.bm.plain_free:
+            if self._make_room(need):
+                break
+            v = self._victim()
+            if len(self.running) == 1 and not self.releases:
+                self.running.remove(v)
+                self._release_request(v)
+                self.sim.reject(v, "context_exceeds_kv", self.now)
+            else:
+                self._preempt(v)
+            decodes = [i for i in decodes if i in self.running]
+            need = self._decode_need(decodes)
+        for i in decodes:
+            if S.computed[i] + 1 > (S.anon[i] + S.nslots[i]) * self.bt:
+                self.bm.take_anon(1)
+                S.anon[i] += 1
+        budget -= len(decodes)
+        if eng.batching == "decode-first":
+            partial = [i for i in self.running if S.prompt[i] + S.gen[i] - S.computed[i] > 1]
+            if partial:
+                ranks = self._rank_all()
+                partial.sort(key=lambda i: (ranks.get(i, math.inf), self.running.index(i)))
+            for i in partial:
+                if budget <= 0:
+                    break
+                L = int(S.prompt[i] + S.gen[i])
+                c = min(L - int(S.computed[i]), budget)
+                held = int(S.anon[i] + S.nslots[i])
+                room = (held + self.bm.available) * self.bt - int(S.computed[i])
+                c = min(c, room)
+                if c <= 0:
+                    continue
+                self._alloc_prompt_blocks(i, -(-(int(S.computed[i]) + c) // self.bt))
+                chunks.append((i, c, int(S.computed[i])))
+                budget -= c
+        if admit_ok and budget > 0:
+            self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
+        if not chunks and not decodes:
+            return bool(self._swap_blocks)  # a swap changed state; otherwise idle/blocked
+        if chunks or self._swap_blocks or self.role == "prefill" or \
+                any(S.gen[i] == 0 for i in decodes):
+            return self._iterate(chunks, decodes)
+        return self._decode_run(decodes, stop)
+
+    def _iterate(self, chunks: list, decodes: list[int]) -> bool:
+        """One iteration with prefill chunks and/or decodes (blocks already allocated)."""
+        S = self.S
+        pt = np.array([c for _, c, _ in chunks], np.int64)
+        pc = np.array([h for _, _, h in chunks], np.int64)
+        dc = S.computed[np.asarray(decodes, np.int64)] if decodes else np.zeros(0, np.int64)
+        dt = float(iteration_time(self.params, pt, pc, dc))
+        if self._swap_blocks:
+            dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt)
+        self.now += dt
+        self.used_block_s += self.bm.used * dt
+        self.n_iters += 1
+        if not chunks:
+            self.n_decode_iters += 1
+        done = []
+        for i, c, _ in chunks:
+            S.computed[i] += c
+            if S.computed[i] == S.prompt[i] + S.gen[i]:
+                done.append(i)
+        for i in decodes:
+            S.computed[i] += 1
+            done.append(i)
+        for i in done:
+            self._produce(i)
+        return True
+
+    def _decode_run(self, decodes: list[int], stop: float) -> bool:
+        S = self.S
+        idx = np.asarray(decodes, np.int64)
+        ctx = S.computed[idx]
+        gen = S.gen[idx]
+        held0 = S.anon[idx] + S.nslots[idx]
+        held = held0.copy()
+        stop_s = stop
+        if self.releases:
+            stop_s = min(stop_s, self.releases[0][0])
+        q = self.sim.policy.scheduler.quantum_s
+        if q:
+            stop_s = min(stop_s, (math.floor(self.now / q) + 1) * q)
+        # the planner already gave this first iteration its new blocks (held0), so the
+        # kernel's first iteration needs none; later ones take plain free blocks
+        max_iters = 1 if self.sim.reference else _BIG
+        n, now, taken, _, area = K.decode_advance(
+            self.params, ctx, gen, S.out[idx], held, self.bt, self.bm.plain_free,
+            self.bm.used, self.now, stop_s, max_iters)
+        if n == 0:  # cannot happen: the caller checked now < stop and memory
+            raise RuntimeError("internal: empty decode run")
+        self.bm.take_anon(int(taken))
+        S.anon[idx] += held - held0
+        S.computed[idx] = ctx
+        S.gen[idx] = gen
+        self.now = float(now)
+        self.used_block_s += area
+        self.n_iters += n
+        self.n_decode_iters += n
+        fin = idx[gen >= S.out[idx]]
+        for i in fin.tolist():
+            self._finish(i)
+        return True
+
+    # =============================================================== outcomes
+    def _produce(self, i: int) -> None:
+        S = self.S
+        S.gen[i] += 1
+        if np.isnan(S.first_token[i]):
+            S.first_token[i] = self.now
+        if S.gen[i] >= S.out[i]:
+            self._finish(i)
+        elif self.role == "prefill":
+            self._handoff(i)
+
+    def _finish(self, i: int) -> None:
+        S = self.S
+        S.finish[i] = self.now
+        S.status[i] = FINISHED
+        self.running.remove(i)
+        self._release_request(i)
+
+    def _handoff(self, i: int) -> None:
+        """Send request ``i``'s KV to the decode pool over this replica's link."""
+        S = self.S
+        self.running.remove(i)
+        start = max(self.now, self.link_free_s)
+        end = start + float(self.sim.cost.transfer_time_s(int(S.computed[i]),
+                                                          self.sim.link_gbps))
+        self.link_free_s = end
+        heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))
+        S.slots[i] = []
+        S.nslots[i] = 0
+        S.anon[i] = 0
+        S.kv_remote[i] = True
+        S.status[i] = TRANSFER
+        self.sim.kv_ready(i, end)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
