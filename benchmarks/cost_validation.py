@@ -1,0 +1,53 @@
+"""Validation of the calibrated cost model against every measured point.
+
+For each point of the calibration data (Vidur operator profiles, NCCL all-reduce,
+Splitwise end-to-end medians) and the published points of the reference (lmdeploy,
+TensorRT-LLM, DistServe), prints predicted vs measured and the relative error, then the
+median and max |error| for prefill, decode and communication, over all points and over
+points held out of every fit.
+
+    python benchmarks/cost_validation.py [--source /work/shared/calibration] [--quiet]
+
+Without ``--source`` it reads ``/work/shared/calibration`` when present and otherwise
+the copies inside the package (``lpserve/data/calibration``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lpserve.cost import validation_table
+from lpserve.cost.validate import summary
+
+SHARED = Path("/work/shared/calibration")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", default=None, help="calibration folder (original layout)")
+    ap.add_argument("--packaged", action="store_true", help="use the package's copies")
+    ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    args = ap.parse_args()
+    source = None if args.packaged else (args.source or (str(SHARED) if SHARED.exists() else None))
+    t = validation_table(source)
+    print(f"data: {source or 'lpserve/data/calibration (packaged copies)'}; {len(t)} points")
+    if not args.quiet:
+        print(f"{'point':58s} {'calibration':28s} {'measured':>11s} {'predicted':>11s} "
+              f"{'error':>8s}  split")
+        for r in t.itertuples():
+            flag = "  EXCLUDED (source marks it anomalous)" if r.excluded else ""
+            print(f"{r.point:58s} {r.calibration:28s} {r.measured_ms:9.4g}ms {r.predicted_ms:9.4g}ms "
+                  f"{100 * r.rel_error:+7.1f}%  {r.fit_split}{flag}")
+    print("\nsummary (|predicted / measured - 1|, excluded points left out)")
+    for key, v in summary(t).items():
+        print(f"  {key:14s} n={v['n']:4d}  median {100 * v['median_abs']:5.1f}%  "
+              f"max {100 * v['max_abs']:6.1f}%")
+    kept = t[~t.excluded & (t.phase != "comm")]
+    worse = kept[kept.rel_error.abs() > 0.30]
+    print(f"  prefill+decode points worse than 30%: {len(worse)} of {len(kept)}")
+    for r in worse.itertuples():
+        print(f"    {r.point} {100 * r.rel_error:+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
