@@ -74,7 +74,8 @@ P_SEQ_OVERHEAD_S = 28   # per-sequence per-iteration overhead (s)
 P_ATTN_FIXED_S = 29     # fixed decode-attention cost per layer (s)
 P_MULTI_PROMPT_S = 30   # per prefill token outside the largest chunk (s)
 P_ATTN_CHUNK_S = 31     # prefill attention cost per chunk per layer (s)
-N_ANALYTIC_PARAMS = 32
+P_ATTN_TOKEN_S = 32     # prefill attention cost per query token per layer (s)
+N_ANALYTIC_PARAMS = 33
 
 # ---- table layout -------------------------------------------------------------------
 T_LAYERS = 1            # multiplier of the per-layer tables
@@ -121,7 +122,7 @@ def _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_deco
     if attn_work > 0.0:
         t_pa = max(params[P_ATTN_FLOPS] * attn_work / (peak_f * params[P_EFF_ATTN]),
                    params[P_KV_BYTES] * attn_kv_tokens / (peak_b * params[P_EFF_KV]))
-        t_pa += params[P_ATTN_CHUNK_S] * n_chunks
+        t_pa += params[P_ATTN_CHUNK_S] * n_chunks + params[P_ATTN_TOKEN_S] * (n_tokens - n_decode)
     # (6) decode attention
     t_da = 0.0
     if n_decode > 0:
@@ -318,7 +319,8 @@ def analytic_parts_ref(params, prefill_tokens, prefill_cached, decode_context):
     pa_mem = sum(p[P_KV_BYTES] * (h + c) for c, h in chunks) / bw_kv
     da_mem = sum(p[P_KV_BYTES] * x for x in ctx) / bw_kv
     da_cmp = sum(p[P_ATTN_FLOPS] * x for x in ctx) / fl_a
-    t_pa = (max(pa_cmp, pa_mem) + p[P_ATTN_CHUNK_S] * len(chunks)) if chunks else 0.0
+    t_pa = (max(pa_cmp, pa_mem) + p[P_ATTN_CHUNK_S] * len(chunks)
+            + p[P_ATTN_TOKEN_S] * sum(c for c, _ in chunks)) if chunks else 0.0
     t_da = (max(da_mem, da_cmp) + p[P_ATTN_SEQ_S] * len(ctx) + p[P_ATTN_FIXED_S]) if ctx else 0.0
     comm = lat = 0.0
     tp = p[P_TP]

@@ -26,6 +26,7 @@ CALIBRATED = {
     "attn_fixed_s": K.P_ATTN_FIXED_S,
     "multi_prompt_token_s": K.P_MULTI_PROMPT_S,
     "attn_chunk_s": K.P_ATTN_CHUNK_S,
+    "attn_token_s": K.P_ATTN_TOKEN_S,
     "ar_latency_s": K.P_AR_LATENCY_S,
     "layer_overhead_s": K.P_LAYER_OVERHEAD_S,
     "iter_overhead_s": K.P_ITER_OVERHEAD_S,

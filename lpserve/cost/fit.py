@@ -31,7 +31,7 @@ from lpserve.cost.catalog import GPUSpec, LLMSpec
 BOUNDS = {
     "eff_compute": (0.05, 1.0), "eff_weights": (0.05, 1.0), "plateau_tokens": (0.0, 512.0),
     "eff_attn": (0.02, 1.0), "attn_plateau_tokens": (0.0, 4096.0), "eff_kv": (0.05, 1.0),
-    "attn_seq_s": (0.0, 1e-3), "attn_fixed_s": (0.0, 1e-3), "multi_prompt_token_s": (0.0, 1e-3), "attn_chunk_s": (0.0, 1e-3), "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0),
+    "attn_seq_s": (0.0, 1e-3), "attn_fixed_s": (0.0, 1e-3), "multi_prompt_token_s": (0.0, 1e-3), "attn_chunk_s": (0.0, 1e-3), "attn_token_s": (0.0, 1e-5), "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0),
     "layer_overhead_s": (0.0, 1e-3), "iter_overhead_s": (0.0, 0.1), "seq_overhead_s": (0.0, 1e-2),
 }
 
@@ -91,7 +91,7 @@ def predict_row(model: Any, row: dict[str, Any]) -> float:
         return chunks * (max(p[K.P_ATTN_FLOPS] * (h + c) * (c + p[K.P_ATTN_PLATEAU])
                                  / (peak_f * p[K.P_EFF_ATTN]),
                                  p[K.P_KV_BYTES] * (h + c) / (peak_b * p[K.P_EFF_KV]))
-                             + p[K.P_ATTN_CHUNK_S])
+                             + p[K.P_ATTN_CHUNK_S] + p[K.P_ATTN_TOKEN_S] * c)
     if scope == "layer_decode_attention":  # (6)
         s = float(b * ctx)
         return (max(p[K.P_KV_BYTES] * s / (peak_b * p[K.P_EFF_KV]),
@@ -171,9 +171,10 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
     data = data or D.CalibrationData.packaged()
     today = _dt.date.today().isoformat()
     hw = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s")
-    attn = ("eff_attn", "attn_plateau_tokens", "eff_kv", "attn_seq_s", "attn_fixed_s", "attn_chunk_s")
+    attn = ("eff_attn", "attn_plateau_tokens", "eff_kv", "attn_seq_s", "attn_fixed_s", "attn_chunk_s",
+            "attn_token_s")
     start = {"eff_compute": 0.7, "eff_weights": 0.75, "plateau_tokens": 50.0, "eff_attn": 0.4,
-             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6, "attn_fixed_s": 5e-6, "multi_prompt_token_s": 0.0, "attn_chunk_s": 5e-6,
+             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6, "attn_fixed_s": 5e-6, "multi_prompt_token_s": 0.0, "attn_chunk_s": 5e-6, "attn_token_s": 1e-7,
              "ar_latency_s": 5e-5, "ar_link_efficiency": 0.6, "layer_overhead_s": 3e-5,
              "iter_overhead_s": 0.0, "seq_overhead_s": 0.0}
     entries = []
