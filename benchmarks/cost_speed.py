@@ -63,6 +63,9 @@ def main() -> None:
     print(f"numba decode_run  : {run_rate / 1e6:8.2f} M iterations/s (context sums updated in O(1))")
     print(f"python _ref twin  : {ref_rate / 1e3:8.2f} k batch-iterations/s")
     print(f"speed-up (batch_times / _ref): {kernel_rate / ref_rate:,.0f}x")
+    ok = kernel_rate >= 5e6 and kernel_rate / ref_rate >= 50
+    print("targets (>= 5 M/s, >= 50x):", "met" if ok else "MISSED")
+    raise SystemExit(0 if ok else 1)
 
 
 if __name__ == "__main__":

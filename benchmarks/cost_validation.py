@@ -47,6 +47,12 @@ def main() -> None:
     print(f"  prefill+decode points worse than 30%: {len(worse)} of {len(kept)}")
     for r in worse.itertuples():
         print(f"    {r.point} {100 * r.rel_error:+.1f}%")
+    s = summary(t)
+    ok = s["prefill/all"]["median_abs"] <= 0.10 and s["decode/all"]["median_abs"] <= 0.10
+    ok = ok and len(worse) == 0
+    print("targets (median <= 10% for prefill and decode, no point worse than 30%):",
+          "met" if ok else "MISSED")
+    raise SystemExit(0 if ok else 1)
 
 
 if __name__ == "__main__":
