@@ -286,8 +286,16 @@ class LRU(Evictor):
     name = "lru"
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
-        order = np.lexsort((-view.depth, view.last_access_s))
-        return order[:need_blocks].astype(np.int64)
+        last = view.last_access_s
+        n = int(last.shape[0])
+        if need_blocks <= 0:
+            return np.zeros(0, np.int64)
+        if need_blocks >= n:
+            return np.lexsort((-view.depth, last)).astype(np.int64)[:need_blocks]
+        kth = np.partition(last, need_blocks - 1)[need_blocks - 1]
+        cand = np.flatnonzero(last <= kth)  # every block that can be among the oldest
+        sub = np.lexsort((-view.depth[cand], last[cand]))
+        return cand[sub[:need_blocks]].astype(np.int64)
 
 
 # ===================================================================================== lifting

@@ -74,3 +74,68 @@ def traces(draw, *, min_size: int = 0, max_size: int = 40, blocks: bool | None =
         kw["predicted_hi"] = [x + draw(st.integers(0, 500)) for x in lo]
     return Trace.from_arrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
                              name="hyp", **kw)
+
+
+# ============================================================================ simulator
+# (owned by the simulator; small instances that exercise preemption, swap, prefix hits)
+SIM_ENGINES = ("vllm", "vllm-chunked", "sarathi", "orca", "static")
+
+
+@st.composite
+def sim_traces(draw, *, max_size: int = 24) -> Trace:
+    """Small traces whose requests fit a tight KV pool; ties and bursts included."""
+    n = draw(st.integers(1, max_size))
+    arrival = draw(arrival_times(n, adversarial=True))
+    arrival = np.minimum(arrival - arrival[0], 50.0 * np.arange(1, n + 1))  # bounded gaps
+    arrival = np.maximum.accumulate(arrival)
+    prompt = np.asarray(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)), np.int64)
+    output = np.asarray(draw(st.lists(st.integers(1, 60), min_size=n, max_size=n)), np.int64)
+    kw: dict = {}
+    if draw(st.booleans()):
+        bt = draw(st.sampled_from([4, 16, 32]))
+        kw["block_ids"] = draw(block_lists(prompt, bt))
+        kw["block_tokens"] = bt
+    return Trace.from_arrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
+                             name="sim-hyp", **kw)
+
+
+@st.composite
+def sim_instances(draw, *, max_size: int = 24, disaggregated: bool | None = None):
+    """(Instance, Policy) pairs: unit-round or analytic costs, tight memory, any engine."""
+    from lpserve.cluster import Cluster
+    from lpserve.cost import UnitRoundCost
+    from lpserve.instance import Instance
+    from lpserve.registry import make_policy
+
+    trace = draw(sim_traces(max_size=max_size))
+    disagg = draw(st.booleans()) if disaggregated is None else disaggregated
+    layout = (dict(replicas=1, prefill_replicas=draw(st.integers(1, 2)),
+                   decode_replicas=draw(st.integers(1, 2)))
+              if disagg else dict(replicas=draw(st.integers(1, 3))))
+    if draw(st.booleans()):
+        bt = draw(st.sampled_from([1, 4, 16]))
+        cost = UnitRoundCost(memory_tokens=draw(st.integers(200, 3000)))
+        cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", block_tokens=bt,
+                     host_memory_gb=draw(st.sampled_from([0.0, 1e-6, 64.0])), **layout)
+    else:
+        cost = None
+        cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", block_tokens=16,
+                     gpu_memory_fraction=draw(st.sampled_from([0.171, 0.175, 0.9])),
+                     host_memory_gb=draw(st.sampled_from([0.0, 0.01, 64.0])), **layout)
+    engine = draw(st.sampled_from(SIM_ENGINES))
+    params: dict = {"router": draw(st.sampled_from(["round-robin", "least-outstanding",
+                                                    "power-of-two", "prefix-affinity"]))}
+    if engine in ("vllm", "vllm-chunked", "sarathi"):
+        params["preemption"] = draw(st.sampled_from(["recompute", "swap"]))
+        params["max_num_seqs"] = draw(st.integers(1, 8))
+        params["max_num_batched_tokens"] = draw(st.sampled_from([64, 256, 512, 4096]))
+        params["prefix_caching"] = draw(st.booleans())
+        params["evict_batch_blocks"] = draw(st.sampled_from([1, 4, 32]))
+    else:
+        params["max_num_seqs"] = draw(st.integers(1, 6))
+        params["reserve_tokens"] = draw(st.sampled_from([512, 1024]))
+        params["max_model_len"] = params["reserve_tokens"]
+    policy = make_policy(engine, **params)
+    inst = Instance(trace=trace, cluster=cl, cost=cost,
+                    horizon_s=draw(st.sampled_from([None, None, 5.0, 500.0])))
+    return inst, policy

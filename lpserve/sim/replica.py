@@ -53,7 +53,8 @@ class Replica:
         self.used_block_s = 0.0
         self.n_swaps = 0
         self._ranks: dict[int, float] | None = None
-        self._swap_blocks = 0
+        self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
+        self._resumed = False
 
     # =============================================================== public
     @property
@@ -273,6 +274,7 @@ class Replica:
                     S.host_blocks[i] = 0
                     S.swapped[i] = False
                 S.kv_remote[i] = False
+                self._resumed = True
             else:
                 keys = S.block_keys(i, bt) if eng.prefix_caching else []
                 hits = bm.match(keys)
@@ -320,7 +322,7 @@ class Replica:
             return False
         S, eng = self.S, self.eng
         self._ranks = None
-        self._swap_blocks = 0
+        self._resumed = False
         chunks: list[tuple[int, int, int]] = []
         budget = eng.max_num_batched_tokens
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
@@ -370,8 +372,8 @@ class Replica:
         if admit_ok and budget > 0:
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
         if not chunks and not decodes:
-            return bool(self._swap_blocks)  # a swap changed state; otherwise idle/blocked
-        if chunks or self._swap_blocks or self.role == "prefill" or \
+            return self._resumed  # a resumed request decodes next step; otherwise idle
+        if chunks or self._swap_blocks or self._resumed or self.role == "prefill" or \
                 any(S.gen[i] == 0 for i in decodes):
             return self._iterate(chunks, decodes)
         return self._decode_run(decodes, stop)
@@ -385,6 +387,7 @@ class Replica:
         dt = float(iteration_time(self.params, pt, pc, dc))
         if self._swap_blocks:
             dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt)
+            self._swap_blocks = 0
         self.now += dt
         self.used_block_s += self.bm.used * dt
         self.n_iters += 1
