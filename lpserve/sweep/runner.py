@@ -1,0 +1,179 @@
+"""``run_sweep``: expand a grid, skip finished cells, run the rest on a backend, store rows."""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from lpserve.sweep.backends import default_workers, run_batches
+from lpserve.sweep.grid import USES_CLUSTER, Cell, Grid, load_grid
+from lpserve.sweep.store import ResultStore
+from lpserve.sweep.worker import Payload, cost_key
+
+MAX_AUTO_BATCH = 16
+
+
+@dataclass
+class SweepReport:
+    """What one call of :func:`run_sweep` did.
+
+    Attributes:
+        out_dir: the sweep directory; backend, workers: how it ran.
+        n_cells: cells in the grid; n_skipped: already finished, not run again;
+        n_run: run now; n_failed: cells of the grid whose row is an error.
+        wall_s: seconds for the whole call (start-up of the backend included).
+        table: one row per cell of the grid, in grid order (pandas DataFrame).
+    """
+
+    out_dir: Path
+    backend: str
+    workers: int
+    n_cells: int
+    n_skipped: int
+    n_run: int
+    n_failed: int
+    wall_s: float
+    table: Any = field(repr=False, default=None)
+
+    @property
+    def cells_per_s(self) -> float:
+        """Cells run per second of wall time (NaN when nothing ran)."""
+        return self.n_run / self.wall_s if self.n_run and self.wall_s > 0 else math.nan
+
+    def failures(self) -> list[dict[str, str]]:
+        """``{"cell", "error"}`` of every failed cell."""
+        if self.table is None or self.table.empty:
+            return []
+        bad = self.table[self.table["status"] != "ok"]
+        return [{"cell": str(c), "error": str(e)} for c, e in zip(bad["cell"], bad["error"])]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"out_dir": str(self.out_dir), "backend": self.backend, "workers": self.workers,
+                "n_cells": self.n_cells, "n_skipped": self.n_skipped, "n_run": self.n_run,
+                "n_failed": self.n_failed, "wall_s": self.wall_s,
+                "cells_per_s": self.cells_per_s, "failures": self.failures()}
+
+
+def load_traces(grid: Grid) -> dict[str, Any]:
+    """Load every base trace of ``grid`` once: name -> :class:`lpserve.Trace`."""
+    from lpserve.loaders import load_trace
+
+    return {name: load_trace(spec.source, spec.format) for name, spec in grid.traces.items()}
+
+
+def expand(grid: Grid, traces: Mapping[str, Any]) -> list[Cell]:
+    """The grid's cells, keyed with the content digests of ``traces``."""
+    return grid.cells({name: tr.digest() for name, tr in traces.items()})
+
+
+def build_payload(cells: list[Cell], traces: Mapping[str, Any]) -> Payload:
+    """Traces and cost models the ``cells`` need, built once here to ship to workers.
+
+    A cost model that cannot be built (say an unknown GPU) is left out: the cells that
+    need it fail on the worker with the catalog's own error.
+    """
+    by_digest = {tr.digest(): tr for tr in traces.values()}
+    used = {c.inputs["trace"]["digest"] for c in cells}
+    costs: dict[str, Any] = {}
+    for c in cells:
+        if c.inputs["kind"] not in USES_CLUSTER:
+            continue
+        cl = c.inputs["cluster"]
+        key = cost_key(cl["gpu"], cl["llm"], cl["tp"])
+        if key in costs:
+            continue
+        try:
+            from lpserve.cost import cost_model
+
+            costs[key] = cost_model(gpu=cl["gpu"], llm=cl["llm"], tp=cl["tp"])
+        except Exception:  # noqa: BLE001 - reported per cell by the worker
+            continue
+    return Payload(traces={d: by_digest[d] for d in used}, costs=costs)
+
+
+def auto_batch_size(n_cells: int, workers: int) -> int:
+    """About four batches per worker, at most :data:`MAX_AUTO_BATCH` cells each."""
+    return max(1, min(MAX_AUTO_BATCH, math.ceil(n_cells / (4 * workers))))
+
+
+def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
+              out_dir: str | os.PathLike | None = None, *, backend: str = "local",
+              workers: int | None = None, address: str | None = None, client: Any = None,
+              batch_size: int | None = None, retry_failed: bool = True,
+              on_batch: Callable[[int], None] | None = None, format: str = "auto"
+              ) -> SweepReport:
+    """Run every cell of ``grid`` that ``out_dir`` does not hold yet.
+
+    Args:
+        grid: a :class:`Grid`, a dict, a TOML path or a bundled grid name.
+        out_dir: the sweep directory (default ``sweeps/<grid name>``).
+        backend: ``serial``, ``local``, ``dask`` or ``ray``.
+        workers: worker processes (default: the CPUs this process may use).
+        address: Dask scheduler / Ray cluster address; default starts a local one.
+        client: an existing ``distributed.Client`` (Dask only).
+        batch_size: cells per task and per part file (default :func:`auto_batch_size`).
+        retry_failed: run cells whose stored row is an error again.
+        on_batch: called with the number of cells of each completed batch (progress).
+        format: part file format, ``auto``, ``parquet`` or ``csv``.
+
+    Returns:
+        a :class:`SweepReport` whose ``table`` has one row per cell, in grid order.
+    """
+    t0 = time.perf_counter()
+    grid = load_grid(grid)
+    out = Path(out_dir) if out_dir is not None else Path("sweeps") / grid.name
+    workers = default_workers() if workers is None else workers
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"sweep batch_size must be an integer >= 1, got {batch_size!r}")
+    store = ResultStore(out, format=format)
+    store.clean_tmp()
+    traces = load_traces(grid)
+    cells = expand(grid, traces)
+    store.write_manifest({"grid": grid.as_dict(), "n_cells": len(cells),
+                          "cells": [c.digest for c in cells],
+                          "trace_digests": {n: t.digest() for n, t in traces.items()}})
+    skip = store.finished() if retry_failed else store.recorded()
+    todo = [c for c in cells if c.digest not in skip]
+    n_run = 0
+    if todo:
+        size = batch_size or auto_batch_size(len(todo), workers)
+        batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+        payload = build_payload(todo, traces)
+        for rows in run_batches(backend, batches, payload, workers=workers, address=address,
+                                client=client):
+            store.write_part(rows)
+            n_run += len(rows)
+            if on_batch is not None:
+                on_batch(len(rows))
+    table = results_table(store, cells)
+    n_failed = int((table["status"] != "ok").sum()) if not table.empty else 0
+    return SweepReport(out_dir=out, backend=backend, workers=workers, n_cells=len(cells),
+                       n_skipped=len(cells) - len(todo), n_run=n_run, n_failed=n_failed,
+                       wall_s=time.perf_counter() - t0, table=table)
+
+
+def results_table(store: ResultStore, cells: list[Cell]) -> Any:
+    """One row per cell of ``cells`` held by ``store``, in the order of ``cells``."""
+    df = store.read([c.digest for c in cells])
+    if df.empty:
+        return df
+    order = {c.digest: i for i, c in enumerate(cells)}
+    return df.assign(_o=df["cell"].map(order)).sort_values("_o").drop(columns="_o") \
+        .reset_index(drop=True)
+
+
+def load_results(out_dir: str | os.PathLike, grid: Grid | Mapping[str, Any] | str | None = None
+                 ) -> Any:
+    """The stored rows of a sweep directory (restricted to ``grid``'s cells if given)."""
+    store = ResultStore(out_dir)
+    if grid is None:
+        return store.read()
+    g = load_grid(grid)
+    return results_table(store, expand(g, load_traces(g)))
+
+
+__all__ = ["SweepReport", "run_sweep", "load_results", "results_table", "expand",
+           "load_traces", "build_payload", "auto_batch_size"]
