@@ -1,0 +1,180 @@
+"""Online KV-cache evictors: fast-replay specifications and simulator adapters.
+
+Each evictor exists twice, with the same rule:
+
+* a :class:`KVEvictorSpec` run by the numba kernels of
+  :mod:`lpserve.policies._evict_kernels` in :func:`lpserve.cachesim.cache_replay`;
+* an :class:`~lpserve.policy.Evictor` (``evict(view, need_blocks)``) that runs inside the
+  simulator's prefix cache, using the fields of :class:`~lpserve.policy.EvictorView`.
+
+``EVICTORS`` maps a name to a factory of the simulator evictor; ``SPECS`` maps the same
+names to replay specifications. Rules (``models/kv-knapsack.md`` section 3):
+
+=============  ===========================================================================
+lru            vLLM free-block queue: least recently used, a request's deepest block first
+radix-lru      SGLang radix cache: LRU among leaves (blocks without a cached child)
+lfu            least touched first, then least recent (on leaves)
+prefix-lru     LRU; blocks that branched (system prompts, few-shot prefixes: a prefix seen
+               followed by two different continuations) get ``credit_s`` of recency credit
+gdsf           Greedy-Dual-Size-Frequency: value = L + touches x recompute seconds / size
+session        LRU; blocks of a returning multi-turn session get its inter-turn gap as
+               credit (they are expected back after about that long)
+lookahead      LRU; blocks needed by queued requests (arrived within ``credit_s`` of now)
+               are kept
+knapsack       knapsack index: recency credit = ``credit_s`` x reuse probability of the
+               block's reuse class, learned online (touch counts; partial last blocks)
+=============  ===========================================================================
+
+All but ``lfu``/``gdsf``/``radix-lru`` also evict a partial last prompt block first (its
+content changes when the conversation continues, so it cannot be reused).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from lpserve.policies import _evict_kernels as K
+from lpserve.policy import Evictor, EvictorView, Meta
+
+
+@dataclass(frozen=True)
+class KVEvictorSpec:
+    """What the replay kernel needs to run one evictor.
+
+    Attributes:
+        name: registry name.
+        mode: one of ``_evict_kernels.MODE_*``.
+        leaves_only: evict only blocks without a cached child (radix leaves).
+        credit_s: recency credit or lookahead window in seconds (mode-specific).
+        partial_penalty_s: seconds of recency taken from a partial last prompt block.
+        online: False for rules that read the future (Belady).
+    """
+
+    name: str
+    mode: int
+    leaves_only: bool = False
+    credit_s: float = 0.0
+    partial_penalty_s: float = 0.0
+    online: bool = True
+
+    def params(self) -> np.ndarray:
+        return np.array([self.credit_s, self.partial_penalty_s], np.float64)
+
+
+SPECS: dict[str, KVEvictorSpec] = {
+    "radix-lru": KVEvictorSpec("radix-lru", K.MODE_LRU, leaves_only=True),
+    "lfu": KVEvictorSpec("lfu", K.MODE_LFU, leaves_only=True),
+    "prefix-lru": KVEvictorSpec("prefix-lru", K.MODE_PREFIX, credit_s=300.0,
+                                partial_penalty_s=1e4),
+    "gdsf": KVEvictorSpec("gdsf", K.MODE_GDSF, leaves_only=True),
+    "session": KVEvictorSpec("session", K.MODE_SESSION, credit_s=600.0, partial_penalty_s=1e4),
+    "lookahead": KVEvictorSpec("lookahead", K.MODE_LOOKAHEAD, credit_s=3.0,
+                               partial_penalty_s=1e4),
+    "knapsack": KVEvictorSpec("knapsack", K.MODE_KNAPSACK, credit_s=1200.0,
+                              partial_penalty_s=1e4),
+}
+OFFLINE_SPECS: dict[str, KVEvictorSpec] = {
+    "belady": KVEvictorSpec("belady", K.MODE_BELADY, online=False),
+}
+
+
+def spec(name: str, **overrides: Any) -> KVEvictorSpec:
+    """The replay specification of ``name`` (``"lru"`` uses its own kernel), with fields
+    overridden (e.g. ``credit_s=600``)."""
+    if name == "lru":
+        return KVEvictorSpec("lru", K.MODE_LRU)
+    table = {**SPECS, **OFFLINE_SPECS}
+    if name not in table:
+        raise KeyError(f"unknown evictor {name!r}; known: {sorted(['lru', *table])}")
+    base = table[name]
+    return KVEvictorSpec(**{**base.__dict__, **overrides})
+
+
+# ===================================================================================== adapters
+class ScoreEvictor(Evictor):
+    """Simulator evictor: give up the ``need_blocks`` evictable blocks of lowest score.
+
+    ``score(view) -> float64 (n,)``; ties go to the deeper block. Never mutates the view.
+    """
+
+    meta = Meta(online=True, engines=("lpserve",))
+
+    def __init__(self, name: str, score: Callable[["ScoreEvictor", EvictorView], np.ndarray],
+                 **params: Any) -> None:
+        self.name = name
+        self._score = score
+        self.params = dict(params)
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        s = np.asarray(self._score(self, view), np.float64)
+        order = np.lexsort((-np.asarray(view.depth), s))
+        return order[:int(need_blocks)].astype(np.int64)
+
+
+def _lru(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    return np.asarray(v.last_access_s, np.float64)
+
+
+def _lfu(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    t = np.asarray(v.last_access_s, np.float64)
+    span = max(float(v.now_s) - float(t.min(initial=v.now_s)), 1.0)
+    return np.asarray(v.hits, np.float64) + (t - t.min(initial=0.0)) / (2.0 * span)
+
+
+def _prefix(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    # without the chain in the view, shallow shared blocks (depth < protect_depth) that
+    # were hit are the fingerprinted system-prompt / few-shot prefixes
+    shared = (np.asarray(v.depth) < ev.params.get("protect_depth", 2)) & (np.asarray(v.hits) > 0)
+    return np.asarray(v.last_access_s, np.float64) + ev.params.get("credit_s", 300.0) * shared
+
+
+def _gdsf(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    # recompute cost grows with depth (attention); frequency = hits + 1; aged by recency
+    depth = np.asarray(v.depth, np.float64)
+    value = (1.0 + depth / ev.params.get("depth_scale", 64.0)) * (np.asarray(v.hits) + 1.0)
+    return np.asarray(v.last_access_s, np.float64) / ev.params.get("age_s", 60.0) + value
+
+
+def _knapsack(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    # reuse probability of the block's touch class from the view's hit counts
+    hits = np.asarray(v.hits)
+    cls = np.minimum(hits, 3)
+    p = np.empty(cls.size)
+    for c in range(4):
+        m = cls == c
+        above = np.count_nonzero(hits > c)
+        at_least = np.count_nonzero(hits >= c)
+        p[m] = (above + 1.0) / (at_least + 2.0)
+    return np.asarray(v.last_access_s, np.float64) + ev.params.get("credit_s", 1200.0) * p
+
+
+def lru() -> Evictor:
+    """vLLM-order LRU (simulator adapter)."""
+    return ScoreEvictor("kv-lru", _lru)
+
+
+def lfu() -> Evictor:
+    return ScoreEvictor("kv-lfu", _lfu)
+
+
+def prefix_lru(credit_s: float = 300.0, protect_depth: int = 2) -> Evictor:
+    return ScoreEvictor("kv-prefix-lru", _prefix, credit_s=credit_s, protect_depth=protect_depth)
+
+
+def gdsf(age_s: float = 60.0, depth_scale: float = 64.0) -> Evictor:
+    return ScoreEvictor("kv-gdsf", _gdsf, age_s=age_s, depth_scale=depth_scale)
+
+
+def knapsack(credit_s: float = 1200.0) -> Evictor:
+    return ScoreEvictor("kv-knapsack", _knapsack, credit_s=credit_s)
+
+
+EVICTORS: dict[str, Callable[..., Evictor]] = {
+    "kv-lru": lru,
+    "kv-lfu": lfu,
+    "kv-prefix-lru": prefix_lru,
+    "kv-gdsf": gdsf,
+    "kv-knapsack": knapsack,
+}
