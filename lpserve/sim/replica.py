@@ -346,6 +346,8 @@ class Replica:
                 self._preempt(v)
             decodes = [i for i in decodes if i in self.running]
             need = self._decode_need(decodes)
+            admit_ok = False  # as vLLM: no new admissions in a step that preempted
+            self._resumed = True  # the next step plans again (single iteration now)
         for i in decodes:
             if S.computed[i] + 1 > (S.anon[i] + S.nslots[i]) * self.bt:
                 self.bm.take_anon(1)
