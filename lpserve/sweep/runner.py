@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from lpserve.sweep.backends import default_workers, run_batches
+from lpserve.sweep.backends import BACKENDS, default_workers, run_batches
 from lpserve.sweep.grid import USES_CLUSTER, Cell, Grid, load_grid
 from lpserve.sweep.store import ResultStore
 from lpserve.sweep.worker import Payload, cost_key
@@ -126,6 +126,10 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
     grid = load_grid(grid)
     out = Path(out_dir) if out_dir is not None else Path("sweeps") / grid.name
     workers = default_workers() if workers is None else workers
+    if backend not in BACKENDS:
+        raise ValueError(f"sweep backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"sweep workers must be an integer >= 1, got {workers!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"sweep batch_size must be an integer >= 1, got {batch_size!r}")
     store = ResultStore(out, format=format)
