@@ -428,6 +428,10 @@ def occupancy(model: PrefixLP, kept: np.ndarray) -> np.ndarray:
     return np.cumsum(diff)[:model.n_gap]
 
 
+class _Empty(Exception):
+    """Internal: the model has no columns."""
+
+
 def solve(model: PrefixLP, *, integer: bool = False, time_limit_s: float | None = None,
           round_tol: float = 1e-6) -> Solution:
     """Solve the prefix LP (or, with ``integer=True``, the exact ILP) with HiGHS.
@@ -443,6 +447,9 @@ def solve(model: PrefixLP, *, integer: bool = False, time_limit_s: float | None 
     t0 = time.perf_counter()
     nc = model.col_cost.size
     try:
+        if nc == 0:  # one request or nothing reused: the empty schedule is optimal
+            status, bnd, msg, xs = Status.OPTIMAL, 0.0, "empty model", np.zeros(0)
+            raise _Empty
         h = highs_model(col_cost=model.col_cost, col_lower=np.zeros(nc),
                         col_upper=model.col_upper, row_lower=model.row_lower,
                         row_upper=model.row_upper, a_start=model.a_start,
@@ -450,6 +457,10 @@ def solve(model: PrefixLP, *, integer: bool = False, time_limit_s: float | None 
                         time_limit_s=time_limit_s)
         h.run()
         status, obj, bnd, msg = highs_status(h, has_integers=integer)
+        xs = (np.asarray(h.getSolution().col_value) if status in (Status.OPTIMAL,
+                                                                 Status.FEASIBLE) else None)
+    except _Empty:
+        pass
     except Exception as exc:  # a solver failure is a status, not an exception
         return Solution("kv-prefix-lp", Status.ERROR, wall_s=time.perf_counter() - t0,
                         digest=model.acc.digest, message=f"{type(exc).__name__}: {exc}")
@@ -460,7 +471,6 @@ def solve(model: PrefixLP, *, integer: bool = False, time_limit_s: float | None 
     if status not in (Status.OPTIMAL, Status.FEASIBLE):
         return Solution("kv-prefix-lp", status, wall_s=time.perf_counter() - t0 + model.build_s,
                         digest=model.acc.digest, message=msg, info=info)
-    xs = np.asarray(h.getSolution().col_value)
     g, hv = xs[:model.n_gap], np.clip(xs[model.n_gap:], 0.0, 1.0)
     kept = np.zeros(model.acc.n_accesses, bool)
     kept[model.access] = hv >= 1 - round_tol
