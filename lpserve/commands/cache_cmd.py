@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "offline bounds (cold start, prefix-closed hits, capacity in blocks kept between "
         "requests). Hit rate = hit blocks / prompt blocks.")
     p.add_argument("--trace", default=None,
-                   help="trace file or bundled trace name (default: the bundled default)")
+                   help="trace file or bundled trace name (default: mooncake-conv-5min)")
     p.add_argument("--capacity-blocks", type=int, required=True, metavar="N",
                    help="cache capacity in blocks")
     p.add_argument("--block-tokens", type=int, default=None,
@@ -30,11 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lpserve.cachesim import policy_names, replay_accesses
-    from lpserve.loaders import DEFAULT_TRACE, load_trace
+    from lpserve.cachesim import policy_names
+    from lpserve.loaders import load_trace
     from lpserve.opt import cache_flow as cf
 
-    trace = load_trace(args.trace or DEFAULT_TRACE)
+    trace = load_trace(args.trace or "mooncake-conv-5min")
     if args.block_tokens is not None and trace.has_blocks and \
             args.block_tokens != trace.block_tokens:
         raise CLIError(f"--block-tokens {args.block_tokens} does not match the trace's "
@@ -47,21 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     if bad:
         raise CLIError(f"unknown policies {bad}; known: {known}")
     acc = cf.block_accesses(trace)
-    rows = []
-    for name in names:
-        t0 = time.perf_counter()
-        if name == "foo-l":  # prefix-unaware flow bound: FOO-L on the block sequence
-            sol = cf.foo(acc.request, acc.key, [1] * acc.n_accesses, [1] * acc.n_accesses,
-                         args.capacity_blocks)
-            hits = acc.n_accesses - sol.info["compulsory_cost"] - sol.bound
-            rows.append({"policy": name, "hit_rate": hits / acc.n_accesses,
-                         "hits": hits, "prefill_tokens_saved": None,
-                         "wall_s": time.perf_counter() - t0})
-            continue
-        r = replay_accesses(acc, args.capacity_blocks, name)
-        d = r.as_dict()
-        d["wall_s"] = time.perf_counter() - t0
-        rows.append(d)
+    rows = _quiet(_rows, acc, names, args.capacity_blocks)
     out = {"trace": trace.name, "n_requests": len(trace), "accesses": acc.n_accesses,
            "block_tokens": trace.block_tokens, "capacity_blocks": args.capacity_blocks,
            "results": rows}
@@ -76,3 +62,39 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{d['policy']:<15}{100 * d['hit_rate']:>9.2f}%"
               f"{(f'{tok:,}' if tok is not None else '-'):>15}{d['wall_s']:>8.2f}s")
     return 0
+
+
+def _rows(acc, names: list[str], capacity_blocks: int) -> list[dict]:
+    from lpserve.cachesim import replay_accesses
+    from lpserve.opt import cache_flow as cf
+
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        if name == "foo-l":  # prefix-unaware flow bound: FOO-L on the block sequence
+            sol = cf.foo(acc.request, acc.key, [1] * acc.n_accesses, [1] * acc.n_accesses,
+                         capacity_blocks)
+            hits = acc.n_accesses - sol.info["compulsory_cost"] - sol.bound
+            rows.append({"policy": name, "hit_rate": hits / acc.n_accesses, "hits": hits,
+                         "prefill_tokens_saved": None, "wall_s": time.perf_counter() - t0})
+            continue
+        d = replay_accesses(acc, capacity_blocks, name).as_dict()
+        d["wall_s"] = time.perf_counter() - t0
+        rows.append(d)
+    return rows
+
+
+def _quiet(fn, *a):
+    """Run ``fn`` with file descriptor 1 silenced (HiGHS prints a banner from C++)."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return fn(*a)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
