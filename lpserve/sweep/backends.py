@@ -90,7 +90,7 @@ def _dask(batches: list[list[Cell]], payload: Payload, workers: int, address: st
             client = Client(address)
         else:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.WARNING)
+                                   dashboard_address=":0", silence_logs=logging.WARNING)
             owned.append(cluster)
             client = Client(cluster)
         owned.insert(0, client)
