@@ -36,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "Policy": "lpserve.policy",
     "Meta": "lpserve.policy",
     "Claim": "lpserve.policy",
+    # layer 4
+    "cache_replay": "lpserve.cachesim",
     # layer 5
     "make_policy": "lpserve.registry",
     "simulate": "lpserve.sim",
