@@ -163,7 +163,7 @@ def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
 
     Dicts of statistics (keys among mean, p50, p90, p99, max, min, std) are spread into
     columns; other dicts and lists become JSON strings, so every cell has the same
-    columns whatever its outcome.
+    columns whatever its outcome; numpy arrays (per-request values) are left out.
     """
     out: dict[str, Any] = {}
     for k, v in summary.items():
@@ -173,7 +173,7 @@ def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(v, (dict, list, tuple)):
             out[k] = json.dumps(v, sort_keys=True, default=_scalar)
         elif isinstance(v, np.ndarray):
-            out[k] = json.dumps(v.tolist())
+            continue  # per-request arrays are not cell metrics
         else:
             out[k] = _scalar(v)
     return out
@@ -195,6 +195,12 @@ def _run_simulate(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _solve_fn() -> Callable[..., Any]:
+    import lpserve
+
+    try:
+        return getattr(lpserve, "solve")
+    except AttributeError:
+        pass
     try:
         from lpserve.opt import solve
     except ImportError as exc:
@@ -224,11 +230,14 @@ def _run_cache(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
         raise RuntimeError("lp.cache_replay is not available in this installation") from None
     out = replay(cell_trace(inputs), capacity_blocks=inputs["capacity_blocks"],
                  policy=inputs["cache_policy"])
-    if hasattr(out, "summary"):
+    if hasattr(out, "as_dict"):
+        out = out.as_dict()
+    elif hasattr(out, "summary"):
         out = out.summary()
     elif not isinstance(out, dict):
         out = {"hit_rate": float(out)}
-    m = flatten_metrics(dict(out))
+    out = {k: v for k, v in dict(out).items() if k not in ("policy", "capacity_blocks")}
+    m = flatten_metrics(out)
     return m, metrics_digest(m)
 
 

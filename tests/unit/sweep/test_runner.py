@@ -145,3 +145,20 @@ def test_bad_backend_and_workers_are_clear_errors(tmp_path):
         run_sweep(stats_grid(), tmp_path, backend="spark")
     with pytest.raises(ValueError, match="workers.*0"):
         run_sweep(stats_grid(), tmp_path / "w", backend="local", workers=0)
+
+
+def test_cache_cells_match_a_direct_replay(tmp_path):
+    import lpserve
+
+    replay = getattr(lpserve, "cache_replay", None)
+    if replay is None:
+        pytest.skip("lp.cache_replay is not part of this installation")
+    grid = {"name": "cache", "kind": "cache", "replications": 1,
+            "traces": {"mc": {"source": "mooncake-conv-5min", "head": 300}},
+            "axes": {"capacity_blocks": [64, 512], "cache_policy": ["lru"]}}
+    rep = run_sweep(grid, tmp_path, backend="serial")
+    assert rep.n_failed == 0, rep.failures()
+    tr = lp.bundled_trace("mooncake-conv-5min").slice(0, 300).rebased()
+    for cap, hit_rate in zip(rep.table["capacity_blocks"], rep.table["hit_rate"]):
+        assert hit_rate == pytest.approx(replay(tr, capacity_blocks=int(cap)).hit_rate)
+    assert rep.table["hit_rate"].iloc[1] >= rep.table["hit_rate"].iloc[0]
