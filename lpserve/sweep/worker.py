@@ -262,7 +262,14 @@ def _error_text(exc: BaseException) -> str:
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
-    """Run one cell; never raises for the cell's own failure (status ``"error"``)."""
+    """Run one cell; never raises for the cell's own failure (status ``"error"``).
+
+    The row holds the cell's input columns, ``status`` (``ok`` or ``error``), ``error``
+    (type, message and where it was raised), ``result_digest`` (``Result.digest()`` for a
+    simulation, a digest of the metrics otherwise), ``cell_wall_s``, ``worker`` and the
+    flattened metrics; a metric whose name is already a column gets a ``metric_`` prefix
+    (a solver's ``status`` becomes ``metric_status``).
+    """
     row = cell.columns()
     t0 = time.perf_counter()
     try:

@@ -162,3 +162,36 @@ def test_cache_cells_match_a_direct_replay(tmp_path):
     for cap, hit_rate in zip(rep.table["capacity_blocks"], rep.table["hit_rate"]):
         assert hit_rate == pytest.approx(replay(tr, capacity_blocks=int(cap)).hit_rate)
     assert rep.table["hit_rate"].iloc[1] >= rep.table["hit_rate"].iloc[0]
+
+
+def test_solve_and_bound_cells_call_lp_solve(tmp_path, monkeypatch):
+    """The plumbing of solve/bound cells, with a stand-in ``lp.solve`` in this process."""
+    import math
+
+    import lpserve
+    from lpserve.opt.solution import Solution, Status
+
+    calls = []
+
+    def fake_solve(name, instance, **kw):
+        calls.append((name, len(instance.trace), kw))
+        work = float(instance.trace.prompt_tokens.sum())
+        bound = math.nan if name == "no-bound" else work / 2
+        return Solution(formulation=name, status=Status.OPTIMAL, objective=work,
+                        bound=bound, digest=instance.digest(), objective_units="tokens")
+
+    monkeypatch.setattr(lpserve, "solve", fake_solve, raising=False)
+    grid = {"name": "solve", "kind": "solve", "replications": 1,
+            "traces": {"conv": {"source": "azure-conv-10min", "head": 25}},
+            "params": {"time_limit_s": 5.0},
+            "axes": {"kind": ["solve", "bound"], "formulation": ["schedule-ip", "no-bound"]}}
+    rep = run_sweep(grid, tmp_path, backend="serial")
+    t = rep.table.set_index(["kind", "formulation"])
+    work = float(lp.bundled_trace().slice(0, 25).prompt_tokens.sum())
+    assert t.loc[("solve", "schedule-ip"), "objective"] == work
+    assert t.loc[("solve", "schedule-ip"), "metric_status"] == "optimal"
+    assert t.loc[("bound", "schedule-ip"), "bound"] == work / 2
+    assert t.loc[("solve", "no-bound"), "status"] == "ok"
+    assert t.loc[("bound", "no-bound"), "status"] == "error"
+    assert "no proven bound" in t.loc[("bound", "no-bound"), "error"]
+    assert all(c == (c[0], 25, {"time_limit_s": 5.0}) for c in calls) and len(calls) == 4
