@@ -1,0 +1,247 @@
+"""Lower bounds on total end-to-end latency that scale to large traces.
+
+* :func:`area_bound` — the abstract round model (``models/lower-bounds.md`` (2)–(4)):
+  each request needs ``o_i`` rounds, and the ``k`` requests that finish first have used
+  at least the ``k`` smallest memory areas ``s_i o_i + o_i (o_i + 1) / 2`` token-rounds.
+* :func:`cost_bound` — the real GPU cost model (``models/lower-bounds.md`` (5)–(9)): each
+  request needs at least its prefill (with every reusable prefix block cached) plus
+  ``o_i - 1`` decode iterations at the smallest possible batch, and holds at least its
+  context in KV memory during each of them; the cluster holds at most ``sum_j K_j`` tokens.
+
+Both are closed forms (no solver). The LP relaxation of the scheduling IP lives in
+:mod:`lpserve.opt.schedule_ip` (``schedule-lp``). Proofs: ``proofs/area-bound.md``,
+``proofs/cost-bound.md``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from lpserve.opt.exact import KVProblem
+from lpserve.opt.solution import Formulation, Solution, SolutionError, Status
+
+
+def order_statistic_bound(release: np.ndarray, alone: np.ndarray, area: np.ndarray,
+                          capacity: float) -> np.ndarray:
+    """Lower bounds on the sorted completion times ``C_(1) <= ... <= C_(n)``, shape (n,).
+
+    ``C_(k) >= max(L_(k), min(release) + A_k / capacity)`` where ``L_(k)`` is the k-th
+    smallest of ``release + alone`` and ``A_k`` the sum of the k smallest areas
+    (``models/lower-bounds.md`` (4)). Units: time as ``release``; area / capacity in time.
+    """
+    if release.size == 0:
+        return np.zeros(0)
+    L = np.sort(release + alone)
+    A = np.cumsum(np.sort(area))
+    return np.maximum(L, float(release.min()) + A / float(capacity))
+
+
+def area_bound(problem: KVProblem) -> float:
+    """Lower bound on the optimal total latency (rounds) of the round model
+    (``models/lower-bounds.md`` (4)); integer-valued completions allow rounding up."""
+    if problem.oversized().size:
+        raise ValueError(f"request {int(problem.oversized()[0])} exceeds memory_tokens; "
+                         "the instance is infeasible")
+    a = problem.arrival_round.astype(np.float64)
+    c = order_statistic_bound(a, problem.output_tokens.astype(np.float64),
+                              problem.area_token_rounds().astype(np.float64),
+                              float(problem.memory_tokens))
+    return float(np.sum(np.ceil(c - 1e-9)) - a.sum())
+
+
+# ==================================================================== cost-model bound
+@dataclass(frozen=True, eq=False)
+class CostBoundModel:
+    """Per-request ingredients of the cost-model bound (arrays shape (n,)).
+
+    Attributes:
+        arrival_s: a_i (s).
+        alone_s: L_i - a_i, least possible e2e latency of i (s), min over replicas.
+        area_token_s: least KV token-seconds i must occupy, min over replicas.
+        capacity_tokens: sum over replicas of KV capacity K_j (tokens).
+        cached_tokens: prompt tokens assumed cached (longest reusable prefix).
+        digest: instance digest.
+    """
+
+    arrival_s: np.ndarray
+    alone_s: np.ndarray
+    area_token_s: np.ndarray
+    capacity_tokens: float
+    cached_tokens: np.ndarray
+    digest: str = ""
+    build_s: float = 0.0
+    infeasible: np.ndarray | None = None
+    message: str = ""
+
+
+def reusable_prefix_tokens(trace: Any) -> np.ndarray:
+    """Tokens of each prompt that some earlier request could have left in a prefix cache:
+    the leading run of its blocks that appeared in any earlier request, times the block
+    size, capped at ``prompt - 1`` (an engine computes at least one token). Zeros when
+    the trace has no block ids. int64 shape (n,)."""
+    n = len(trace.prompt_tokens)
+    out = np.zeros(n, dtype=np.int64)
+    flat, off = getattr(trace, "block_flat", None), getattr(trace, "block_offsets", None)
+    bt = int(getattr(trace, "block_tokens", 0) or 0)
+    if flat is None or off is None or bt <= 0:
+        return out
+    seen: set[int] = set()
+    flat_l, off_l = np.asarray(flat).tolist(), np.asarray(off).tolist()
+    for i in range(n):
+        blocks = flat_l[off_l[i]:off_l[i + 1]]
+        run = 0
+        for b in blocks:
+            if b in seen:
+                run += 1
+            else:
+                break
+        out[i] = run * bt
+        seen.update(blocks)
+    return np.minimum(out, np.maximum(np.asarray(trace.prompt_tokens, np.int64) - 1, 0))
+
+
+def _decode_tables(cost: Any, c_max: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix sums over contexts c = 0..c_max of a lower bound on one single-request
+    decode iteration's time (s) and of c times it (token-s); the time at c is the exact
+    time at the grid point at or below c (valid when time is non-decreasing in context)."""
+    pts = np.arange(0, c_max + 1, grid, dtype=np.int64)
+    t_pts = cost.batch_times_s([{"decode_context": [int(c)]} for c in pts])
+    t = np.repeat(t_pts, grid)[:c_max + 1]
+    c = np.arange(c_max + 1, dtype=np.float64)
+    T1 = np.concatenate([[0.0], np.cumsum(t)])
+    T2 = np.concatenate([[0.0], np.cumsum(c * t)])
+    return T1, T2
+
+
+def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = None,
+                     max_grid_points: int = 8192) -> CostBoundModel:
+    """Ingredients of the cost-model bound for ``instance``.
+
+    Args:
+        replica_costs: one cost model per replica (heterogeneous clusters); default: the
+            instance's cost model for each of ``cluster.n_replicas`` replicas.
+        max_grid_points: decode times are evaluated on at most this many contexts and
+            lower-bounded in between (monotonicity).
+    """
+    t0 = time.perf_counter()
+    trace = instance.trace
+    costs = list(replica_costs) if replica_costs is not None else \
+        [instance.cost_model()] * instance.cluster.n_replicas
+    if not costs:
+        raise ValueError("replica_costs must hold at least one cost model, got []")
+    a = np.asarray(trace.arrival_s, dtype=np.float64)
+    s = np.asarray(trace.prompt_tokens, dtype=np.int64)
+    o = np.asarray(trace.output_tokens, dtype=np.int64)
+    n = a.size
+    cached = reusable_prefix_tokens(trace)
+    cap = np.array([float(c.kv_capacity_tokens(instance.cluster.gpu_memory_fraction))
+                    for c in costs])
+    peak = s + o
+    too_big = np.flatnonzero(peak > cap.max()) if n else np.zeros(0, np.int64)
+    if too_big.size:
+        i = int(too_big[0])
+        return CostBoundModel(a, np.zeros(n), np.zeros(n), float(cap.sum()), cached,
+                              instance.digest(), time.perf_counter() - t0, too_big,
+                              f"request {i} (prompt_tokens={int(s[i])}, output_tokens="
+                              f"{int(o[i])}) needs {int(peak[i])} KV tokens > the largest "
+                              f"replica capacity {int(cap.max())}")
+    alone = np.full(n, np.inf)
+    area = np.full(n, np.inf)
+    c_max = int(peak.max()) if n else 0
+    grid = max(1, -(-(c_max + 1) // max_grid_points))
+    seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for cost in costs:
+        key = id(cost)
+        if key in seen:
+            continue
+        pre = cost.batch_times_s([{"prefill_tokens": [int(s[i] - cached[i])],
+                                   "prefill_cached": [int(cached[i])]} for i in range(n)])
+        T1, T2 = _decode_tables(cost, c_max, grid)
+        # decode iterations 2..o_i run with contexts >= s_i .. s_i + o_i - 2   (6)
+        lo, hi = s, s + o - 1
+        dec = T1[hi] - T1[lo]
+        ar = T2[hi] - T2[lo]                                                    # (7)
+        seen[key] = (pre + dec, ar)
+        alone = np.minimum(alone, pre + dec)
+        area = np.minimum(area, ar)
+    return CostBoundModel(a, alone, area, float(cap.sum()), cached, instance.digest(),
+                          time.perf_counter() - t0)
+
+
+def solve_cost_bound(model: CostBoundModel, solver: str = "closed-form",
+                     time_limit_s: float | None = None) -> Solution:
+    """Evaluate the bound (``models/lower-bounds.md`` (9)); status OPTIMAL with
+    ``objective == bound`` = the bound on total e2e latency (s), or INFEASIBLE naming a
+    request that fits on no replica."""
+    t0 = time.perf_counter()
+    if model.infeasible is not None and model.infeasible.size:
+        return Solution("cost-bound", Status.INFEASIBLE, wall_s=model.build_s,
+                        digest=model.digest, message=model.message, objective_units="s",
+                        primal={"infeasible_requests": model.infeasible})
+    c = order_statistic_bound(model.arrival_s, model.alone_s, model.area_token_s,
+                              model.capacity_tokens)
+    total = float(c.sum() - model.arrival_s.sum())
+    isolated = float(model.alone_s.sum())
+    n = model.arrival_s.size
+    return Solution("cost-bound", Status.OPTIMAL, total, total,
+                    model.build_s + time.perf_counter() - t0, model.digest,
+                    primal={"latency_lb_s": model.alone_s.copy(),
+                            "area_token_s": model.area_token_s.copy(),
+                            "completion_lb_s": c, "cached_tokens": model.cached_tokens},
+                    objective_units="s",
+                    info={"n_requests": int(n), "isolated_total_s": isolated,
+                          "memory_term_gain_s": total - isolated,
+                          "mean_e2e_lb_s": total / n if n else 0.0,
+                          "capacity_tokens": model.capacity_tokens})
+
+
+def certify_cost_bound(model: CostBoundModel, solution: Solution) -> dict[str, float]:
+    """Residuals: recomputed bound minus reported, and negative ingredients."""
+    if not solution.solved:
+        return {"objective_residual": 0.0, "negative_terms": 0.0}
+    c = order_statistic_bound(model.arrival_s, model.alone_s, model.area_token_s,
+                              model.capacity_tokens)
+    return {"objective_residual": abs(float(c.sum() - model.arrival_s.sum())
+                                      - solution.objective),
+            "negative_terms": float(np.sum(model.alone_s < 0) + np.sum(model.area_token_s < 0))}
+
+
+def _no_export(solution: Solution, instance: Any) -> Any:
+    raise SolutionError(f"{solution.formulation} is a bound and exports no policy")
+
+
+# --------------------------------------------------------------- abstract-model area bound
+def build_area(instance: Any, *, memory_tokens: int | None = None,
+               round_s: float = 1.0) -> tuple[KVProblem, str]:
+    return KVProblem.from_instance(instance, memory_tokens, round_s), instance.digest()
+
+
+def solve_area(model: tuple[KVProblem, str], solver: str = "closed-form",
+               time_limit_s: float | None = None) -> Solution:
+    t0 = time.perf_counter()
+    p, digest = model
+    bad = p.oversized()
+    if bad.size:
+        i = int(bad[0])
+        return Solution("schedule-area", Status.INFEASIBLE, digest=digest,
+                        message=f"request {i} needs {int(p.peak_tokens()[i])} tokens > "
+                                f"memory_tokens {p.memory_tokens}", objective_units="rounds",
+                        primal={"infeasible_requests": bad})
+    v = area_bound(p)
+    return Solution("schedule-area", Status.OPTIMAL, v, v, time.perf_counter() - t0, digest,
+                    objective_units="rounds")
+
+
+def certify_area(model: tuple[KVProblem, str], solution: Solution) -> dict[str, float]:
+    if not solution.solved:
+        return {"objective_residual": 0.0}
+    return {"objective_residual": abs(area_bound(model[0]) - solution.objective)}
+
+
+COST_BOUND = Formulation("cost-bound", build_cost_bound, solve_cost_bound, certify_cost_bound,
+                         _no_export, is_bound=True)
+SCHEDULE_AREA = Formulation("schedule-area", build_area, solve_area, certify_area, _no_export,
+                            is_bound=True)
