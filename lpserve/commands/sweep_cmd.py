@@ -75,10 +75,16 @@ def _sweep(args: argparse.Namespace) -> int:
     quiet = args.json
     bar = progress(iter(()), total=grid.n_cells, desc=f"sweep {grid.name}", quiet=quiet)
     update = getattr(bar, "update", None)
+
+    def start(n_cells: int, n_todo: int) -> None:
+        if hasattr(bar, "reset"):
+            bar.reset(total=n_todo)
+
     try:
         report = run_sweep(grid, args.out, backend=args.backend, workers=args.workers,
                            address=args.address, batch_size=args.batch_size,
-                           retry_failed=not args.no_retry_failed, on_batch=update)
+                           retry_failed=not args.no_retry_failed, on_batch=update,
+                           on_start=start)
     except RuntimeError as exc:
         raise CLIError(str(exc)) from None
     finally:

@@ -85,6 +85,15 @@ KIND_INPUTS: dict[str, tuple[str, ...]] = {
 USES_CLUSTER = ("simulate", "solve", "bound")
 
 
+def _reads(kind: str, key: str) -> bool:
+    """Whether cells of ``kind`` read the input ``key``."""
+    if key in ("kind", "trace", "load", "rate_per_s", "seed"):
+        return True
+    if key in CLUSTER_FIELDS:
+        return kind in USES_CLUSTER
+    return key in KIND_INPUTS[kind]
+
+
 class GridError(ValueError):
     """A grid that cannot be run; the message names the key and the value."""
 
@@ -267,6 +276,11 @@ class Grid:
         if any(k in ("solve", "bound") for k in kinds) and "formulation" not in axes | fixed:
             raise GridError("grid: solve and bound cells need a `formulation` axis or "
                             "[params].formulation")
+        for k in axes:
+            readers = [kd for kd in kinds if _reads(kd, k)]
+            if not readers:
+                raise GridError(f"grid axes.{k}: not read by {'/'.join(kinds)} cells (each "
+                                "value would repeat the same cells)")
         return cls(name=name, kind=kind, replications=reps, seed=seed, traces=traces,
                    fixed=fixed, axes=axes, description=str(data.get("description", "")),
                    raw=dict(data))
@@ -318,7 +332,7 @@ class Grid:
     # ------------------------------------------------------------------ expansion
     @property
     def n_cells(self) -> int:
-        """Number of cells: product of axis lengths times replications."""
+        """Points times replications (an upper bound on :meth:`cells` for mixed kinds)."""
         return int(np.prod([len(v) for v in self.axes.values()], dtype=np.int64)) * \
             self.replications
 
@@ -329,14 +343,22 @@ class Grid:
                 for combo in itertools.product(*(self.axes[n] for n in names))]
 
     def cells(self, trace_digests: Mapping[str, str]) -> list[Cell]:
-        """All cells, given the content digest of each named base trace."""
+        """All cells, given the content digest of each named base trace.
+
+        Cells with the same inputs appear once: in a grid that mixes kinds, a bound or
+        cache cell does not repeat for every value of an axis only simulations read.
+        """
         seeds = replication_seeds(self.seed, self.replications)
         out: list[Cell] = []
+        seen: set[str] = set()
         for point in self.points():
             for rep in range(self.replications):
                 inputs = self.cell_inputs(point, rep, point.get("seed", seeds[rep]),
                                           trace_digests)
-                out.append(Cell(cell_digest(inputs), inputs))
+                cell = Cell(cell_digest(inputs), inputs)
+                if cell.digest not in seen:  # e.g. bound cells on a policy axis
+                    seen.add(cell.digest)
+                    out.append(cell)
         return out
 
     def cell_inputs(self, point: Mapping[str, Any], rep: int, seed: int,

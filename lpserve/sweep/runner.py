@@ -103,7 +103,8 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
               out_dir: str | os.PathLike | None = None, *, backend: str = "local",
               workers: int | None = None, address: str | None = None, client: Any = None,
               batch_size: int | None = None, retry_failed: bool = True,
-              on_batch: Callable[[int], None] | None = None, format: str = "auto"
+              on_batch: Callable[[int], None] | None = None,
+              on_start: Callable[[int, int], None] | None = None, format: str = "auto"
               ) -> SweepReport:
     """Run every cell of ``grid`` that ``out_dir`` does not hold yet.
 
@@ -117,6 +118,7 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
         batch_size: cells per task and per part file (default :func:`auto_batch_size`).
         retry_failed: run cells whose stored row is an error again.
         on_batch: called with the number of cells of each completed batch (progress).
+        on_start: called once with the number of cells and the number left to run.
         format: part file format, ``auto``, ``parquet`` or ``csv``.
 
     Returns:
@@ -126,6 +128,8 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
     grid = load_grid(grid)
     out = Path(out_dir) if out_dir is not None else Path("sweeps") / grid.name
     workers = default_workers() if workers is None else workers
+    if backend == "serial":
+        workers = 1
     if backend not in BACKENDS:
         raise ValueError(f"sweep backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -142,6 +146,8 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
     skip = store.finished() if retry_failed else store.recorded()
     todo = [c for c in cells if c.digest not in skip]
     n_run = 0
+    if on_start is not None:
+        on_start(len(cells), len(todo))
     if todo:
         size = batch_size or auto_batch_size(len(todo), workers)
         batches = [todo[i:i + size] for i in range(0, len(todo), size)]

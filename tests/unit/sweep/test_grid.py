@@ -151,3 +151,18 @@ def test_expand_uses_trace_content_digest():
     cells = expand(g, traces)
     assert all(c.inputs["trace"]["digest"] == traces["conv"].digest() for c in cells)
     assert np.all([len(c.digest) == 64 for c in cells])
+
+
+def test_axis_the_kind_does_not_read_is_an_error():
+    g = stats_grid()
+    g["axes"]["replicas"] = [1, 2]
+    with pytest.raises(GridError, match=r"axes.replicas: not read by stats cells"):
+        Grid.from_dict(g)
+    g = stats_grid()
+    g["axes"]["kind"] = ["stats", "simulate"]
+    g["axes"]["policy"] = ["vllm", "sarathi"]
+    # policy is read by simulate cells only: stats cells appear once, not per policy
+    cells = Grid.from_dict(g).cells(FAKE_DIGESTS)
+    kinds = [c.inputs["kind"] for c in cells]
+    assert kinds.count("stats") == 3 * 2 and kinds.count("simulate") == 3 * 2 * 2
+    assert len({c.digest for c in cells}) == len(cells)
