@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.cost_cmd",
     "lpserve.commands.cache_cmd",
     "lpserve.commands.sweep_cmd",
+    "lpserve.commands.solve_cmd",
 )
 
 

@@ -176,8 +176,7 @@ def highs_model(*, col_cost: np.ndarray, col_lower: np.ndarray, col_upper: np.nd
     lp.a_matrix_.value_ = np.ascontiguousarray(a_value, dtype=np.float64)
     if integer:
         lp.integrality_ = [highspy.HighsVarType.kInteger] * lp.num_col_
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = new_highs()
     h.setOptionValue("random_seed", int(seed))
     if time_limit_s is not None:
         if not time_limit_s > 0:
@@ -186,4 +185,30 @@ def highs_model(*, col_cost: np.ndarray, col_lower: np.ndarray, col_upper: np.nd
     for k, v in (options or {}).items():
         h.setOptionValue(k, v)
     h.passModel(lp)
+    return h
+
+
+def new_highs() -> Any:
+    """A ``highspy.Highs`` with all output off. HiGHS prints a banner on stdout from C++
+    when the first instance is created; it is sent to /dev/null so ``--json`` output stays
+    one object."""
+    import os
+    import sys
+
+    import highspy
+
+    try:
+        sys.stdout.flush()
+        fd = os.dup(1)
+    except (OSError, ValueError):
+        h = highspy.Highs()
+    else:
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                h = highspy.Highs()
+        finally:
+            os.dup2(fd, 1)
+            os.close(fd)
+    h.setOptionValue("output_flag", False)
     return h
