@@ -191,21 +191,23 @@ class Replica:
             return
         if not self._make_room(extra):
             raise RuntimeError("internal: allocation without room")
-        n_full = int(S.prompt[i]) // self.bt
-        keys = None
-        for j in range(held, target_blocks):
-            if self.eng.prefix_caching and j < n_full and j == S.nslots[i] and \
-                    not S.kv_remote[i]:
-                if keys is None:
-                    keys = S.block_keys(i, self.bt)
+        n_keyed = 0
+        if self.eng.prefix_caching and not S.kv_remote[i] and held == S.nslots[i]:
+            n_keyed = max(0, min(target_blocks, int(S.prompt[i]) // self.bt) - held)
+        if n_keyed:
+            keys = S.block_keys(i, self.bt)
+            for j in range(held, held + n_keyed):
                 s = self.bm.take_hashed(keys[j], j, self.now)
-                if s >= 0:
-                    S.slots[i].append(s)
-                    S.nslots[i] += 1
-                    continue
-            else:
-                self.bm.take_anon(1)
-            S.anon[i] += 1
+                if s < 0:  # the key is cached already: this block and the rest anonymous
+                    n_keyed = j - held + 1
+                    S.anon[i] += 1
+                    break
+                S.slots[i].append(s)
+                S.nslots[i] += 1
+        rest = extra - n_keyed
+        if rest > 0:
+            self.bm.take_anon(rest)
+            S.anon[i] += rest
 
     def _release_request(self, i: int) -> None:
         S = self.S
@@ -247,8 +249,20 @@ class Replica:
         return best
 
     def _decode_need(self, decodes: list[int]) -> int:
-        S, bt = self.S, self.bt
-        return sum(1 for i in decodes if S.computed[i] + 1 > (S.anon[i] + S.nslots[i]) * bt)
+        if not decodes:
+            return 0
+        S = self.S
+        idx = np.asarray(decodes, np.int64)
+        return int(np.count_nonzero(S.computed[idx] + 1 > (S.anon[idx] + S.nslots[idx]) * self.bt))
+
+    def _phases(self) -> tuple[list[int], list[int]]:
+        """Running requests in decode phase (one token left to compute) and in prefill."""
+        if not self.running:
+            return [], []
+        S = self.S
+        idx = np.asarray(self.running, np.int64)
+        left = S.prompt[idx] + S.gen[idx] - S.computed[idx]
+        return idx[left == 1].tolist(), idx[left > 1].tolist()
 
     # =============================================================== admission
     def _admit(self, budget: int, chunks: list, allow_chunk: bool) -> int:
@@ -332,7 +346,7 @@ class Replica:
             if chunks:
                 return self._iterate(chunks, [])
         # running requests in decode phase and in (chunked) prefill phase
-        decodes = [i for i in self.running if S.prompt[i] + S.gen[i] - S.computed[i] == 1]
+        decodes, partial = self._phases()
         need = self._decode_need(decodes)
         while need > self.bm.plain_free:
             if self._make_room(need):
@@ -348,13 +362,14 @@ class Replica:
             need = self._decode_need(decodes)
             admit_ok = False  # as vLLM: no new admissions in a step that preempted
             self._resumed = True  # the next step plans again (single iteration now)
-        for i in decodes:
-            if S.computed[i] + 1 > (S.anon[i] + S.nslots[i]) * self.bt:
-                self.bm.take_anon(1)
-                S.anon[i] += 1
+        if need:
+            idx = np.asarray(decodes, np.int64)
+            grow = idx[S.computed[idx] + 1 > (S.anon[idx] + S.nslots[idx]) * self.bt]
+            self.bm.take_anon(int(grow.size))
+            S.anon[grow] += 1
         budget -= len(decodes)
         if eng.batching == "decode-first":
-            partial = [i for i in self.running if S.prompt[i] + S.gen[i] - S.computed[i] > 1]
+            partial = [i for i in partial if i in self.running]
             if partial:
                 ranks = self._rank_all()
                 partial.sort(key=lambda i: (ranks.get(i, math.inf), self.running.index(i)))
@@ -376,7 +391,7 @@ class Replica:
         if not chunks and not decodes:
             return self._resumed  # a resumed request decodes next step; otherwise idle
         if chunks or self._swap_blocks or self._resumed or self.role == "prefill" or \
-                any(S.gen[i] == 0 for i in decodes):
+                not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
         return self._decode_run(decodes, stop)
 
