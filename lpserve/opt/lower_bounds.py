@@ -116,6 +116,29 @@ def _decode_tables(cost: Any, c_max: int, grid: int) -> tuple[np.ndarray, np.nda
     return T1, T2
 
 
+def prefill_rate_s_per_token(cost: Any, max_tokens: int) -> tuple[float, float]:
+    """(r, t1): ``r = min_{1 <= n <= max_tokens} t(prefill n tokens) / n`` (s per token, on
+    every n up to 8192 and a dense geometric grid above) and ``t1`` = time of a one-token
+    prefill, the shortest iteration that can hold a prefill chunk."""
+    n_max = max(int(max_tokens), 1)
+    dense = np.arange(1, min(n_max, 8192) + 1)
+    extra = np.unique(np.geomspace(8192, n_max, 512).astype(np.int64)) if n_max > 8192 \
+        else np.zeros(0, np.int64)
+    n = np.concatenate([dense, extra[extra > 8192]])
+    t = cost.batch_times_s([{"prefill_tokens": [int(x)]} for x in n])
+    return float(np.min(t / n)), float(t[0])
+
+
+def prefill_lower_bound_s(cost: Any, uncached_tokens: np.ndarray) -> np.ndarray:
+    """Least total time (s) of the iterations that carry a prompt's uncached tokens, however
+    they are chunked: ``max(t1, r * tokens)`` (``models/lower-bounds.md`` (5)), shape (n,)."""
+    u = np.asarray(uncached_tokens, dtype=np.float64)
+    if u.size == 0:
+        return np.zeros(0)
+    r, t1 = prefill_rate_s_per_token(cost, int(u.max()))
+    return np.maximum(t1, r * u)
+
+
 def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = None,
                      max_grid_points: int = 8192) -> CostBoundModel:
     """Ingredients of the cost-model bound for ``instance``.
@@ -157,8 +180,7 @@ def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = Non
         key = id(cost)
         if key in seen:
             continue
-        pre = cost.batch_times_s([{"prefill_tokens": [int(s[i] - cached[i])],
-                                   "prefill_cached": [int(cached[i])]} for i in range(n)])
+        pre = prefill_lower_bound_s(cost, s - cached)                           # (5)
         T1, T2 = _decode_tables(cost, c_max, grid)
         # decode iterations 2..o_i run with contexts >= s_i .. s_i + o_i - 2   (6)
         lo, hi = s, s + o - 1
