@@ -9,7 +9,8 @@ as the machine may be shared), and (2) through ``run_sweep`` on each backend, ea
 a fresh sweep directory, start-up of the pool or cluster included. Prints per backend:
 wall time, cells per second, speed-up over the loop, and the overhead per cell,
 ``(workers * wall - loop) / cells``: worker-seconds per cell spent beyond the loop's own
-compute (start-up, shipping, scheduling, storing). Then checks that every backend gave
+compute (start-up, shipping, scheduling, storing), and the same against the time the
+workers spent inside cells (less sensitive to other load on a shared machine). Then checks that every backend gave
 the same per-cell result digests as the loop, and (unless ``--no-resume``) kills a local
 sweep of the grid with SIGKILL midway and checks the re-run: finished cells skipped,
 the rest run, one row per cell. Exits 1 when results differ or the resume check fails.
@@ -58,7 +59,8 @@ def plain_loop(grid_name: str) -> tuple[float, dict[str, str], int]:
     return loop_s, {r["cell"]: r["result_digest"] for r in rows}, len(cells)
 
 
-def on_backend(grid_name: str, backend: str, workers: int, root: Path) -> tuple[float, dict]:
+def on_backend(grid_name: str, backend: str, workers: int, root: Path
+               ) -> tuple[float, float, dict]:
     from lpserve.sweep import run_sweep
 
     t0 = time.perf_counter()
@@ -66,7 +68,8 @@ def on_backend(grid_name: str, backend: str, workers: int, root: Path) -> tuple[
     wall = time.perf_counter() - t0
     if rep.n_failed or rep.n_run != rep.n_cells:
         raise SystemExit(f"{backend}: {rep.n_failed} failed, {rep.n_run} of {rep.n_cells} run")
-    return wall, dict(zip(rep.table["cell"], rep.table["result_digest"]))
+    in_cells = float(rep.table["cell_wall_s"].sum())
+    return wall, in_cells, dict(zip(rep.table["cell"], rep.table["result_digest"]))
 
 
 def resume_check(grid_name: str, workers: int, root: Path) -> dict:
@@ -118,12 +121,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lpserve-sweep-bench-") as tmp:
         root = Path(tmp)
         for b in [x for x in args.backends.split(",") if x]:
-            wall, digests = on_backend(args.grid, b, args.workers, root)
+            wall, in_cells, digests = on_backend(args.grid, b, args.workers, root)
             identical = digests == ref
             same &= identical
             results["backends"][b] = {
                 "wall_s": wall, "cells_per_s": n / wall, "speedup": loop_s / wall,
                 "overhead_ms_per_cell": 1000 * (args.workers * wall - loop_s) / n,
+                "in_cell_s": in_cells,
+                "outside_cells_ms_per_cell": 1000 * (args.workers * wall - in_cells) / n,
                 "identical_to_loop": identical}
         if not args.no_resume:
             results["resume"] = resume_check(args.grid, args.workers, root)
@@ -143,12 +148,17 @@ def main() -> int:
     print(f"grid {args.grid}: {n} cells, {args.workers} workers, "
           f"{os.cpu_count()} CPUs on this machine")
     print(f"{'backend':<8} {'wall s':>8} {'cells/s':>8} {'speed-up':>9} "
-          f"{'overhead ms/cell':>17} {'same results':>13}")
-    print(f"{'loop':<8} {loop_s:>8.2f} {n / loop_s:>8.2f} {1.0:>9.2f} {0.0:>17.1f} {'-':>13}")
+          f"{'overhead ms/cell':>17} {'in cells s':>11} {'outside ms/cell':>16} "
+          f"{'same results':>13}")
+    print(f"{'loop':<8} {loop_s:>8.2f} {n / loop_s:>8.2f} {1.0:>9.2f} {0.0:>17.1f} "
+          f"{loop_s:>11.2f} {0.0:>16.1f} {'-':>13}")
     for b, r in results["backends"].items():
         print(f"{b:<8} {r['wall_s']:>8.2f} {r['cells_per_s']:>8.2f} {r['speedup']:>9.2f} "
-              f"{r['overhead_ms_per_cell']:>17.1f} "
+              f"{r['overhead_ms_per_cell']:>17.1f} {r['in_cell_s']:>11.2f} "
+              f"{r['outside_cells_ms_per_cell']:>16.1f} "
               f"{'yes' if r['identical_to_loop'] else 'NO':>13}")
+    print("overhead = (workers x wall - loop) / cells; outside = (workers x wall - time "
+          "inside cells on the workers) / cells; both include start-up")
     if "resume" in results:
         r = results["resume"]
         print(f"resume: killed (SIGKILL) with {r['done_at_kill']}/{r['cells']} cells stored; "
