@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run every cell of a sweep grid (TOML; see lpserve.sweep.grid) that the "
         "output directory does not hold yet, on a local process pool, Dask or Ray. Results "
         "are Parquet part files with one row per cell; an interrupted sweep resumes where "
-        "it stopped.")
+        "it stopped. Exit status 1 when a cell failed (its error is listed and stored).")
     p.add_argument("grid", help="grid TOML file, or the name of a bundled grid "
                    "(lpserve/data/grids: default, bench200)")
     p.add_argument("--backend", default="local", choices=["local", "dask", "ray", "serial"],
