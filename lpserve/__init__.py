@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "Claim": "lpserve.policy",
     # layer 4
     "cache_replay": "lpserve.cachesim",
+    "solve": "lpserve.opt",
     # layer 5
     "make_policy": "lpserve.registry",
     "simulate": "lpserve.sim",
