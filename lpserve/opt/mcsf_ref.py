@@ -20,7 +20,8 @@ import numpy as np
 from lpserve.opt.exact import KVProblem
 
 
-def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None) -> np.ndarray:
+def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None,
+                  priority: Any = None) -> np.ndarray:
     """Start round of each request under MC-SF, int64 shape ``(n,)``.
 
     Args:
@@ -28,6 +29,9 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None) -> np.ndarra
         predicted_tokens: õ_i, predicted output lengths (tokens), shape ``(n,)``; each
             must be ``>= output_tokens[i]`` for the memory guarantee (defaults to the true
             lengths).
+        priority: order key per request (lower first), shape ``(n,)``; default the
+            predicted length (MC-SF). Arrival round gives MC-Benchmark (FCFS with the same
+            memory check).
 
     Raises ValueError naming the request if ``s_i + õ_i > M`` (it could never start) or a
     prediction is below the true length.
@@ -47,6 +51,9 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None) -> np.ndarra
         if low:
             raise ValueError(f"predicted_tokens[{low[0]}] = {p[low[0]]} is below the true "
                              f"output {o[low[0]]}; MC-SF needs predictions >= outputs")
+    key = list(p) if priority is None else [float(x) for x in np.asarray(priority)]
+    if len(key) != n:
+        raise ValueError(f"priority must have shape ({n},), got {np.shape(priority)}")
     for i in range(n):
         if s[i] + p[i] > M:
             raise ValueError(f"request {i} needs s + predicted = {s[i] + p[i]} tokens > "
@@ -67,7 +74,7 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None) -> np.ndarra
                 continue
             t += 1
             continue
-        waiting.sort(key=lambda i: (p[i], a[i], i))
+        waiting.sort(key=lambda i: (key[i], a[i], i))
         committed = [(s[i], start[i], p[i]) for i in running]   # (s, start, predicted)
         chosen: list[int] = []
         for j in waiting:
@@ -108,3 +115,17 @@ def mcsf_latency(problem: KVProblem, predicted_tokens: Any = None) -> int:
     """Total latency (rounds) of MC-SF on ``problem`` (true lengths decide completions)."""
     k = mcsf_schedule(problem, predicted_tokens)
     return int(np.sum(k + problem.output_tokens - problem.arrival_round))
+
+
+def best_memory_safe_schedule(problem: KVProblem) -> np.ndarray:
+    """The best (least total latency) of the memory-check greedy under several orders:
+    predicted length (MC-SF), peak s + o, area s o + o^2 / 2, and arrival (MC-Benchmark).
+    Used as the IP's incumbent and to size its start windows."""
+    o, s = problem.output_tokens, problem.prompt_tokens
+    best, best_v = None, None
+    for key in (o, s + o, problem.area_token_rounds(), problem.arrival_round):
+        k = mcsf_schedule(problem, priority=key)
+        v = int(np.sum(k + o - problem.arrival_round))
+        if best_v is None or v < best_v:
+            best, best_v = k, v
+    return best

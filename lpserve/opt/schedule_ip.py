@@ -88,7 +88,8 @@ def build(instance: Any, *, memory_tokens: int | None = None, round_s: float = 1
 def build_problem(problem: KVProblem, *, relax: bool = False, max_columns: int | None = None,
                   digest: str = "") -> ScheduleModel:
     """Build from a :class:`KVProblem` directly (see :func:`build`)."""
-    from lpserve.opt.mcsf_ref import mcsf_schedule
+    from lpserve.opt.lower_bounds import area_bound
+    from lpserve.opt.mcsf_ref import best_memory_safe_schedule
 
     t0 = time.perf_counter()
     name = "schedule-lp" if relax else "schedule-ip"
@@ -102,9 +103,16 @@ def build_problem(problem: KVProblem, *, relax: bool = False, max_columns: int |
                              time.perf_counter() - t0, name, bad)
     a, s, o = problem.arrival_round, problem.prompt_tokens, problem.output_tokens
     M = problem.memory_tokens
-    incumbent = mcsf_schedule(problem)
-    w_total = int(total_latency(problem, incumbent) - o.sum())     # (6)
+    incumbent = best_memory_safe_schedule(problem)
+    ub = int(total_latency(problem, incumbent))
+    w_total = ub - int(o.sum())                                      # (6)
     window = np.full(n, w_total, dtype=np.int64)
+    if not relax and n <= 200:
+        # (6'): lat_i <= UB - (bound on the others' total latency)
+        for i in range(n):
+            keep = np.arange(n) != i
+            others = KVProblem.from_arrays(a[keep], s[keep], o[keep], M)
+            window[i] = max(0, min(w_total, ub - int(o[i]) - int(area_bound(others))))
     overflow = False
     if relax and max_columns is not None:
         cap = max(0, int(max_columns) // n - 1)
@@ -366,8 +374,8 @@ def _certify_errors(model: ScheduleModel, solution: Solution) -> list[str]:
 
 
 def build_lp(instance: Any, **options: Any) -> ScheduleModel:
-    """:func:`build` with ``relax=True`` (``max_columns`` defaults to 400,000)."""
-    options.setdefault("max_columns", 400_000)
+    """:func:`build` with ``relax=True`` (``max_columns`` defaults to 200,000)."""
+    options.setdefault("max_columns", 200_000)
     return build(instance, relax=True, **options)
 
 
