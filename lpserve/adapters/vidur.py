@@ -384,11 +384,16 @@ class LpserveVllmReplicaScheduler(VLLMReplicaScheduler):
                        block_tokens=int(self._cache_config.block_size))
         d = _order.rank_order(self.scheduler, recs, self.policy_name, **view_kw)
         self.n_rankings += 1
-        self.recorder.record(recs, view_kw, d)
         cand = waiting + running
         self._request_queue = [cand[i] for i in d.waiting]
         self._preempted_requests = [cand[i] for i in d.running]
-        return [cand[i] for i in d.held]
+        held = [cand[i] for i in d.held]
+        if self.recorder.path is not None:
+            self.recorder.record(recs, view_kw, d, applied={
+                "waiting": [int(r.id) for r in self._request_queue],
+                "running": [int(r.id) for r in self._preempted_requests],
+                "held": [int(r.id) for r in held]})
+        return held
 
     @staticmethod
     def _restart(request: Request) -> None:
@@ -475,14 +480,17 @@ def simulation_config(*, policy: str, params: dict[str, Any] | None = None,
                       model_name: str = "meta-llama/Llama-2-7b-hf", device: str = "a100",
                       network_device: str = "a100_dgx", tp: int = 1,
                       batch_size_cap: int = 128, max_tokens_in_batch: int = 4096,
-                      lpserve_router: bool = True, lpserve_cost: bool = True,
-                      record_views: str = "", seed: int = 42) -> Any:
+                      num_blocks: int | None = None, lpserve_router: bool = True,
+                      lpserve_cost: bool = True, record_views: str = "",
+                      seed: int = 42) -> Any:
     """A Vidur ``SimulationConfig`` that runs ``policy`` (router and replica scheduler)
     on ``trace_csv`` (see :func:`write_trace_csv`) or Vidur's synthetic generator
     (``synthetic``: ``num_requests``, ``qps``, ``min_tokens``, ``max_tokens``,
     ``prefill_to_decode_ratio``), priced by lpserve's cost model unless
-    ``lpserve_cost=False``. Chrome traces and plots are off."""
-    from vidur.config import (ClusterConfig, MetricsConfig, PoissonRequestIntervalGeneratorConfig,
+    ``lpserve_cost=False``. ``num_blocks`` overrides the KV blocks per replica (Vidur
+    derives them from GPU memory otherwise). Chrome traces and plots are off."""
+    from vidur.config import (CacheConfig, ClusterConfig, MetricsConfig,
+                              PoissonRequestIntervalGeneratorConfig,
                               ReplicaConfig, RoundRobinGlobalSchedulerConfig, SimulationConfig,
                               SyntheticRequestGeneratorConfig,
                               UniformRequestLengthGeneratorConfig)
@@ -518,6 +526,7 @@ def simulation_config(*, policy: str, params: dict[str, Any] | None = None,
             replica_config=ReplicaConfig(model_name=model_name, device=device,
                                          network_device=network_device,
                                          tensor_parallel_size=tp, num_pipeline_stages=1),
+            cache_config=CacheConfig(num_blocks=num_blocks),
             global_scheduler_config=(LpserveGlobalSchedulerConfig(policy=policy,
                                                                   params_json=params_json)
                                      if lpserve_router else RoundRobinGlobalSchedulerConfig()),
