@@ -175,7 +175,8 @@ def build_assignment(instance: Any, *, replica_costs: Sequence[Any] | None = Non
 
 def solve_assignment(model: AssignmentModel, solver: str = "highs",
                      time_limit_s: float | None = None) -> Solution:
-    """Solve (1)–(4) with HiGHS dual simplex; the basic optimum is integral (TU), the
+    """Solve (1)–(4) with HiGHS (interior point + crossover); the basic optimum is
+    integral (TU), the
     rounding ``argmax_j x_ij`` is then the identity (checked in :func:`certify_assignment`)."""
     if solver not in ("highs", "cvxpy"):
         raise ValueError(f"solver must be 'highs' or 'cvxpy', got {solver!r}")
@@ -202,7 +203,10 @@ def solve_assignment(model: AssignmentModel, solver: str = "highs",
                     row_lower=np.concatenate([np.ones(n), np.full(R, -np.inf)]),
                     row_upper=np.concatenate([np.ones(n), cap.astype(np.float64)]),
                     a_start=a_start, a_index=a_index, a_value=np.ones(2 * nc),
-                    time_limit_s=time_limit_s, options={"solver": "simplex"})
+                    time_limit_s=time_limit_s,
+                    # interior point + crossover ends at a vertex (integral, by TU), and is
+                    # 2-3x faster than dual simplex on 10^5 columns (benchmarks/)
+                    options={"solver": "ipm", "run_crossover": "on"})
     h.run()
     status, obj, bound, text = highs_status(h, has_integers=False)
     primal, dual = {}, {}
@@ -229,7 +233,7 @@ def _solve_assignment_cvxpy(model: AssignmentModel, t0: float) -> Solution:
     capc = cp.sum(x, axis=0) <= cap
     prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(C, x))), [demand, capc])
     t_build = time.perf_counter() - t0
-    prob.solve(solver=cp.HIGHS)
+    prob.solve(solver=cp.HIGHS, highs_options={"solver": "ipm", "run_crossover": "on"})
     ok = prob.status == cp.OPTIMAL
     xv = np.asarray(x.value) if ok else None
     st = prob.solver_stats
