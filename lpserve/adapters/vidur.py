@@ -25,8 +25,8 @@ The policy is named by ``policy`` / ``params_json`` fields of the lpserve config
 Vidur's command line with these types available; :func:`simulation_config` and
 :func:`run` build and run a configuration from Python.
 """
-from __future__ import annotations
-
+# no "from __future__ import annotations": Vidur's CLI reads the config dataclasses'
+# field types at run time
 import importlib.metadata
 import json
 import math
@@ -539,12 +539,28 @@ def simulation_config(*, policy: str, params: dict[str, Any] | None = None,
         **kw)
 
 
+def reset_entity_ids() -> None:
+    """Restart Vidur's class-level id counters (requests, replicas, batches, ...) at 0,
+    as in a fresh process. Vidur's metrics index replicas by id, so a second simulation
+    in one process needs this; it also makes request ids equal trace rows."""
+    from vidur.entities.base_entity import BaseEntity
+
+    stack = [BaseEntity]
+    while stack:
+        cls = stack.pop()
+        if "_id" in vars(cls) or cls is not BaseEntity:
+            cls._id = -1
+        stack.extend(cls.__subclasses__())
+
+
 def run(config: Any) -> Any:
-    """Run a Vidur ``SimulationConfig``; returns the finished ``Simulator`` (its request
-    metrics are in ``<output_dir>/request_metrics.csv``)."""
+    """Run a Vidur ``SimulationConfig`` (entity ids restarted, see
+    :func:`reset_entity_ids`); returns the finished ``Simulator`` (its request metrics
+    are in ``<output_dir>/request_metrics.csv``)."""
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
 
+    reset_entity_ids()
     set_seeds(config.seed)
     sim = Simulator(config)
     sim.run()
