@@ -84,6 +84,17 @@ def _ro(a: Any, dtype: Any) -> np.ndarray:
     return arr
 
 
+def _ro_view(a: Any, dtype: Any) -> np.ndarray:
+    """A read-only view of ``a`` (no copy when it already has ``dtype``)."""
+    arr = np.asarray(a)
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    else:
+        arr = arr.view()
+    arr.setflags(write=False)
+    return arr
+
+
 @dataclass(frozen=True, eq=False)
 class SchedulerView:
     """Candidates of one replica at one scheduling point (all arrays shape ``(n,)``).
@@ -178,22 +189,30 @@ class RouterView:
                  arrival_s: np.ndarray, prompt_tokens: np.ndarray, tenant: np.ndarray,
                  session_id: np.ndarray, predicted_lo: np.ndarray | None,
                  predicted_hi: np.ndarray | None, output_tokens: np.ndarray | None,
-                 block_keys: tuple[np.ndarray, ...],
+                 block_keys: tuple[np.ndarray, ...] | Callable[[], tuple[np.ndarray, ...]],
                  replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray]):
         self.now_s = float(now_s)
         self.n_replicas = int(n_replicas)
         self.phase = phase
-        self.request = _ro(request, np.int64)
-        self.arrival_s = _ro(arrival_s, np.float64)
-        self.prompt_tokens = _ro(prompt_tokens, np.int64)
-        self.tenant = _ro(tenant, np.int64)
-        self.session_id = _ro(session_id, np.int64)
-        self.predicted_lo = None if predicted_lo is None else _ro(predicted_lo, np.int64)
-        self.predicted_hi = None if predicted_hi is None else _ro(predicted_hi, np.int64)
-        self.output_tokens = None if output_tokens is None else _ro(output_tokens, np.int64)
-        self.block_keys = tuple(_ro(k, np.int64) for k in block_keys)
+        self.request = _ro_view(request, np.int64)
+        self.arrival_s = _ro_view(arrival_s, np.float64)
+        self.prompt_tokens = _ro_view(prompt_tokens, np.int64)
+        self.tenant = _ro_view(tenant, np.int64)
+        self.session_id = _ro_view(session_id, np.int64)
+        self.predicted_lo = None if predicted_lo is None else _ro_view(predicted_lo, np.int64)
+        self.predicted_hi = None if predicted_hi is None else _ro_view(predicted_hi, np.int64)
+        self.output_tokens = None if output_tokens is None else _ro_view(output_tokens,
+                                                                          np.int64)
+        self._keys = block_keys
         self._state_fn = replica_state
         self._state: dict[str, np.ndarray] | None = None
+
+    @property
+    def block_keys(self) -> tuple[np.ndarray, ...]:
+        """Per arriving request, the chained hashes of its prefix blocks (int64 arrays)."""
+        if callable(self._keys):
+            self._keys = tuple(_ro(k, np.int64) for k in self._keys())
+        return self._keys
 
     def __len__(self) -> int:
         return int(self.request.shape[0])
@@ -238,9 +257,13 @@ class Scheduler(_Role):
 
     ``quantum_s``: if set, the simulator asks again at least every ``quantum_s`` seconds
     of simulated time (a time-sliced policy); ``None`` asks only at events.
+    ``rank_key``: a declaration that ``rank(view)`` always equals ``view.<rank_key>``
+    (``"arrival_s"`` or ``"prompt_tokens"``), a fixed per-request key; engines may then
+    order by the key without calling ``rank``. ``None`` (default) promises nothing.
     """
 
     quantum_s: float | None = None
+    rank_key: str | None = None
 
     def rank(self, view: SchedulerView) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -272,9 +295,10 @@ class RoundRobin(Router):
 
 
 class FCFS(Scheduler):
-    """First come, first served: rank = arrival time (ties by request index)."""
+    """First come, first served: rank = arrival time (ties by queue position)."""
 
     name = "fcfs"
+    rank_key = "arrival_s"
 
     def rank(self, view: SchedulerView) -> np.ndarray:
         return np.asarray(view.arrival_s, dtype=np.float64).copy()

@@ -45,7 +45,13 @@ class Simulation:
         self.host_blocks = int(cl.host_memory_gb * 1e9 // block_bytes) if block_bytes > 0 else 0
         self.link_gbps = cl.link_gbps
         self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
-        if cl.disaggregated:
+        from lpserve.sim import compiled
+
+        self.compiled = compiled.eligible(self)
+        if self.compiled:
+            self.front = [compiled.CompiledReplica(self, k) for k in range(cl.replicas)]
+            self.back = []
+        elif cl.disaggregated:
             self.front = [Replica(self, k, "prefill") for k in range(cl.prefill_replicas)]
             self.back = [Replica(self, k, "decode") for k in range(cl.decode_replicas)]
         else:
@@ -70,6 +76,11 @@ class Simulation:
 
     def check_replica(self, r: Replica) -> None:
         if not self.check:
+            return
+        if getattr(r, "cfg", None) is not None:  # a compiled replica
+            msg = r.check()
+            if msg:
+                raise InvariantError(f"replica {r.index}: {msg}")
             return
         try:
             r.bm.check()
@@ -105,7 +116,6 @@ class Simulation:
         S = self.state
         role = "decode_router" if phase == "decode" else "router"
         router = getattr(self.policy, role)
-        idx = np.asarray(req, np.int64)
         tr = S.trace
 
         def replica_state() -> dict[str, np.ndarray]:
@@ -119,15 +129,23 @@ class Simulation:
                 "total_blocks": np.array([r.bm.total for r in pool]),
             }
 
+        contiguous = req[-1] - req[0] == len(req) - 1
+        idx = slice(req[0], req[-1] + 1) if contiguous else np.asarray(req, np.int64)
         view = RouterView(
-            now_s=t, n_replicas=len(pool), phase=phase, request=idx,
+            now_s=t, n_replicas=len(pool), phase=phase,
+            request=np.arange(req[0], req[-1] + 1) if contiguous else idx,
             arrival_s=S.arrival[idx], prompt_tokens=S.prompt[idx], tenant=S.tenant[idx],
             session_id=S.session[idx],
             predicted_lo=None if tr.predicted_lo is None else tr.predicted_lo[idx],
             predicted_hi=None if tr.predicted_hi is None else tr.predicted_hi[idx],
             output_tokens=S.out[idx] if self.policy.meta.clairvoyant else None,
-            block_keys=tuple(S.trace_keys(i) for i in req), replica_state=replica_state)
-        out = np.asarray(router.route(view))
+            block_keys=lambda: tuple(S.trace_keys(i) for i in req),
+            replica_state=replica_state)
+        out = router.route(view)
+        if type(out) is np.ndarray and out.shape == (1,) and out.dtype.kind in "iu" and \
+                0 <= out[0] < len(pool):
+            return [int(out[0])]
+        out = np.asarray(out)
         name = self.role_name(role)
         if out.shape != (len(req),):
             raise PolicyError(f"{name}: route() returned shape {out.shape}, expected "
@@ -183,6 +201,10 @@ class Simulation:
             self._flush_kv(math.inf)
             for r in self.back:
                 r.advance(math.inf)
+        if self.compiled:
+            from lpserve.sim.compiled import finalize_reasons
+
+            finalize_reasons(self)
         self._label_unfinished()
         return {"wall_s": time.perf_counter() - t0}
 

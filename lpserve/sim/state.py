@@ -45,6 +45,7 @@ class State:
         self.replica = np.full(n, -1, np.int64)
         self.decode_replica = np.full(n, -1, np.int64)
         self.reason = np.full(n, "", dtype=object)
+        self.reason_code = np.zeros(n, np.int8)  # set by compiled replicas
         none = np.full(n, -1, np.int64)
         self.tenant = none if trace.tenant is None else np.asarray(trace.tenant, np.int64)
         self.session = none if trace.session_id is None else np.asarray(trace.session_id,

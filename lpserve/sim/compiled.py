@@ -1,0 +1,152 @@
+"""A replica whose whole event loop runs in numba (``_kernels.replica_advance``).
+
+Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
+``rank_key``, e.g. FCFS ranks by ``arrival_s``), prefix caching is off, preemption is by
+recompute (or there is no host memory to swap to), and the cluster is colocated. It has
+the same interface as :class:`~lpserve.sim.replica.Replica` and gives the same results as
+the reference mode, which plans every iteration in Python.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lpserve.sim import _kernels as K
+from lpserve.sim.state import WAITING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lpserve.sim.engine import Simulation
+
+RANK_KEYS = ("arrival_s", "prompt_tokens")
+_BATCHING = {"prefill-first": 0, "decode-first": 1, "mixed": 2, "static": 3}
+_REASONS = {K.R_CTX_KV: "context_exceeds_kv", K.R_CTX_BUDGET: "context_exceeds_token_budget"}
+
+
+def eligible(sim: "Simulation") -> bool:
+    """Whether ``sim`` can use compiled replicas."""
+    p = sim.policy
+    eng = p.engine
+    return (not sim.reference and not sim.cluster.disaggregated
+            and getattr(p.scheduler, "rank_key", None) in RANK_KEYS
+            and p.scheduler.quantum_s is None and not eng.prefix_caching
+            and (eng.preemption == "recompute" or sim.host_blocks == 0))
+
+
+class _Pool:
+    """Block-pool counters of a compiled replica (the router's view reads these)."""
+
+    def __init__(self, total: int, ist: np.ndarray) -> None:
+        self.total = total
+        self._ist = ist
+
+    @property
+    def used(self) -> int:
+        return self.total - int(self._ist[K.I_FREE])
+
+
+class CompiledReplica:
+    """Colocated replica driven by :func:`lpserve.sim._kernels.replica_advance`."""
+
+    role = "colocated"
+
+    def __init__(self, sim: "Simulation", index: int) -> None:
+        self.sim = sim
+        self.S = S = sim.state
+        self.index = index
+        eng = sim.policy.engine
+        self.eng = eng
+        self.bt = sim.block_tokens
+        total = sim.total_blocks
+        reserve = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // self.bt)
+        self.wm_blocks = int(eng.watermark * total)
+        self.reserve_blocks = reserve
+        self.cfg = np.array([_BATCHING[eng.batching], eng.max_num_seqs,
+                             eng.max_num_batched_tokens, int(eng.chunked_prefill), reserve,
+                             self.wm_blocks, self.bt, total], np.int64)
+        self.ist = np.array([total, 0, 0, 0, -1, 0, 0], np.int64)
+        self.fst = np.zeros(2)
+        self.run = np.zeros(eng.max_num_seqs + 1, np.int64)
+        n = S.n
+        self.w_id = np.zeros(n, np.int64)
+        self.w_key = np.zeros(n)
+        self.w_seq = np.zeros(n, np.int64)
+        key = sim.policy.scheduler.rank_key
+        self.rkey = S.arrival if key == "arrival_s" else S.prompt.astype(np.float64)
+        self.bm = _Pool(total, self.ist)
+        self.releases: list = []
+        self.n_swaps = 0
+
+    # interface shared with Replica ------------------------------------------------
+    now = property(lambda self: float(self.fst[K.F_NOW]))
+    used_block_s = property(lambda self: float(self.fst[K.F_AREA]))
+    n_iters = property(lambda self: int(self.ist[K.I_ITERS]))
+    n_decode_iters = property(lambda self: int(self.ist[K.I_DITERS]))
+
+    @property
+    def running(self) -> list[int]:
+        return self.run[:self.ist[K.I_NRUN]].tolist()
+
+    @property
+    def waiting(self) -> list[int]:
+        return self.w_id[:self.ist[K.I_NWAIT]].tolist()
+
+    @property
+    def outstanding(self) -> int:
+        return int(self.ist[K.I_NRUN] + self.ist[K.I_NWAIT])
+
+    def advance(self, t: float) -> None:
+        stop = min(t, self.sim.horizon_s)
+        if self.fst[K.F_NOW] >= stop or (self.ist[K.I_NRUN] == 0 and self.ist[K.I_NWAIT] == 0):
+            return
+        S = self.S
+        K.replica_advance(self.sim.params, self.cfg, self.ist, self.fst, stop, self.run,
+                          self.w_id, self.w_key, self.w_seq, self.rkey, S.prompt, S.out,
+                          S.computed, S.gen, S.anon, S.first_sched, S.first_token, S.finish,
+                          S.preempt, S.status, S.reason_code, S.seen_tok)
+        self.sim.check_replica(self)
+
+    def enqueue(self, i: int, t: float) -> None:
+        self.advance(t)
+        S, eng = self.S, self.eng
+        reason = _reject_reason(self, i)
+        if reason:
+            self.sim.reject(i, reason, t)
+            return
+        if self.fst[K.F_NOW] < t:
+            self.fst[K.F_NOW] = t
+        n = self.ist[K.I_NWAIT]
+        self.w_id[n] = i
+        self.w_key[n] = self.rkey[i]
+        self.w_seq[n] = self.ist[K.I_SEQ]
+        self.ist[K.I_SEQ] += 1
+        self.ist[K.I_NWAIT] = n + 1
+        S.status[i] = WAITING
+        S.replica[i] = self.index
+
+    def check(self) -> str:
+        """Empty string when the block and queue counters are consistent."""
+        S = self.S
+        free = int(self.ist[K.I_FREE])
+        held = int(S.anon[self.running].sum())
+        if free < 0 or free + held != self.bm.total:
+            return f"free {free} + held {held} != total {self.bm.total}"
+        if self.running and np.any(S.arrival[self.running] > self.now):
+            return "a request ran before it arrived"
+        return ""
+
+
+def _reject_reason(r, i: int) -> str:
+    from lpserve.sim.replica import Replica
+
+    return Replica._reject_reason(r, i)
+
+
+def finalize_reasons(sim: "Simulation") -> None:
+    """Copy the kernels' reason codes into the string reasons."""
+    S = sim.state
+    for code, text in _REASONS.items():
+        for i in np.flatnonzero(S.reason_code == code).tolist():
+            if not S.reason[i]:
+                S.reason[i] = text
