@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.cache_cmd",
     "lpserve.commands.sweep_cmd",
     "lpserve.commands.solve_cmd",
+    "lpserve.commands.simulate_cmd",
 )
 
 

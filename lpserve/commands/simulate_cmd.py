@@ -1,0 +1,86 @@
+"""``lpserve simulate``: run a policy on a trace and a cluster, print the metrics."""
+from __future__ import annotations
+
+import argparse
+
+from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="simulate a serving policy on a trace",
+        description="Simulate a registered policy (engine, scheduler, router) serving a "
+        "trace on a cluster, and print latency, throughput and cache metrics.")
+    p.add_argument("--trace", default=None, metavar="PATH",
+                   help="trace file or bundled trace name (default: the bundled trace)")
+    p.add_argument("--gpu", default="a100-80gb", help="catalog GPU (default a100-80gb)")
+    p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per replica")
+    p.add_argument("--replicas", type=int, default=1, help="colocated replicas")
+    p.add_argument("--prefill-replicas", type=int, default=0,
+                   help="prefill replicas (disaggregated; needs --decode-replicas)")
+    p.add_argument("--decode-replicas", type=int, default=0, help="decode replicas")
+    p.add_argument("--policy", default="vllm", help="registered policy name (default vllm)")
+    p.add_argument("--rate-scale", type=float, default=1.0, metavar="X",
+                   help="multiply the arrival rate by X (arrival times divided by X)")
+    p.add_argument("--head", type=int, default=None, metavar="N",
+                   help="simulate only the first N requests")
+    p.add_argument("--horizon", type=float, default=None, metavar="SECONDS",
+                   help="stop starting iterations after this simulated time")
+    p.add_argument("--slo-ttft", type=float, default=float("inf"), metavar="SECONDS")
+    p.add_argument("--slo-tpot", type=float, default=float("inf"), metavar="SECONDS")
+    p.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
+    add_json_flag(p)
+    p.set_defaults(func=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    import lpserve as lp
+    from lpserve.loaders import DEFAULT_TRACE, load_trace
+    from lpserve.registry import make_policy, policy_names
+
+    if args.policy not in policy_names():
+        raise CLIError(f"unknown policy {args.policy!r}; registered: "
+                       f"{', '.join(policy_names())}")
+    if not args.rate_scale > 0:
+        raise CLIError(f"--rate-scale must be > 0, got {args.rate_scale}")
+    trace = load_trace(args.trace or DEFAULT_TRACE)
+    if args.head is not None:
+        trace = trace.head(args.head)
+    if args.rate_scale != 1.0:
+        trace = trace.scale_rate(args.rate_scale)
+    if len(trace) == 0:
+        raise CLIError("the trace has no requests")
+    disagg = args.prefill_replicas > 0 or args.decode_replicas > 0
+    cluster = lp.Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp,
+                         replicas=1 if disagg else args.replicas,
+                         prefill_replicas=args.prefill_replicas,
+                         decode_replicas=args.decode_replicas)
+    inst = lp.Instance(trace=trace, cluster=cluster,
+                       slo=lp.SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot),
+                       horizon_s=args.horizon)
+    res = lp.simulate(inst, make_policy(args.policy), seed=args.seed)
+    s = res.summary()
+    s.update(policy=args.policy, trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu,
+             llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, seed=args.seed,
+             rate_scale=args.rate_scale, digest=res.digest())
+    if args.json:
+        emit_json(s)
+        return 0
+    print(f"policy {args.policy} on {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
+          f"   trace {s['trace']} (rate x{args.rate_scale})")
+    print(f"requests   {s['n_requests']:,}  finished {s['n_finished']:,}  rejected "
+          f"{s['n_rejected']:,}  unfinished {s['n_unfinished']:,}  preemptions "
+          f"{s['preemptions']:,}")
+    for reason, count in s["reasons"].items():
+        print(f"  {reason:<28} {count:,}")
+    print(f"{'metric':<10} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10}")
+    for key in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        d = s[key]
+        print(f"{key:<10} " + " ".join(f"{fmt_num(d[q]):>10}" for q in
+                                       ("mean", "p50", "p90", "p99")))
+    print(f"throughput {fmt_num(s['throughput_rps'])} req/s   goodput "
+          f"{fmt_num(s['goodput_rps'])} req/s   prefix hit rate "
+          f"{fmt_num(s['prefix_hit_rate'])}   KV utilization {fmt_num(s['kv_utilization'])}")
+    print(f"wall       {fmt_num(s['wall_s'])} s")
+    return 0
