@@ -194,15 +194,12 @@ class RouterView:
         self.now_s = float(now_s)
         self.n_replicas = int(n_replicas)
         self.phase = phase
-        self.request = _ro_view(request, np.int64)
-        self.arrival_s = _ro_view(arrival_s, np.float64)
-        self.prompt_tokens = _ro_view(prompt_tokens, np.int64)
-        self.tenant = _ro_view(tenant, np.int64)
-        self.session_id = _ro_view(session_id, np.int64)
-        self.predicted_lo = None if predicted_lo is None else _ro_view(predicted_lo, np.int64)
-        self.predicted_hi = None if predicted_hi is None else _ro_view(predicted_hi, np.int64)
-        self.output_tokens = None if output_tokens is None else _ro_view(output_tokens,
-                                                                          np.int64)
+        # request arrays are wrapped read-only on first access (most routers read few)
+        self._src = {"request": request, "arrival_s": arrival_s,
+                     "prompt_tokens": prompt_tokens, "tenant": tenant,
+                     "session_id": session_id, "predicted_lo": predicted_lo,
+                     "predicted_hi": predicted_hi, "output_tokens": output_tokens}
+        self._n = int(len(request))
         self._keys = block_keys
         self._state_fn = replica_state
         self._state: dict[str, np.ndarray] | None = None
@@ -214,8 +211,21 @@ class RouterView:
             self._keys = tuple(_ro(k, np.int64) for k in self._keys())
         return self._keys
 
+    _DTYPES = {"request": np.int64, "arrival_s": np.float64, "prompt_tokens": np.int64,
+               "tenant": np.int64, "session_id": np.int64, "predicted_lo": np.int64,
+               "predicted_hi": np.int64, "output_tokens": np.int64}
+
+    def __getattr__(self, name: str) -> Any:
+        src = self.__dict__.get("_src")
+        if src is None or name not in src:
+            raise AttributeError(f"RouterView has no field {name!r}")
+        v = src[name]
+        v = None if v is None else _ro_view(v, self._DTYPES[name])
+        self.__dict__[name] = v
+        return v
+
     def __len__(self) -> int:
-        return int(self.request.shape[0])
+        return self._n
 
     def _replica(self, name: str) -> np.ndarray:
         if self._state is None:
@@ -289,6 +299,10 @@ class RoundRobin(Router):
 
     def route(self, view: RouterView) -> np.ndarray:
         n = len(view)
+        if n == 1:
+            k = self._next
+            self._next = (k + 1) % view.n_replicas
+            return np.array([k % view.n_replicas], np.int64)
         out = (self._next + np.arange(n, dtype=np.int64)) % view.n_replicas
         self._next = int((self._next + n) % view.n_replicas)
         return out

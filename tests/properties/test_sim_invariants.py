@@ -20,7 +20,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(sim_instances())
 def test_fast_equals_reference_and_invariants_hold(case):
     inst, policy = case
