@@ -102,24 +102,63 @@ def build_view(records: Sequence[RequestRecord], *, now_s: float, replica: int =
                free_blocks: int = 0, total_blocks: int = 0,
                block_tokens: int = 16) -> SchedulerView:
     """A non-clairvoyant :class:`SchedulerView` of ``records`` (in the given order)."""
+    return view_from_columns(
+        {name: [getattr(r, name) for r in records] for name in VIEW_COLUMNS},
+        now_s=now_s, replica=replica, free_blocks=free_blocks, total_blocks=total_blocks,
+        block_tokens=block_tokens)
 
-    def col(name: str, dtype: Any) -> np.ndarray:
-        a = np.array([getattr(r, name) for r in records], dtype=dtype)
+
+#: per-candidate columns of a view built by an adapter, with their dtypes
+VIEW_COLUMNS: dict[str, Any] = {
+    "request": np.int64, "arrival_s": np.float64, "prompt_tokens": np.int64,
+    "generated_tokens": np.int64, "computed_tokens": np.int64, "cached_tokens": np.int64,
+    "running": bool, "swapped": bool, "preemptions": np.int64,
+    "first_scheduled_s": np.float64, "tenant": np.int64, "session_id": np.int64}
+_DEFAULTS = {"cached_tokens": 0, "swapped": False, "tenant": -1, "session_id": -1}
+
+
+def view_from_columns(cols: Mapping[str, Sequence[Any]], *, now_s: float, replica: int = 0,
+                      free_blocks: int = 0, total_blocks: int = 0,
+                      block_tokens: int = 16) -> SchedulerView:
+    """A non-clairvoyant :class:`SchedulerView` from per-candidate columns (the fast path
+    an adapter takes every engine step). Columns in :data:`VIEW_COLUMNS`;
+    ``cached_tokens``, ``swapped``, ``tenant`` and ``session_id`` may be left out."""
+    bad = sorted(set(cols) - set(VIEW_COLUMNS))
+    if bad:
+        raise AdapterError(f"view columns: unknown {bad}; known: {list(VIEW_COLUMNS)}")
+    n = len(cols["request"])
+    arrays = {}
+    for name, dtype in VIEW_COLUMNS.items():
+        if name in cols:
+            a = np.array(cols[name], dtype=dtype)
+            if a.shape != (n,):
+                raise AdapterError(f"view column {name!r} has {a.shape[0] if a.ndim else 0} "
+                                   f"values, expected {n}")
+        elif name in _DEFAULTS:
+            a = np.full(n, _DEFAULTS[name], dtype=dtype)
+        else:
+            raise AdapterError(f"view column {name!r} is missing")
         a.setflags(write=False)
-        return a
-
+        arrays[name] = a
     return SchedulerView(
-        now_s=float(now_s), replica=int(replica), request=col("request", np.int64),
-        arrival_s=col("arrival_s", np.float64), prompt_tokens=col("prompt_tokens", np.int64),
-        generated_tokens=col("generated_tokens", np.int64),
-        computed_tokens=col("computed_tokens", np.int64),
-        cached_tokens=col("cached_tokens", np.int64), running=col("running", bool),
-        swapped=col("swapped", bool), preemptions=col("preemptions", np.int64),
-        first_scheduled_s=col("first_scheduled_s", np.float64),
-        tenant=col("tenant", np.int64), session_id=col("session_id", np.int64),
+        now_s=float(now_s), replica=int(replica), **arrays,
         predicted_lo=None, predicted_hi=None, output_tokens=None,
         free_blocks=int(free_blocks), total_blocks=int(total_blocks),
         block_tokens=int(block_tokens))
+
+
+def records_from_view(view: SchedulerView) -> list[RequestRecord]:
+    """The candidates of ``view`` as :class:`RequestRecord` rows (for recording)."""
+    return [RequestRecord(request=int(view.request[k]), arrival_s=float(view.arrival_s[k]),
+                          prompt_tokens=int(view.prompt_tokens[k]),
+                          generated_tokens=int(view.generated_tokens[k]),
+                          computed_tokens=int(view.computed_tokens[k]),
+                          cached_tokens=int(view.cached_tokens[k]),
+                          running=bool(view.running[k]), preemptions=int(view.preemptions[k]),
+                          first_scheduled_s=float(view.first_scheduled_s[k]),
+                          swapped=bool(view.swapped[k]), tenant=int(view.tenant[k]),
+                          session_id=int(view.session_id[k]))
+            for k in range(len(view))]
 
 
 # ================================================================================ ranking
@@ -175,7 +214,11 @@ class Decision:
 def rank_order(scheduler: Scheduler, records: Sequence[RequestRecord], policy_name: str,
                **view_kw: Any) -> Decision:
     """Rank ``records`` (waiting and running together, one view) and split the order."""
-    view = build_view(records, **view_kw)
+    return decide(scheduler, build_view(records, **view_kw), policy_name)
+
+
+def decide(scheduler: Scheduler, view: SchedulerView, policy_name: str) -> Decision:
+    """Rank ``view`` and split the stable rank order into waiting, running and held."""
     ranks = checked_ranks(scheduler, view, policy_name)
     order = order_by_rank(ranks)
     running = view.running[order]

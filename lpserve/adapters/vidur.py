@@ -361,15 +361,27 @@ class LpserveVllmReplicaScheduler(VLLMReplicaScheduler):
         self._prompt0.setdefault(request.id, request.num_prefill_tokens)
         super().add_request(request)
 
-    def _record(self, r: Request, running: bool) -> _order.RequestRecord:
-        p0 = self._prompt0.get(r.id, r.num_prefill_tokens)
-        gen = (r.num_prefill_tokens - p0) + max(0, r.num_processed_tokens - r.num_prefill_tokens)
-        return _order.RequestRecord(
-            request=int(r.id), arrival_s=float(r.arrived_at), prompt_tokens=int(p0),
-            generated_tokens=int(gen), computed_tokens=int(r.num_processed_tokens),
-            running=running, preemptions=int(r.num_restarts),
-            first_scheduled_s=float(r._scheduled_at) if (r.scheduled or r.num_restarts)
-            else math.nan)
+    def _view(self, cand: list, n_wait: int, time: float) -> Any:
+        """One view of the waiting (first ``n_wait``) and running candidates."""
+        p0 = self._prompt0
+        prompt = [p0.get(r.id, r.num_prefill_tokens) for r in cand]
+        processed = [r.num_processed_tokens for r in cand]
+        prefill = [r.num_prefill_tokens for r in cand]
+        return _order.view_from_columns(
+            {"request": [r.id for r in cand], "arrival_s": [r.arrived_at for r in cand],
+             "prompt_tokens": prompt,
+             # tokens decoded before restarts (folded into the prefill) + since
+             "generated_tokens": [f - q + (c - f if c > f else 0)
+                                  for q, f, c in zip(prompt, prefill, processed)],
+             "computed_tokens": processed,
+             "running": [False] * n_wait + [True] * (len(cand) - n_wait),
+             "preemptions": [r.num_restarts for r in cand],
+             "first_scheduled_s": [r._scheduled_at if (r.scheduled or r.num_restarts)
+                                   else math.nan for r in cand]},
+            now_s=float(time), replica=int(self._replica_id.id),
+            free_blocks=int(self._cache_config.num_blocks - self._num_allocated_blocks),
+            total_blocks=int(self._cache_config.num_blocks),
+            block_tokens=int(self._cache_config.block_size))
 
     def _apply_policy(self, time: float) -> list[Request]:
         """Sort waiting and running lists by rank; return the held-back waiting requests
@@ -377,19 +389,18 @@ class LpserveVllmReplicaScheduler(VLLMReplicaScheduler):
         waiting, running = self._request_queue, self._preempted_requests
         if not waiting and not running:
             return []
-        recs = [self._record(r, False) for r in waiting] + [self._record(r, True) for r in running]
-        view_kw = dict(now_s=float(time), replica=int(self._replica_id.id),
-                       free_blocks=int(self._cache_config.num_blocks - self._num_allocated_blocks),
-                       total_blocks=int(self._cache_config.num_blocks),
-                       block_tokens=int(self._cache_config.block_size))
-        d = _order.rank_order(self.scheduler, recs, self.policy_name, **view_kw)
-        self.n_rankings += 1
         cand = waiting + running
+        view = self._view(cand, len(waiting), time)
+        d = _order.decide(self.scheduler, view, self.policy_name)
+        self.n_rankings += 1
         self._request_queue = [cand[i] for i in d.waiting]
         self._preempted_requests = [cand[i] for i in d.running]
         held = [cand[i] for i in d.held]
         if self.recorder.path is not None:
-            self.recorder.record(recs, view_kw, d, applied={
+            view_kw = dict(now_s=view.now_s, replica=view.replica,
+                           free_blocks=view.free_blocks, total_blocks=view.total_blocks,
+                           block_tokens=view.block_tokens)
+            self.recorder.record(_order.records_from_view(view), view_kw, d, applied={
                 "waiting": [int(r.id) for r in self._request_queue],
                 "running": [int(r.id) for r in self._preempted_requests],
                 "held": [int(r.id) for r in held]})
