@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.opt.exact import KVProblem, check_schedule, total_latency
+from lpserve.opt.exact import KVProblem, total_latency
 from lpserve.opt.solution import Formulation, Solution, Status, highs_model, highs_status
 from lpserve.policy import Meta, Scheduler
 
@@ -366,11 +366,6 @@ def export(solution: Solution, instance: Any) -> PlannedStartScheduler:
 
         raise SolutionError(f"{solution.formulation}: no integral start rounds to export")
     return PlannedStartScheduler(solution.primal["start_round"])
-
-
-def _certify_errors(model: ScheduleModel, solution: Solution) -> list[str]:
-    """Model violations of an integral solution (used by tests and the CLI)."""
-    return check_schedule(model.problem, solution.primal["start_round"])
 
 
 def build_lp(instance: Any, **options: Any) -> ScheduleModel:

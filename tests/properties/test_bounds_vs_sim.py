@@ -11,7 +11,6 @@ and recomputes can do better (see ``models/lower-bounds.md``, "Scope").
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
