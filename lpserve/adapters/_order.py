@@ -18,7 +18,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 

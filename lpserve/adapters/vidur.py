@@ -32,7 +32,6 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from math import ceil
 from typing import Any
 
 import numpy as np
