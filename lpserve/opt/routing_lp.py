@@ -497,13 +497,18 @@ def _group_saving(m: FluidModel, z: np.ndarray) -> np.ndarray:
 
 
 def _fluid_diagnosis(m: FluidModel) -> str:
+    """Name the resource whose aggregate demand is largest relative to its supply."""
     need = {"decode": float(m.rate_per_s @ m.output_tokens),
-            "prefill": float(m.rate_per_s @ np.maximum(m.prompt_tokens - m.prefix_tokens, 0))}
+            "prefill": float(m.rate_per_s @ np.maximum(m.prompt_tokens - m.prefix_tokens, 0)),
+            "kv": float(m.rate_per_s @ m.kv_token_s.min(axis=1))}
     have = {"decode": float(m.utilization * m.decode_tokens_per_s.sum()),
-            "prefill": float(m.utilization * m.prefill_tokens_per_s.sum())}
+            "prefill": float(m.utilization * m.prefill_tokens_per_s.sum()),
+            "kv": float(m.kv_tokens.sum())}
+    unit = {"decode": "decode tokens/s", "prefill": "prefill tokens/s", "kv": "KV tokens"}
     worst = max(need, key=lambda k: need[k] / have[k])
-    return (f"infeasible: demand needs {need[worst]:.4g} {worst} tokens/s, replicas give at "
-            f"most {have[worst]:.4g} at utilization {m.utilization} (or the KV rows bind)")
+    return (f"infeasible: demand needs {need[worst]:.4g} {unit[worst]}, replicas give at "
+            f"most {have[worst]:.4g} (utilization {m.utilization}); ratios "
+            + ", ".join(f"{k} {need[k] / have[k]:.3g}" for k in need))
 
 
 def solve_fluid_convex(model: FluidModel, congestion_weight: float = 1.0) -> Solution:

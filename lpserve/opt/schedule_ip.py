@@ -44,6 +44,7 @@ class ScheduleModel:
         a_start, a_index, a_value: the CSC constraint matrix.
         row_round: round of each memory row (rows ``n ..``), int64 (n_mem_rows,).
         sym_pairs: (i, j) pairs of identical requests ordered ``k_i <= k_j`` (IP only).
+        too_large: columns the IP would need when above ``max_columns`` (0 if built).
         incumbent: MC-SF start rounds (None if infeasible).
         digest: instance digest ("" for raw arrays).
         build_s: seconds spent building.
@@ -66,6 +67,7 @@ class ScheduleModel:
     build_s: float = 0.0
     name: str = "schedule-ip"
     infeasible: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    too_large: int = 0
 
 
 def build(instance: Any, *, memory_tokens: int | None = None, round_s: float = 1.0,
@@ -77,8 +79,10 @@ def build(instance: Any, *, memory_tokens: int | None = None, round_s: float = 1
         memory_tokens: M, KV capacity in tokens.
         round_s: seconds per round (arrivals are rounded up to a round boundary).
         relax: build the LP relaxation.
-        max_columns: LP only: cap the window so that about ``max_columns`` start columns
-            are built (late columns keep it a relaxation). ``None``: full window.
+        max_columns: LP: cap the window so that about ``max_columns`` start columns are
+            built (late columns keep it a relaxation); ``None``: full window. IP: the
+            largest model built (default 2,000,000 columns); a larger IP is not built and
+            ``solve`` returns ``FEASIBLE`` with the greedy incumbent and the area bound.
     """
     problem = KVProblem.from_instance(instance, memory_tokens=memory_tokens, round_s=round_s)
     return build_problem(problem, relax=relax, max_columns=max_columns,
@@ -113,6 +117,12 @@ def build_problem(problem: KVProblem, *, relax: bool = False, max_columns: int |
             keep = np.arange(n) != i
             others = KVProblem.from_arrays(a[keep], s[keep], o[keep], M)
             window[i] = max(0, min(w_total, ub - int(o[i]) - int(area_bound(others))))
+    if not relax and int((window + 1).sum()) > (max_columns or 2_000_000):
+        return ScheduleModel(problem, relax, window, False, empty_i, empty_i, np.zeros(0),
+                             np.zeros(1, np.int64), empty_i, np.zeros(0), empty_i,
+                             np.zeros((0, 2), np.int64), incumbent, digest,
+                             time.perf_counter() - t0, name, empty_i,
+                             too_large=int((window + 1).sum()))
     overflow = False
     if relax and max_columns is not None:
         cap = max(0, int(max_columns) // n - 1)
@@ -200,6 +210,17 @@ def solve(model: ScheduleModel, solver: str = "highs", time_limit_s: float | Non
     if model.infeasible.size:
         return _infeasible_solution(model)
     p = model.problem
+    if model.too_large:
+        from lpserve.opt.lower_bounds import area_bound
+
+        k = model.incumbent
+        return Solution(model.name, Status.FEASIBLE, float(total_latency(p, k)),
+                        float(area_bound(p)), model.build_s, model.digest,
+                        {"start_round": k.copy(), "completion_round": k + p.output_tokens},
+                        message=f"IP not built: it needs {model.too_large} columns > "
+                                "max_columns; incumbent = best greedy schedule, bound = "
+                                "area bound (use schedule-lp for a tighter bound)",
+                        objective_units="rounds", info={"n_columns": model.too_large})
     if p.n == 0:
         return Solution(model.name, Status.OPTIMAL, 0.0, 0.0, model.build_s, model.digest,
                         primal={"start_round": np.zeros(0, np.int64)}, objective_units="rounds")

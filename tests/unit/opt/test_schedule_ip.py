@@ -88,3 +88,16 @@ def test_bad_options_raise():
     with pytest.raises(ValueError, match="memory_tokens"):
         solve("schedule-ip", plain)
     assert solve("schedule-ip", plain, memory_tokens=4).status == Status.OPTIMAL
+
+
+def test_too_large_ip_returns_incumbent_and_area_bound():
+    rng = np.random.default_rng(0)
+    n, M = 14, 40
+    s = rng.integers(1, 6, n)
+    o = np.array([rng.integers(1, M - si + 1) for si in s])
+    inst = _instance(np.zeros(n), s, o, M)
+    sol = solve("schedule-ip", inst, max_columns=50)
+    assert sol.status == Status.FEASIBLE and "max_columns" in sol.message
+    assert sol.bound <= sol.objective
+    assert not check_schedule(KVProblem.from_instance(inst), sol.primal["start_round"])
+    assert S.export(sol, inst).start_round.size == n
