@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.sweep_cmd",
     "lpserve.commands.solve_cmd",
     "lpserve.commands.simulate_cmd",
+    "lpserve.commands.gap_cmd",
 )
 
 

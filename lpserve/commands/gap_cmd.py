@@ -1,0 +1,386 @@
+"""``lpserve gap``: how far serving heuristics are from the lower bounds.
+
+Simulates the baseline heuristics and the principled policies on a trace, cluster and load,
+computes the lower bounds that apply (the cost-model bound for the GPU cost model: per
+request TTFT, TPOT and end-to-end, and the KV-memory term on mean end-to-end latency),
+asserts that no bound is above any simulated value of the same metric, and prints the gap
+table, a robustness view over workloads (consecutive windows of the trace) and loads, and
+writes a report folder (Markdown, CSV, PNG plots).
+
+Exit status: 0 on success, 2 on bad input, 3 when a lower bound is above a simulated value
+(a bug in the simulator or in the bound; the message names the policy, bound and values).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num, progress
+
+#: the default workload is the first DEFAULT_DURATION_S seconds of the bundled trace (and
+#: DEFAULT_WINDOWS - 1 further windows for the robustness view), to finish within a minute
+DEFAULT_DURATION_S = 150.0
+DEFAULT_WINDOWS = 2
+DEFAULT_LOADS = "0.5,1.0,1.5"
+EXIT_BOUND_VIOLATED = 3
+TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
+    ("ttft_s_mean", "TTFT mean s", "TTFT mean (s)"), ("ttft_s_p50", "p50", "TTFT p50 (s)"),
+    ("ttft_s_p99", "p99", "TTFT p99 (s)"),
+    ("tpot_s_mean", "TPOT mean s", "TPOT mean (s)"), ("tpot_s_p50", "p50", "TPOT p50 (s)"),
+    ("tpot_s_p99", "p99", "TPOT p99 (s)"),
+    ("e2e_s_mean", "E2E mean s", "E2E mean (s)"), ("e2e_s_p50", "p50", "E2E p50 (s)"),
+    ("e2e_s_p99", "p99", "E2E p99 (s)"),
+    ("goodput_rps", "goodput req/s", "goodput (req/s)"),
+    ("prefix_hit_rate", "hit rate", "prefix hit rate"),
+    ("bound_value", "bound", "bound"), ("ratio_to_bound", "ratio", "ratio to bound"),
+    ("e2e_s_p99_over_p50", "P99/P50", "E2E P99/P50"),
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "gap", help="gap of serving heuristics to lower bounds (table, robustness, report)",
+        description="Simulate baseline heuristics (round robin / JSQ routing, FCFS vLLM "
+        "scheduling, LRU eviction, fixed-budget chunked prefill) and principled policies on "
+        "a trace, compute the lower bounds that apply, assert that no bound exceeds a "
+        "simulated value, and print the gap table and a robustness view over workloads "
+        "and loads; write a report folder with Markdown, CSV and PNG plots. Without "
+        f"--trace: the first {DEFAULT_DURATION_S:g} s of the bundled trace. Exit status 3 "
+        "when a bound is violated.")
+    p.add_argument("--trace", default=None, metavar="PATH",
+                   help="trace file or bundled trace name (default: the bundled trace, "
+                   f"first {DEFAULT_DURATION_S:g} s)")
+    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="length of each workload window (default: "
+                   f"{DEFAULT_DURATION_S:g} s for the bundled default, else the whole trace)")
+    p.add_argument("--full", action="store_true",
+                   help="use the whole trace as one workload (no windows)")
+    p.add_argument("--windows", type=int, default=DEFAULT_WINDOWS, metavar="N",
+                   help="consecutive windows of --duration used as workloads in the "
+                   f"robustness view (default {DEFAULT_WINDOWS}); the table uses the first")
+    p.add_argument("--gpu", default="a100-80gb", help="catalog GPU (default a100-80gb)")
+    p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per replica")
+    p.add_argument("--replicas", type=int, default=2, help="colocated replicas (default 2)")
+    p.add_argument("--load", type=float, default=1.0, metavar="X",
+                   help="rate scale of the table: arrival rate x X (default 1.0)")
+    p.add_argument("--loads", default=DEFAULT_LOADS, metavar="X,Y,...",
+                   help=f"rate scales of the load sweep (default {DEFAULT_LOADS}); --load "
+                   "is added when missing")
+    p.add_argument("--policies", default=None, metavar="A,B,...",
+                   help="policies to compare: registered names, lp-index, lp-split "
+                   "(default: baselines + principled policies available)")
+    p.add_argument("--bounds", default="cost-bound", metavar="A,B,...",
+                   help="lower bounds to compute (default cost-bound; 'none' for none)")
+    p.add_argument("--check-bound", action="append", default=[], metavar="METRIC=VALUE",
+                   help="a lower bound computed elsewhere for the table's instance, e.g. "
+                   "e2e_s_mean=2.5; asserted like the others (repeatable)")
+    p.add_argument("--metric", default="e2e_s_mean",
+                   help="metric of the ratio to the bound (default e2e_s_mean)")
+    p.add_argument("--slo-ttft", type=float, default=1.0, metavar="SECONDS",
+                   help="TTFT target for goodput (default 1.0 s)")
+    p.add_argument("--slo-tpot", type=float, default=0.1, metavar="SECONDS",
+                   help="TPOT target for goodput (default 0.1 s)")
+    p.add_argument("--seeds", default="0", metavar="S,T,...",
+                   help="simulation seeds; metrics are averaged over them (default 0)")
+    p.add_argument("--out", default="lpserve-report", metavar="DIR",
+                   help="report folder (default lpserve-report/)")
+    add_json_flag(p)
+    p.set_defaults(func=_gap)
+
+
+# ------------------------------------------------------------------------ arguments
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CLIError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
+        raise CLIError(f"{flag} must hold numbers > 0, got {text!r}")
+    return vals
+
+
+def _claimed(items: list[str]) -> dict[str, float]:
+    out = {}
+    for it in items:
+        key, sep, val = it.partition("=")
+        try:
+            out[key.strip()] = float(val)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise CLIError(f"--check-bound must look like METRIC=VALUE, got {it!r}")
+    return out
+
+
+def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
+    """[(label, window trace)] and a note on the slicing."""
+    from lpserve.loaders import DEFAULT_TRACE, load_trace
+
+    trace = load_trace(args.trace or DEFAULT_TRACE)
+    if len(trace) == 0:
+        raise CLIError("the trace has no requests")
+    if args.windows < 1:
+        raise CLIError(f"--windows must be >= 1, got {args.windows}")
+    duration = args.duration
+    if duration is None and args.trace is None and not args.full:
+        duration = DEFAULT_DURATION_S
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise CLIError(f"--duration must be > 0 seconds, got {duration}")
+    if args.full or duration is None or duration >= trace.duration_s:
+        return [(trace.name, trace)], (f"whole trace {trace.name}: {len(trace):,} requests "
+                                       f"over {trace.duration_s:.0f} s")
+    t0 = float(trace.arrival_s[0])
+    out = []
+    for k in range(args.windows):
+        lo = t0 + k * duration
+        if lo > float(trace.arrival_s[-1]):
+            break
+        w = trace.window(lo, lo + duration)
+        if len(w) >= 2:
+            out.append((f"{trace.name}[{k * duration:g}-{(k + 1) * duration:g}s]", w.rebased()))
+    note = (f"workload = {len(out)} consecutive {duration:g}-s window(s) of {trace.name} "
+            f"({', '.join(f'{len(w):,}' for _, w in out)} of {len(trace):,} requests over "
+            f"{trace.duration_s:.0f} s); the table uses the first"
+            + ("" if args.trace or args.duration else "; --full for the whole trace"))
+    return out, note
+
+
+# ------------------------------------------------------------------------ command
+def _gap(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
+    import lpserve as lp
+    from lpserve.evaluate import BoundViolation, default_policies
+    from lpserve.evaluate.compare import SOLVED_POLICIES
+    from lpserve.registry import policy_names
+
+    loads = sorted(set(_floats(args.loads, "--loads")) | set(_floats(str(args.load), "--load")))
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else []
+    if not seeds:
+        raise CLIError(f"--seeds must list at least one integer, got {args.seeds!r}")
+    claimed = _claimed(args.check_bound)
+    bounds = [] if args.bounds.strip() in ("", "none") else \
+        [b.strip() for b in args.bounds.split(",") if b.strip()]
+    workloads, note = _workloads(args)
+    cluster = lp.Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
+    slo = lp.SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
+    if args.policies:
+        policies = [x.strip() for x in args.policies.split(",") if x.strip()]
+        known = set(policy_names()) | set(SOLVED_POLICIES)
+        bad = [x for x in policies if x not in known]
+        if bad:
+            raise CLIError(f"unknown policies {bad}; registered: {', '.join(policy_names())}; "
+                           f"solved: {', '.join(SOLVED_POLICIES)}")
+    else:
+        policies = default_policies(cluster.n_replicas)
+    cases = [(wl, load, lp.Instance(trace=tr if load == 1.0 else tr.scale_rate(load),
+                                    cluster=cluster, slo=slo))
+             for wl, tr in workloads for load in loads]
+    main_case = (workloads[0][0], args.load)
+    total = len(cases) * len(policies) * len(seeds)
+    ticks = iter(progress(range(total), total=total, desc="lpserve gap", quiet=args.json))
+    try:
+        tables, frames = _run_cases(cases, main_case, policies, bounds, claimed, seeds, args,
+                                    lambda *_: next(ticks, None))
+    except BoundViolation as exc:
+        for _ in ticks:  # close the bar
+            pass
+        msg = f"bound violated: {exc}"
+        if args.json:
+            emit_json({"error": f"BoundViolation: {exc}", "policy": exc.policy,
+                       "bound": exc.bound, "metric": exc.metric,
+                       "bound_value": exc.bound_value, "policy_value": exc.policy_value})
+        print(f"lpserve gap: error: {msg}", file=sys.stderr)
+        return EXIT_BOUND_VIOLATED
+    for _ in ticks:
+        pass
+    import pandas as pd
+
+    runs = pd.concat(frames, ignore_index=True)
+    from lpserve.evaluate import robustness_summary
+
+    robust = robustness_summary(runs, args.metric, case=("workload", "load"))
+    table = tables[main_case]
+    sim_s = float(runs["wall_s"].sum())
+    files = _write_report(Path(args.out), table, runs, robust, note, args, cluster, loads)
+    wall = time.perf_counter() - t_start
+    out = _json(table, runs, robust, note, args, cluster, loads, policies, files, wall, sim_s)
+    if args.json:
+        emit_json(out)
+        return 0
+    _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases))
+    return 0
+
+
+def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run):
+    from lpserve.evaluate import ClaimedBound, compare
+
+    tables, frames = {}, []
+    for wl, load, inst in cases:
+        b = list(bounds)
+        if claimed and (wl, load) == main_case:
+            b.append(ClaimedBound("claimed", claimed))
+        df = compare(inst, policies, b, seeds, metric=args.metric, on_run=on_run)
+        tables[(wl, load)] = df
+        long = df.copy()
+        long.attrs = {}
+        long.insert(0, "load", load)
+        long.insert(0, "workload", wl)
+        frames.append(long)
+    return tables, frames
+
+
+# ------------------------------------------------------------------------ output
+def _header(args: argparse.Namespace, cluster: Any, note: str) -> list[str]:
+    return [f"cluster {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}; "
+            f"SLO TTFT <= {args.slo_ttft:g} s, TPOT <= {args.slo_tpot:g} s; "
+            f"rate scale x{args.load:g}",
+            note]
+
+
+def _bound_note(table: Any, args: argparse.Namespace) -> str:
+    s = table.attrs["samples"]
+    return (f"'bound' = the largest lower bound on {args.metric} over the requests each "
+            f"policy finished; 'ratio' = {args.metric} / bound; P99/P50 of end-to-end "
+            f"latency as a stability diagnostic; lower-bound rows over the {s.n_common:,} "
+            "requests every policy finished. Every bound is asserted <= every policy's "
+            "value of the same metric over the same requests.")
+
+
+def _bound_rows(table: Any) -> list[tuple[str, dict[str, float]]]:
+    return [(f"lower bound: {name}", vals)
+            for name, vals in table.attrs["samples"].bound_values.items()]
+
+
+def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases) -> None:
+    for line in _header(args, cluster, note):
+        print(line)
+    w = max(24, *(len(p) + 1 for p in table["policy"]))
+    widths = [max(9, len(h) + 1) for _, h, _ in TABLE_COLUMNS]
+
+    def line(label: str, values: list[float]) -> str:
+        return f"{label:<{w}}" + "".join(f"{fmt_num(v):>{k}}" for v, k in zip(values, widths))
+
+    print(f"{'policy':<{w}}" + "".join(f"{h:>{k}}" for (_, h, _), k in
+                                       zip(TABLE_COLUMNS, widths)))
+    for name, vals in _bound_rows(table):
+        print(line(name, [vals.get(c, float("nan")) for c, _, _ in TABLE_COLUMNS]))
+    for _, r in table.iterrows():
+        print(line(r["policy"], [float(r[c]) for c, _, _ in TABLE_COLUMNS]))
+    print(_bound_note(table, args))
+    rej = table[table["n_rejected"] > 0]
+    for _, r in rej.iterrows():
+        print(f"  {r['policy']}: {int(r['n_rejected'])} of {int(r['n_requests'])} requests "
+              "rejected by the engine (not in its statistics)")
+    m = args.metric
+    print(f"\nrobustness: {m} over {int(robust['n_cases'].iloc[0])} cases "
+          f"(workload windows x loads {args.loads})")
+    print(f"{'policy':<{w}}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}"
+          f"{'ratio mean':>12}{'ratio max':>11}  worst case")
+    for _, r in robust.iterrows():
+        print(f"{r['policy']:<{w}}" + "".join(f"{fmt_num(r[f'{m}_{k}']):>10}" for k in
+                                             ("mean", "std", "min", "max"))
+              + f"{fmt_num(r['ratio_to_bound_mean']):>12}{fmt_num(r['ratio_to_bound_max']):>11}"
+              f"  {r['worst_case']}")
+    print(f"\nreport: {args.out}/ ({', '.join(Path(f).name for f in files)})")
+    print(f"wall {wall:.1f} s ({n_cases} cases, simulation {sim_s:.1f} s)")
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def _write_report(out: Path, table, runs, robust, note, args, cluster, loads) -> list[str]:
+    from lpserve.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"--out {str(out)!r}: cannot create the report folder ({exc})") from None
+    files = []
+    flat = table.copy()
+    flat.attrs = {}
+    flat.to_csv(out / "gap_table.csv", index=False)
+    runs.to_csv(out / "runs.csv", index=False)
+    robust.to_csv(out / "robustness.csv", index=False)
+    files += [str(out / n) for n in ("gap_table.csv", "runs.csv", "robustness.csv")]
+    header = ["policy", "kind"] + [md for _, _, md in TABLE_COLUMNS]
+    rows = [[name, "bound"] + [fmt_num(v.get(c, float("nan"))) for c, _, _ in TABLE_COLUMNS]
+            for name, v in _bound_rows(table)]
+    rows += [[r["policy"], r["kind"]] + [fmt_num(float(r[c])) for c, _, _ in TABLE_COLUMNS]
+             for _, r in table.iterrows()]
+    m = args.metric
+    rrows = [[r["policy"]] + [fmt_num(r[f"{m}_{k}"]) for k in ("mean", "std", "min", "max")]
+             + [fmt_num(r["ratio_to_bound_mean"]), fmt_num(r["ratio_to_bound_max"]),
+                r["worst_case"]] for _, r in robust.iterrows()]
+    md = ["# lpserve gap report", "", *[f"- {x}" for x in _header(args, cluster, note)], "",
+          "## Gap table", "", _md_table(header, rows), _bound_note(table, args), "",
+          "Policies:", "", *[f"- `{r['policy']}` ({r['kind']}): {r['description']}"
+                             for _, r in table.iterrows()], "",
+          f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
+          "", _md_table(["policy", "mean", "std", "min", "max", "ratio mean", "ratio max",
+                         "worst case"], rrows),
+          "## Plots", "", "![latency CDF](latency_cdf.png)", "",
+          "![latency vs load](latency_vs_load.png)", "", "![gap to bound](gap_to_bound.png)",
+          ""]
+    (out / "gap_table.md").write_text("\n".join(md))
+    files.insert(0, str(out / "gap_table.md"))
+    title = f"{cluster.n_replicas} x {args.gpu} / {args.llm}"
+    figs = {
+        "latency_cdf.png": plot_latency_cdf(table, ("ttft_s", "e2e_s"),
+                                            title=f"Latency CDFs, {title}, load x{args.load:g}"),
+        "latency_vs_load.png": plot_latency_vs_load(
+            runs, "e2e_s_mean", title=f"Mean end-to-end latency vs load, {title} "
+            f"(band: min-max over {runs['workload'].nunique()} workload(s))"),
+        "gap_to_bound.png": plot_gap_to_bound(
+            _with_metric(runs, m), title=f"{m} / lower bound, {title} "
+            f"(whiskers: min-max over {runs['workload'].nunique()} workload(s) x "
+            f"{len(loads)} load(s))"),
+    }
+    for name, fig in figs.items():
+        fig.savefig(out / name, dpi=110)
+        files.append(str(out / name))
+    return files
+
+
+def _with_metric(frame, metric: str):
+    f = frame.copy()
+    f.attrs = {"metric": metric}
+    return f
+
+
+def _nest(row: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for k in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        d[k] = {q: float(row[f"{k}_{q}"]) for q in ("mean", "p50", "p90", "p99")}
+    for k in ("throughput_rps", "goodput_rps", "prefix_hit_rate", "total_latency_s",
+              "e2e_s_p99_over_p50", "ttft_s_p99_over_p50", "bound_value", "ratio_to_bound",
+              "wall_s"):
+        d[k] = float(row[k])
+    for k in ("n_requests", "n_finished", "n_rejected", "n_unfinished", "preemptions"):
+        d[k] = int(round(float(row[k])))
+    d["bound_name"] = row["bound_name"]
+    return d
+
+
+def _json(table, runs, robust, note, args, cluster, loads, policies, files, wall, sim_s):
+    s = table.attrs["samples"]
+    rows = [{"policy": r["policy"], "kind": r["kind"], "description": r["description"],
+             **_nest(r)} for _, r in table.iterrows()]
+    sweep = [{"workload": r["workload"], "load": float(r["load"]), "policy": r["policy"],
+              **_nest(r)} for _, r in runs.iterrows()]
+    return {
+        "trace": args.trace or "azure-conv-10min", "workload": note,
+        "cluster": cluster.as_dict(), "slo": {"ttft_s": args.slo_ttft, "tpot_s": args.slo_tpot},
+        "load": args.load, "loads": loads, "seeds": args.seeds, "metric": args.metric,
+        "policies": policies,
+        "bounds": {"n_requests": s.n_common, "values": s.bound_values},
+        "table": rows, "robustness": robust.to_dict(orient="records"), "sweep": sweep,
+        "report": {"dir": str(args.out), "files": files}, "sim_s": sim_s, "wall_s": wall,
+    }

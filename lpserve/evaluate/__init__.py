@@ -1,0 +1,25 @@
+"""Evaluation (layer 5): policies x instances -> tidy results, ratios to lower bounds,
+robustness over workloads and loads. Plots live in :mod:`lpserve.plots`.
+
+>>> import lpserve as lp
+>>> from lpserve.evaluate import compare
+>>> inst = lp.Instance(trace=lp.bundled_trace().window(0, 60),
+...                    cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2))
+>>> table = compare(inst, ["vllm", "vllm+least-outstanding", "sarathi"])  # doctest: +SKIP
+
+Every comparison asserts that no lower bound exceeds a simulated policy's value of the same
+metric over the same requests (:class:`BoundViolation` otherwise).
+"""
+from __future__ import annotations
+
+from lpserve.evaluate.bounds import (BOUNDS, METRIC_KEYS, Bound, BoundViolation, ClaimedBound,
+                                     CostModelBound, PerRequestBound, check_bound, flatten,
+                                     resolve_bounds)
+from lpserve.evaluate.compare import (BASELINES, SOLVED_POLICIES, Samples, compare,
+                                      default_policies, resolve_policies, robustness,
+                                      robustness_summary, solved_policy)
+
+__all__ = ["BASELINES", "BOUNDS", "METRIC_KEYS", "SOLVED_POLICIES", "Bound", "BoundViolation",
+           "ClaimedBound", "CostModelBound", "PerRequestBound", "Samples", "check_bound",
+           "compare", "default_policies", "flatten", "resolve_bounds", "resolve_policies",
+           "robustness", "robustness_summary", "solved_policy"]

@@ -1,0 +1,247 @@
+"""Lower bounds on the latency metrics of a simulated run, by flattened metric key.
+
+A *bound* turns an instance into per-metric lower bounds over any set of requests:
+
+* ``"cost-bound"`` (:class:`CostModelBound`) — the cost-model bound of
+  :mod:`lpserve.opt.lower_bounds` (``models/lower-bounds.md`` (5)–(9),
+  ``proofs/cost-bound.md``). Per request ``i`` it gives a least TTFT (its prefill at the best
+  per-token rate with every reusable prefix block cached), a least end-to-end latency
+  (prefill plus ``o_i - 1`` decode iterations alone, ``latency_lb_s``) and so a least TPOT
+  (the decode part over ``o_i - 1``). Since every finished request is at least its own
+  bound, every mean and every quantile of the per-request bounds bounds the same statistic
+  of the simulated values over the same requests. The mean end-to-end bound also uses the
+  KV-memory term (order statistics of completion times, (4) and (9)), which holds for any
+  subset of the requests.
+* :class:`ClaimedBound` — fixed values computed elsewhere (a paper, another solver), checked
+  as given against every policy.
+
+Metric keys are the DESIGN keys flattened: ``e2e_s_mean``, ``ttft_s_p99``, ``tpot_s_p50`` ….
+A policy whose value is below a bound of the same metric over the same requests raises
+:class:`BoundViolation`: a bug in the simulator or in the bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from lpserve import objectives as obj
+
+LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+STATS = ("mean", "p50", "p90", "p99")
+#: every flattened latency key, e.g. ``e2e_s_mean``
+METRIC_KEYS = tuple(f"{m}_{q}" for m in LATENCY_METRICS for q in STATS)
+
+#: a simulated value may fall below a bound by this much (float rounding of equal sums)
+REL_TOL = 1e-6
+ABS_TOL_S = 1e-9
+
+
+class BoundViolation(AssertionError):
+    """A lower bound is above a simulated policy's value of the same metric.
+
+    Attributes: policy, bound, metric, bound_value, policy_value, seed, n_requests.
+    """
+
+    def __init__(self, *, policy: str, bound: str, metric: str, bound_value: float,
+                 policy_value: float, seed: int, n_requests: int, scope: str) -> None:
+        self.policy, self.bound, self.metric = policy, bound, metric
+        self.bound_value, self.policy_value = float(bound_value), float(policy_value)
+        self.seed, self.n_requests = int(seed), int(n_requests)
+        super().__init__(
+            f"lower bound {bound!r} on {metric} is {bound_value:.9g}, above policy "
+            f"{policy!r}'s {policy_value:.9g} (seed {seed}, over {n_requests} requests: "
+            f"{scope}); a lower bound can never exceed a simulated value, so the simulator "
+            f"or the bound has a bug")
+
+
+def flatten(summary: Mapping[str, Any]) -> dict[str, float]:
+    """``{"e2e_s": {"mean": x, ...}, "goodput_rps": y}`` -> ``{"e2e_s_mean": x, ...,
+    "goodput_rps": y}`` (numbers only; nested dicts other than the latency keys dropped)."""
+    out: dict[str, float] = {}
+    for k, v in summary.items():
+        if k in LATENCY_METRICS and isinstance(v, Mapping):
+            for q in STATS:
+                out[f"{k}_{q}"] = float(v[q])
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            out[k] = float(v) if isinstance(v, (float, np.floating)) else int(v)
+    return out
+
+
+class PreparedBound(Protocol):
+    """A bound prepared for one instance."""
+
+    name: str
+
+    def values(self, served: np.ndarray) -> dict[str, float]:
+        """Lower bounds by metric key over the requests where ``served`` (bool (n,)) holds."""
+
+
+class Bound(Protocol):
+    """Something that prepares a :class:`PreparedBound` for an instance."""
+
+    name: str
+    description: str
+
+    def prepare(self, instance: Any) -> PreparedBound:
+        ...
+
+
+# ================================================================== cost-model bound
+@dataclass(frozen=True, eq=False)
+class PerRequestBound:
+    """Per-request lower bounds of one instance (arrays shape (n,), seconds).
+
+    ``tpot_lb_s`` is NaN for one-token outputs (they have no TPOT); requests that fit on no
+    replica have NaN everywhere (the simulator cannot finish them).
+    """
+
+    name: str
+    arrival_s: np.ndarray
+    ttft_lb_s: np.ndarray
+    tpot_lb_s: np.ndarray
+    e2e_lb_s: np.ndarray
+    area_token_s: np.ndarray
+    capacity_tokens: float
+    n_unservable: int = 0
+
+    def values(self, served: np.ndarray) -> dict[str, float]:
+        m = np.asarray(served, bool) & np.isfinite(self.e2e_lb_s)
+        out: dict[str, float] = {}
+        if not m.any():
+            return out
+        for key, arr in (("ttft_s", self.ttft_lb_s), ("tpot_s", self.tpot_lb_s),
+                         ("e2e_s", self.e2e_lb_s)):
+            for q, v in obj.distribution(arr[m]).items():
+                if np.isfinite(v):
+                    out[f"{key}_{q}"] = v
+        # the KV-memory term: order statistics of completion times over the served requests
+        from lpserve.opt.lower_bounds import order_statistic_bound
+
+        c = order_statistic_bound(self.arrival_s[m], self.e2e_lb_s[m], self.area_token_s[m],
+                                  self.capacity_tokens)
+        total = float(c.sum() - self.arrival_s[m].sum())
+        out["e2e_s_mean"] = max(out["e2e_s_mean"], total / int(m.sum()))
+        out["total_latency_s"] = max(total, float(self.e2e_lb_s[m].sum()))
+        return out
+
+
+@dataclass(frozen=True)
+class CostModelBound:
+    """The cost-model bound (``models/lower-bounds.md`` (5)–(9)) as per-metric bounds."""
+
+    name: str = "cost-bound"
+    description: str = ("cost-model bound: each request's prefill and decode alone at the "
+                        "best per-token rate with every reusable prefix cached, plus the "
+                        "KV-memory area term (models/lower-bounds.md (5)-(9))")
+
+    def prepare(self, instance: Any) -> PerRequestBound:
+        from lpserve.opt.lower_bounds import (build_cost_bound, prefill_lower_bound_s,
+                                              solve_cost_bound)
+
+        trace = instance.trace
+        n = len(trace)
+        cost = instance.cost_model()
+        cap = float(cost.kv_capacity_tokens(instance.cluster.gpu_memory_fraction))
+        peak = np.asarray(trace.prompt_tokens, np.int64) + np.asarray(trace.output_tokens,
+                                                                       np.int64)
+        fits = peak <= cap
+        # A request that fits on no replica never runs, so it never leaves blocks in a
+        # prefix cache: the bound over the others is built on the trace without it.
+        sub = instance if fits.all() else instance.with_(trace=trace.take(fits))
+        model = build_cost_bound(sub)
+        sol = solve_cost_bound(model)
+        if not sol.solved:
+            raise RuntimeError(f"cost-bound did not solve: {sol.status.value} ({sol.message})")
+        s = np.asarray(sub.trace.prompt_tokens, np.int64)
+        o = np.asarray(sub.trace.output_tokens, np.int64)
+        pre = prefill_lower_bound_s(cost, s - model.cached_tokens)
+        dec = np.maximum(model.alone_s - pre, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(o > 1, dec / np.maximum(o - 1, 1), np.nan)
+
+        def full(x: np.ndarray) -> np.ndarray:
+            a = np.full(n, np.nan)
+            a[fits] = x
+            return a
+
+        return PerRequestBound(self.name, np.asarray(trace.arrival_s, np.float64),
+                               full(pre), full(tpot), full(model.alone_s),
+                               full(model.area_token_s), float(model.capacity_tokens),
+                               int((~fits).sum()))
+
+
+# ==================================================================== claimed bound
+@dataclass(frozen=True)
+class ClaimedBound:
+    """Lower bounds computed elsewhere, by metric key, checked as given against every
+    policy (e.g. ``ClaimedBound("paper", {"e2e_s_mean": 2.5})``)."""
+
+    name: str
+    claimed: Mapping[str, float] = field(default_factory=dict)
+    description: str = "claimed bound (computed elsewhere)"
+
+    def __post_init__(self) -> None:
+        allowed = set(METRIC_KEYS) | {"total_latency_s"}
+        bad = sorted(set(self.claimed) - allowed)
+        if bad:
+            raise ValueError(f"ClaimedBound {self.name!r}: unknown metric key(s) {bad}; "
+                             f"known: {sorted(allowed)}")
+        for k, v in self.claimed.items():
+            if not (isinstance(v, (int, float)) and np.isfinite(v)):
+                raise ValueError(f"ClaimedBound {self.name!r}: {k} must be a finite number, "
+                                 f"got {v!r}")
+
+    def prepare(self, instance: Any) -> "ClaimedBound":
+        return self
+
+    def values(self, served: np.ndarray) -> dict[str, float]:
+        return {k: float(v) for k, v in self.claimed.items()}
+
+
+#: bounds by name
+BOUNDS: dict[str, Bound] = {"cost-bound": CostModelBound()}
+
+
+def resolve_bounds(bounds: Sequence[Any] | None) -> list[Bound]:
+    """Bound objects from names (:data:`BOUNDS`), bound objects, or ``{"name": ...,
+    metric: value}`` dicts (claimed bounds). ``None`` means ``["cost-bound"]``."""
+    if bounds is None:
+        return [BOUNDS["cost-bound"]]
+    if isinstance(bounds, (str, Mapping)) or hasattr(bounds, "prepare"):
+        bounds = [bounds]
+    out: list[Bound] = []
+    for b in bounds:
+        if isinstance(b, str):
+            if b not in BOUNDS:
+                raise KeyError(f"unknown bound {b!r}; known: {', '.join(sorted(BOUNDS))} "
+                               f"(or pass a ClaimedBound)")
+            out.append(BOUNDS[b])
+        elif isinstance(b, Mapping):
+            d = dict(b)
+            name = d.pop("name", "claimed")
+            out.append(ClaimedBound(str(name), d))
+        elif hasattr(b, "prepare") and hasattr(b, "name"):
+            out.append(b)
+        else:
+            raise ValueError(f"a bound must be a name, a bound object or a dict, got {b!r}")
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"bound names must be distinct, got {names}")
+    return out
+
+
+def check_bound(*, policy: str, bound: str, bound_values: Mapping[str, float],
+                policy_values: Mapping[str, float], seed: int, n_requests: int,
+                scope: str) -> None:
+    """Raise :class:`BoundViolation` if a bound exceeds the policy's value of any metric
+    both define (beyond :data:`REL_TOL` relative, :data:`ABS_TOL_S` absolute)."""
+    for key, lb in bound_values.items():
+        v = policy_values.get(key)
+        if v is None or not (np.isfinite(v) and np.isfinite(lb)):
+            continue
+        if v < lb - (ABS_TOL_S + REL_TOL * abs(lb)):
+            raise BoundViolation(policy=policy, bound=bound, metric=key, bound_value=lb,
+                                 policy_value=v, seed=seed, n_requests=n_requests,
+                                 scope=scope)

@@ -1,0 +1,314 @@
+"""Policies x instances -> tidy results with ratios to lower bounds (layer 5).
+
+:func:`compare` simulates each policy on one instance (for each seed), computes the lower
+bounds that apply, **checks** that no bound exceeds any policy's value of the same metric
+over the same requests, and returns one row per policy. :func:`robustness` does it over
+several instances (workloads, loads) and summarizes each policy's spread.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from lpserve import objectives as obj
+from lpserve.evaluate.bounds import (BoundViolation, PerRequestBound, check_bound, flatten,
+                                     resolve_bounds)
+
+#: baseline heuristics: round robin + FCFS + LRU with whole-prompt prefill (vLLM), the same
+#: engine behind join-the-shortest-queue (least outstanding requests), and Sarathi-Serve's
+#: fixed 512-token chunked-prefill budget
+BASELINES = ("vllm", "vllm+least-outstanding", "sarathi")
+#: policies exported from a formulation solved on the instance itself
+SOLVED_POLICIES = {
+    "lp-index": "vLLM engine behind the routing-fluid LP's dual-index router "
+                "(models/routing-lp.md (17))",
+    "lp-split": "vLLM engine behind the routing-fluid LP's randomized class split "
+                "(models/routing-lp.md (16))",
+}
+#: registered policies that declare claims are added to the default set, at most this many
+MAX_DISCOVERED = 4
+
+
+def solved_policy(name: str, instance: Any) -> Any:
+    """A policy of :data:`SOLVED_POLICIES`: solve ``routing-fluid`` on ``instance`` and
+    export its router behind the ``vllm`` engine."""
+    from lpserve.opt import solve
+    from lpserve.opt.routing_lp import export_fluid
+    from lpserve.registry import make_policy
+
+    if name not in SOLVED_POLICIES:
+        raise KeyError(f"unknown solved policy {name!r}; known: {', '.join(SOLVED_POLICIES)}")
+    sol = solve("routing-fluid", instance)
+    if not sol.solved:
+        raise RuntimeError(f"{name}: routing-fluid LP did not solve ({sol.status.value}: "
+                           f"{sol.message})")
+    kind = "index" if name == "lp-index" else "split"
+    return make_policy("vllm").with_(router=export_fluid(sol, instance, kind=kind), name=name)
+
+
+def default_policies(n_replicas: int = 2) -> list[str]:
+    """The baseline heuristics plus the principled policies available: the LP-exported
+    router (with several replicas) and every registered policy that declares a claim
+    (:class:`~lpserve.policy.Claim`, backed by ``proofs/``), at most :data:`MAX_DISCOVERED`.
+    With one replica the routers coincide, so only the engines are kept."""
+    from lpserve.registry import make_policy, policy_names
+
+    out = list(BASELINES) if n_replicas > 1 else [b for b in BASELINES if "+" not in b]
+    if n_replicas > 1:
+        out.append("lp-index")
+    found = [name for name in policy_names()
+             if name not in out and make_policy(name).meta.claims]
+    return out + found[:MAX_DISCOVERED]
+
+
+def _describe(policy: Any) -> str:
+    e = policy.engine
+    prefill = (f"chunked prefill {e.max_num_batched_tokens} tok" if e.chunked_prefill
+               else f"{e.batching} batching")
+    return (f"{policy.router.name} / {policy.scheduler.name} / {policy.evictor.name} / "
+            f"{prefill}")
+
+
+def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any]
+                     ) -> list[tuple[str, Any, str]]:
+    """``(label, Policy, kind)`` for each registered name, solved-policy name
+    (:data:`SOLVED_POLICIES`) or :class:`~lpserve.policy.Policy`; a mapping gives labels.
+    ``kind``: ``"baseline"``, ``"principled"`` (claims, or exported from a formulation) or
+    ``"other"``."""
+    from lpserve.policy import Policy
+    from lpserve.registry import make_policy, policy_names
+
+    items = list(policies.items()) if isinstance(policies, Mapping) else \
+        [(None, p) for p in policies]
+    if not items:
+        raise ValueError("compare: give at least one policy")
+    out = []
+    for label, spec in items:
+        if isinstance(spec, str):
+            if spec in SOLVED_POLICIES:
+                pol, kind = solved_policy(spec, instance), "principled"
+            elif spec in policy_names():
+                pol = make_policy(spec)
+                kind = "baseline" if spec in BASELINES else \
+                    ("principled" if pol.meta.claims else "other")
+            else:
+                raise KeyError(f"unknown policy {spec!r}; registered: "
+                               f"{', '.join(policy_names())}; solved: "
+                               f"{', '.join(SOLVED_POLICIES)}")
+            name = spec
+        elif isinstance(spec, Policy):
+            pol, name = spec, spec.name
+            kind = "principled" if spec.meta.claims else "other"
+        else:
+            raise ValueError(f"a policy must be a registered name or a Policy, got {spec!r}")
+        out.append((str(label) if label is not None else name, pol, kind))
+    labels = [x[0] for x in out]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise ValueError(f"policy labels must be distinct, got {dup} more than once "
+                         "(pass a mapping label -> policy)")
+    return out
+
+
+@dataclass(eq=False)
+class Samples:
+    """Per-request latencies kept beside a :func:`compare` table (for CDF plots).
+
+    Attributes:
+        policies: label -> {"ttft_s", "tpot_s", "e2e_s"} arrays over the requests the policy
+            finished (first seed).
+        bounds: bound name -> the same keys, per-request lower bounds over the requests
+            every policy finished (bounds with per-request values only).
+        bound_values: bound name -> metric key -> lower bound over those common requests.
+        n_common: how many requests every policy finished.
+    """
+
+    policies: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    bounds: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    bound_values: dict[str, dict[str, float]] = field(default_factory=dict)
+    n_common: int = 0
+
+
+def _restricted(arrays: Mapping[str, np.ndarray], mask: np.ndarray) -> dict[str, float]:
+    """Latency statistics of one run over the requests in ``mask`` (finished ones)."""
+    out: dict[str, float] = {}
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        for q, v in obj.distribution(arrays[key][mask]).items():
+            out[f"{key}_{q}"] = v
+    out["total_latency_s"] = obj.total_latency_s(arrays["e2e_s"][mask])
+    return out
+
+
+def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
+            bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,), *,
+            metric: str = "e2e_s_mean", check: bool = True,
+            on_run: Callable[[str, int], None] | None = None):
+    """Simulate ``policies`` on ``instance`` and compare them with lower bounds.
+
+    Args:
+        instance: an :class:`~lpserve.instance.Instance`.
+        policies: registered names, :data:`SOLVED_POLICIES` names or Policy objects (a
+            mapping gives row labels).
+        bounds: bound names (``"cost-bound"``), bound objects or claimed-value dicts
+            (:func:`~lpserve.evaluate.bounds.resolve_bounds`); ``None`` = ``["cost-bound"]``,
+            ``[]`` = none.
+        seeds: the simulation is run once per seed; metrics are averaged over seeds.
+        metric: the flattened key ``ratio_to_bound`` is taken on (``e2e_s_mean``: the
+            cost-model bound on total latency divided by the request count).
+        check: raise :class:`~lpserve.evaluate.bounds.BoundViolation` when a bound exceeds
+            a policy's value of the same metric over the same requests (each policy's
+            finished requests, and the requests every policy finished).
+        on_run: called with ``(label, seed)`` after each simulation (progress bars).
+
+    Returns:
+        pandas DataFrame, one row per policy: ``policy, kind, description, online,
+        clairvoyant, n_seeds``, the flattened DESIGN metrics (``ttft_s_mean`` …
+        ``queue_s_p99``, ``throughput_rps``, ``goodput_rps``, ``prefix_hit_rate``,
+        ``n_requests``, ``n_finished``, ``n_rejected``, ``n_unfinished``, ``preemptions``,
+        ``total_latency_s``), the stability diagnostics ``e2e_s_p99_over_p50`` and
+        ``ttft_s_p99_over_p50``, ``bound_name``, ``bound_value`` (the largest bound of
+        ``metric`` over that policy's finished requests), ``ratio_to_bound`` and ``wall_s``
+        (simulation seconds). ``frame.attrs["samples"]`` holds a :class:`Samples`;
+        ``frame.attrs["metric"]`` the metric.
+    """
+    import pandas as pd
+
+    from lpserve.sim import simulate
+
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("compare: seeds must hold at least one seed")
+    pols = resolve_policies(instance, policies)
+    prepared = [b.prepare(instance) for b in resolve_bounds(bounds)]
+    n = len(instance.trace)
+    runs: list[dict[str, Any]] = []
+    kept: list[tuple[str, int, dict[str, np.ndarray], np.ndarray]] = []
+    samples = Samples()
+    for label, pol, kind in pols:
+        for seed in seeds:
+            t0 = time.perf_counter()
+            res = simulate(instance, pol, seed=seed)
+            wall = time.perf_counter() - t0
+            a = res.arrays
+            fin = a["status"] == "finished"
+            flat = flatten(res.summary())
+            flat["total_latency_s"] = obj.total_latency_s(a["e2e_s"][fin])
+            best_name, best = "", float("nan")
+            for b in prepared:
+                vals = b.values(fin)
+                if check:
+                    check_bound(policy=label, bound=b.name, bound_values=vals,
+                                policy_values=flat, seed=seed, n_requests=int(fin.sum()),
+                                scope="the requests it finished")
+                v = vals.get(metric, float("nan"))
+                if np.isfinite(v) and not (best >= v):
+                    best_name, best = b.name, v
+            pv = flat.get(metric, float("nan"))
+            runs.append({
+                "policy": label, "kind": kind, "description": _describe(pol),
+                "online": bool(pol.meta.online), "clairvoyant": bool(pol.meta.clairvoyant),
+                "seed": seed, **flat,
+                "e2e_s_p99_over_p50": flat["e2e_s_p99"] / flat["e2e_s_p50"],
+                "ttft_s_p99_over_p50": flat["ttft_s_p99"] / flat["ttft_s_p50"],
+                "bound_name": best_name, "bound_value": best,
+                "ratio_to_bound": pv / best if best > 0 else float("nan"),
+                "wall_s": wall,
+            })
+            arrays = {k: np.asarray(a[k], float) for k in ("ttft_s", "tpot_s", "e2e_s")}
+            kept.append((label, seed, arrays, fin))
+            if seed == seeds[0]:
+                samples.policies[label] = {k: v[fin] for k, v in arrays.items()}
+            if on_run is not None:
+                on_run(label, seed)
+    common = np.ones(n, bool)
+    for *_, fin in kept:
+        common &= fin
+    samples.n_common = int(common.sum())
+    for b in prepared:
+        vals = b.values(common)
+        samples.bound_values[b.name] = vals
+        if isinstance(b, PerRequestBound):
+            samples.bounds[b.name] = {"ttft_s": b.ttft_lb_s[common],
+                                      "tpot_s": b.tpot_lb_s[common],
+                                      "e2e_s": b.e2e_lb_s[common]}
+        if check and common.any():
+            for label, seed, arrays, _ in kept:
+                check_bound(policy=label, bound=b.name, bound_values=vals,
+                            policy_values=_restricted(arrays, common), seed=seed,
+                            n_requests=int(common.sum()),
+                            scope="the requests every policy finished")
+    df = pd.DataFrame(runs)
+    if len(seeds) > 1:
+        num = [c for c in df.columns if c not in ("policy", "kind", "description", "online",
+                                                 "clairvoyant", "bound_name", "seed")]
+        agg = {c: "mean" for c in num}
+        agg.update(kind="first", description="first", online="first", clairvoyant="first",
+                   bound_name="first", seed="count")
+        df = df.groupby("policy", sort=False).agg(agg).reset_index()
+    df = df.rename(columns={"seed": "n_seeds"})
+    if len(seeds) == 1:
+        df["n_seeds"] = 1
+    df.attrs["samples"] = samples
+    df.attrs["metric"] = metric
+    return df
+
+
+def robustness_summary(runs: Any, metric: str = "e2e_s_mean", *, by: str = "policy",
+                       case: Sequence[str] = ("instance",)):
+    """Spread of each policy over the cases (rows) of a long frame of :func:`compare`
+    results: ``n_cases``, mean, std, min, max of ``metric``, mean and worst
+    ``ratio_to_bound``, and the case where the policy was worst."""
+    import pandas as pd
+
+    if metric not in runs.columns:
+        raise KeyError(f"robustness: metric {metric!r} not in the results; have "
+                       f"{[c for c in runs.columns if c.endswith(('_mean', '_rps'))]}")
+    rows = []
+    for pol, g in runs.groupby(by, sort=False):
+        v = g[metric].to_numpy(float)
+        r = g["ratio_to_bound"].to_numpy(float) if "ratio_to_bound" in g else np.full(len(g),
+                                                                                     np.nan)
+        worst = g.iloc[int(np.nanargmax(r))] if np.isfinite(r).any() else \
+            g.iloc[int(np.nanargmax(v))]
+        rows.append({by: pol, "n_cases": len(g), f"{metric}_mean": float(np.nanmean(v)),
+                     f"{metric}_std": float(np.nanstd(v)), f"{metric}_min": float(np.nanmin(v)),
+                     f"{metric}_max": float(np.nanmax(v)),
+                     "ratio_to_bound_mean": float(np.nanmean(r)) if np.isfinite(r).any()
+                     else float("nan"),
+                     "ratio_to_bound_max": float(np.nanmax(r)) if np.isfinite(r).any()
+                     else float("nan"),
+                     "worst_case": ", ".join(f"{c}={worst[c]}" for c in case if c in g)})
+    return pd.DataFrame(rows)
+
+
+def robustness(instances: Mapping[str, Any] | Sequence[Any],
+               policies: Sequence[Any] | Mapping[str, Any], *,
+               bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,),
+               metric: str = "e2e_s_mean", check: bool = True, return_runs: bool = False,
+               on_run: Callable[[str, int], None] | None = None):
+    """Run :func:`compare` on each instance (a mapping gives case labels, else position and
+    trace name) and return :func:`robustness_summary` (one row per policy); with
+    ``return_runs`` also the long frame (one row per instance and policy, with an
+    ``instance`` column): ``(summary, runs)``."""
+    import pandas as pd
+
+    items = list(instances.items()) if isinstance(instances, Mapping) else \
+        [(f"{i}:{inst.trace.name}", inst) for i, inst in enumerate(instances)]
+    if not items:
+        raise ValueError("robustness: give at least one instance")
+    frames = []
+    for label, inst in items:
+        df = compare(inst, policies, bounds, seeds, metric=metric, check=check, on_run=on_run)
+        df.attrs = {}
+        df.insert(0, "instance", str(label))
+        frames.append(df)
+    runs = pd.concat(frames, ignore_index=True)
+    out = robustness_summary(runs, metric)
+    return (out, runs) if return_runs else out
+
+
+__all__ = ["BASELINES", "SOLVED_POLICIES", "BoundViolation", "compare", "default_policies",
+           "resolve_policies", "robustness", "robustness_summary", "solved_policy", "Samples"]
