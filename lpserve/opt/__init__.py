@@ -57,6 +57,10 @@ def solve(name: str, instance: Any, *, time_limit_s: float | None = None,
     model = f.build(instance, **options)
     kw: dict[str, Any] = {"time_limit_s": time_limit_s}
     if seed is not None:
+        import inspect
+
+        if "seed" not in inspect.signature(f.solve).parameters:
+            raise ValueError(f"{name}: its solve takes no seed (got seed={seed!r})")
         kw["seed"] = seed
     sol = f.solve(model, **kw)
     from dataclasses import replace
