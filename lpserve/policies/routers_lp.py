@@ -155,14 +155,25 @@ class DualIndexRouter(Router):
 
     def route(self, view: RouterView) -> np.ndarray:
         n = len(view)
+        if n == 1:                      # the common case: scalar features, one length-R pass
+            P = float(view.prompt_tokens[0])
+            lo, hi = view.predicted_lo, view.predicted_hi
+            D = (float(lo[0]) + float(hi[0])) / 2.0 if lo is not None and hi is not None \
+                else self.lookup.default_output
+            score = self.A + P * self.B + D * self.C + (P * D + 0.5 * D * D) * self.E
+            if self.saving.shape[0] > 1:
+                score = score - self.saving[self.lookup.group_of.get(int(view.tenant[0]),
+                                                                     self.lookup.other)]
+            elif self.saving.shape[0] == 1:
+                score = score - self.saving[0]
+            score += view.outstanding * self.W
+            return np.array([int(score.argmin())], dtype=np.int64)
         P = view.prompt_tokens.astype(np.float64)
         D = _predicted_output(view, self.lookup.default_output)
         g = self.lookup.groups(view.tenant) if self.saving.shape[0] > 1 else np.zeros(n, np.int64)
         base = (self.A[None, :] + P[:, None] * self.B[None, :] + D[:, None] * self.C[None, :]
                 + (P * D + 0.5 * D * D)[:, None] * self.E[None, :] - self.saving[g])
         q = view.outstanding.astype(np.float64) * self.W
-        if n == 1:
-            return np.array([int(np.argmin(base[0] + q))], dtype=np.int64)
         out = np.empty(n, dtype=np.int64)
         for i in range(n):
             m = int(np.argmin(base[i] + q))
