@@ -6,20 +6,23 @@ TensorRT-LLM, DistServe), prints predicted vs measured and the relative error, t
 median and max |error| for prefill, decode and communication, over all points and over
 points held out of every fit.
 
-    python benchmarks/cost_validation.py [--source /work/shared/calibration] [--quiet]
+    python benchmarks/cost_validation.py [--source ../shared/calibration] [--quiet]
 
-Without ``--source`` it reads ``/work/shared/calibration`` when present and otherwise
+Without ``--source`` it reads the shared calibration folder beside the repository
+(``../shared/calibration``, or ``$LPSERVE_SHARED/calibration``) when present and otherwise
 the copies inside the package (``lpserve/data/calibration``).
 """
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from lpserve.cost import validation_table
 from lpserve.cost.validate import summary
 
-SHARED = Path("/work/shared/calibration")
+SHARED = Path(os.environ.get("LPSERVE_SHARED",
+                            Path(__file__).resolve().parents[2] / "shared")) / "calibration"
 
 
 def main() -> None:

@@ -23,7 +23,7 @@
 
 # %% tags=["parameters"]
 # Parameters: SOURCE=None reads the copies inside the package; point it at a calibration
-# folder in its original layout (e.g. "/work/shared/calibration") to use that instead.
+# folder in its original layout (e.g. "../shared/calibration") to use that instead.
 SOURCE = None
 
 # %%

@@ -9,7 +9,7 @@ import numpy as np
 def validation_table(source: str | None = None) -> Any:
     """A pandas DataFrame, one row per measured point, predicted by the catalog models.
 
-    ``source``: a calibration folder in its original layout (e.g. ``/work/shared/calibration``);
+    ``source``: a calibration folder in its original layout (e.g. ``../shared/calibration``);
     ``None`` uses the copies inside the package. Columns: ``point``, ``source``, ``phase``
     (``prefill``, ``decode`` or ``comm``), ``scope``, ``gpu``, ``llm``, ``tp``,
     ``measured_ms``, ``predicted_ms``, ``rel_error`` (predicted / measured - 1),
