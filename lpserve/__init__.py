@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     # layer 4
     "cache_replay": "lpserve.cachesim",
     "solve": "lpserve.opt",
+    "Solution": "lpserve.opt.solution",
+    "Status": "lpserve.opt.solution",
     # layer 5
     "make_policy": "lpserve.registry",
     "simulate": "lpserve.sim",
