@@ -7,11 +7,14 @@
 * :func:`plot_gap_to_bound` — each policy's ratio to the lower bound (bar: mean over cases,
   whiskers: min to max, dots: the cases).
 
-Figures are built without pyplot (no global state, no backend needed); ``fig.savefig``
-writes them and notebooks display them.
+Figures are built without pyplot (no global state, no backend needed): ``fig.savefig``
+writes them, and notebooks display them through their ``_repr_png_`` whatever the
+matplotlib backend. :func:`new_figure` gives the same kind of figure for custom plots.
 """
 from __future__ import annotations
 
+import functools
+import io
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -40,12 +43,31 @@ def metric_label(metric: str) -> str:
     return metric
 
 
-def _figure(ncols: int = 1, width_in: float = 6.4, height_in: float = 4.2):
+@functools.cache
+def _figure_class() -> type:
+    """matplotlib's Figure with a ``_repr_png_`` (built on first use: matplotlib is heavy)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width_in * ncols, height_in), layout="constrained")
+    class ReportFigure(Figure):
+        """A Figure that renders itself as PNG for rich displays (Jupyter)."""
+
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", dpi=100)
+            return buf.getvalue()
+
+    return ReportFigure
+
+
+def new_figure(ncols: int = 1, width_in: float = 6.4, height_in: float = 4.2):
+    """``(figure, [axes, ...])``: a pyplot-free matplotlib figure with ``ncols`` panels of
+    ``width_in`` x ``height_in`` inches that Jupyter displays as PNG."""
+    fig = _figure_class()(figsize=(width_in * ncols, height_in), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
+
+
+_figure = new_figure
 
 
 def _samples(data: Any) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict]]:
@@ -72,6 +94,10 @@ def _samples(data: Any) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dic
     return out, {}
 
 
+#: line styles cycled with the colours, so that policies with identical results stay visible
+LINESTYLES = ("-", "--", "-.", ":")
+
+
 def _ecdf(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.sort(x[np.isfinite(x)])
     return x, np.arange(1, x.size + 1) / max(x.size, 1)
@@ -89,16 +115,17 @@ def plot_latency_cdf(data: Any, metrics: str | Sequence[str] = ("ttft_s", "e2e_s
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     fig, axes = _figure(len(metrics), width_in=5.6)
     for ax, m in zip(axes, metrics):
-        for label, arrs in pols.items():
+        for i, (label, arrs) in enumerate(pols.items()):
             if m not in arrs:
                 raise KeyError(f"plot_latency_cdf: no {m!r} samples for {label!r}")
             x, y = _ecdf(arrs[m])
-            ax.step(x, y, where="post", label=label, linewidth=1.4)
+            ax.step(x, y, where="post", label=label, linewidth=1.5,
+                    linestyle=LINESTYLES[i % len(LINESTYLES)])
         for name, arrs in bounds.items():
             if m in arrs:
                 x, y = _ecdf(arrs[m])
-                ax.step(x, y, where="post", color="black", linestyle="--", linewidth=1.2,
-                        label=f"lower bound ({name}, per request)")
+                ax.step(x, y, where="post", color="black", linestyle=(0, (4, 2)),
+                        linewidth=1.1, alpha=0.8, label=f"lower bound ({name}, per request)")
         if log_x:
             ax.set_xscale("log")
         ax.set_xlabel(LABELS.get(m, m))
@@ -126,10 +153,11 @@ def plot_latency_vs_load(frame: Any, metric: str = "e2e_s_mean", *, x: str = "lo
     when the frame's ratios were taken on ``metric``) as a dashed black line."""
     _check_columns(frame, [x, by, metric], "plot_latency_vs_load")
     fig, (ax,) = _figure()
-    for label, g in frame.groupby(by, sort=False):
+    for i, (label, g) in enumerate(frame.groupby(by, sort=False)):
         st = g.groupby(x)[metric].agg(["mean", "min", "max"]).sort_index()
         xs = st.index.to_numpy(float)
-        line, = ax.plot(xs, st["mean"], marker="o", label=str(label))
+        line, = ax.plot(xs, st["mean"], marker="o", label=str(label),
+                        linestyle=LINESTYLES[i % len(LINESTYLES)])
         if (st["max"] > st["min"]).any():
             ax.fill_between(xs, st["min"], st["max"], color=line.get_color(), alpha=0.15)
     same_metric = frame.attrs.get("metric", metric) == metric
@@ -172,9 +200,8 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
     bars = ax.bar(pos, means, yerr=[lo, hi], capsize=4, color="tab:blue", alpha=0.75)
     for rect, m in zip(bars, means):
         if np.isfinite(m):
-            ax.annotate(f"{m:.2f}", (rect.get_x() + rect.get_width() / 2, m),
-                        xytext=(0, 3), textcoords="offset points", ha="center",
-                        fontsize="small")
+            ax.annotate(f"{m:.2f}", (rect.get_x() + rect.get_width() / 2, 0.45 * m),
+                        ha="center", va="center", color="white", fontweight="bold")
     ax.axhline(1.0, color="black", linestyle="--", label="lower bound (ratio 1)")
     ax.set_xticks(pos, labels, rotation=20, ha="right")
     metric = frame.attrs.get("metric", "e2e_s_mean")
@@ -188,4 +215,4 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
     return fig
 
 
-__all__ = ["metric_label", "plot_gap_to_bound", "plot_latency_cdf", "plot_latency_vs_load"]
+__all__ = ["metric_label", "new_figure", "plot_gap_to_bound", "plot_latency_cdf", "plot_latency_vs_load"]

@@ -208,7 +208,8 @@ def _gap(args: argparse.Namespace) -> int:
     sim_s = float(runs["wall_s"].sum())
     files = _write_report(Path(args.out), table, runs, robust, note, args, cluster, loads)
     wall = time.perf_counter() - t_start
-    out = _json(table, runs, robust, note, args, cluster, loads, policies, files, wall, sim_s)
+    out = _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall,
+                sim_s)
     if args.json:
         emit_json(out)
         return 0
@@ -331,17 +332,19 @@ def _write_report(out: Path, table, runs, robust, note, args, cluster, loads) ->
           ""]
     (out / "gap_table.md").write_text("\n".join(md))
     files.insert(0, str(out / "gap_table.md"))
-    title = f"{cluster.n_replicas} x {args.gpu} / {args.llm}"
+    setup = f"{cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
+    n_wl = runs["workload"].nunique()
     figs = {
-        "latency_cdf.png": plot_latency_cdf(table, ("ttft_s", "e2e_s"),
-                                            title=f"Latency CDFs, {title}, load x{args.load:g}"),
+        "latency_cdf.png": plot_latency_cdf(
+            table, ("ttft_s", "e2e_s"),
+            title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
+            f"load x{args.load:g}"),
         "latency_vs_load.png": plot_latency_vs_load(
-            runs, "e2e_s_mean", title=f"Mean end-to-end latency vs load, {title} "
-            f"(band: min-max over {runs['workload'].nunique()} workload(s))"),
+            runs, "e2e_s_mean", title=f"Mean end-to-end latency vs load\n{setup}; "
+            f"band: min-max over {n_wl} workload(s)"),
         "gap_to_bound.png": plot_gap_to_bound(
-            _with_metric(runs, m), title=f"{m} / lower bound, {title} "
-            f"(whiskers: min-max over {runs['workload'].nunique()} workload(s) x "
-            f"{len(loads)} load(s))"),
+            _with_metric(runs, m), title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
+            f"min-max over {n_wl} workload(s) x {len(loads)} load(s)"),
     }
     for name, fig in figs.items():
         fig.savefig(out / name, dpi=110)
@@ -369,7 +372,7 @@ def _nest(row: Any) -> dict[str, Any]:
     return d
 
 
-def _json(table, runs, robust, note, args, cluster, loads, policies, files, wall, sim_s):
+def _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall, sim_s):
     s = table.attrs["samples"]
     rows = [{"policy": r["policy"], "kind": r["kind"], "description": r["description"],
              **_nest(r)} for _, r in table.iterrows()]
@@ -378,7 +381,7 @@ def _json(table, runs, robust, note, args, cluster, loads, policies, files, wall
     return {
         "trace": args.trace or "azure-conv-10min", "workload": note,
         "cluster": cluster.as_dict(), "slo": {"ttft_s": args.slo_ttft, "tpot_s": args.slo_tpot},
-        "load": args.load, "loads": loads, "seeds": args.seeds, "metric": args.metric,
+        "load": args.load, "loads": loads, "seeds": seeds, "metric": args.metric,
         "policies": policies,
         "bounds": {"n_requests": s.n_common, "values": s.bound_values},
         "table": rows, "robustness": robust.to_dict(orient="records"), "sweep": sweep,

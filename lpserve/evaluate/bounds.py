@@ -50,10 +50,10 @@ class BoundViolation(AssertionError):
         self.bound_value, self.policy_value = float(bound_value), float(policy_value)
         self.seed, self.n_requests = int(seed), int(n_requests)
         super().__init__(
-            f"lower bound {bound!r} on {metric} is {bound_value:.9g}, above policy "
-            f"{policy!r}'s {policy_value:.9g} (seed {seed}, over {n_requests} requests: "
-            f"{scope}); a lower bound can never exceed a simulated value, so the simulator "
-            f"or the bound has a bug")
+            f"lower bound {bound!r} on {metric} is {bound_value:.9g}, above the value "
+            f"{policy_value:.9g} of policy {policy!r} (seed {seed}, over {n_requests} "
+            f"requests: {scope}); a lower bound can never exceed a simulated value, so the "
+            f"simulator or the bound has a bug")
 
 
 def flatten(summary: Mapping[str, Any]) -> dict[str, float]:
