@@ -116,6 +116,8 @@ class SchedulerView:
             interval (tokens) or ``None`` if the trace has none.
         output_tokens: true output lengths, only for clairvoyant policies (else ``None``).
         free_blocks, total_blocks, block_tokens: the replica's KV state (blocks; tokens per block).
+        program_id, parent: agentic program id and parent call (trace index, -1 for a root)
+            of each candidate, or ``None`` if the trace has none.
     """
 
     now_s: float
@@ -138,6 +140,8 @@ class SchedulerView:
     free_blocks: int
     total_blocks: int
     block_tokens: int
+    program_id: np.ndarray | None = None
+    parent: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.request.shape[0])
@@ -175,7 +179,8 @@ class RouterView:
     ``prompt_tokens``, ``tenant``, ``session_id``, ``predicted_lo``/``predicted_hi`` (or
     ``None``), ``output_tokens`` (clairvoyant policies only, else ``None``), and
     ``block_keys`` (a tuple of int64 arrays: chained content hashes of each prompt's
-    prefix blocks; empty without block ids). ``phase`` is ``"prefill"`` (or
+    prefix blocks; empty without block ids). ``block_tokens`` is the replicas' KV block
+    size (tokens). ``phase`` is ``"prefill"`` (or
     ``"colocated"``) at arrival and ``"decode"`` when a disaggregated request's KV is ready.
 
     Replica arrays have shape ``(n_replicas,)`` and are computed on first access (the
@@ -190,8 +195,10 @@ class RouterView:
                  session_id: np.ndarray, predicted_lo: np.ndarray | None,
                  predicted_hi: np.ndarray | None, output_tokens: np.ndarray | None,
                  block_keys: tuple[np.ndarray, ...] | Callable[[], tuple[np.ndarray, ...]],
-                 replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray]):
+                 replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray],
+                 block_tokens: int = 16):
         self.now_s = float(now_s)
+        self.block_tokens = int(block_tokens)
         self.n_replicas = int(n_replicas)
         self.phase = phase
         # request arrays are wrapped read-only on first access (most routers read few)
@@ -284,6 +291,43 @@ class Evictor(_Role):
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
+
+
+class BudgetController:
+    """Engine hook: sets each decode-first iteration's prefill token budget.
+
+    The simulator calls ``start(replica)`` once per replica and run (its result is the
+    replica's controller state), ``budget(replica, state, decodes, cap_tokens)`` when it
+    plans a decode-first iteration (the prefill tokens allowed, at most ``cap_tokens``),
+    ``observe(replica, state, dt_s, chunks, decodes, produced)`` after every planned
+    iteration and, for runs of pure-decode iterations, ``decode_limit(replica, state, idx,
+    ctx, held, max_iters)`` (most iterations before the next budget decision could
+    differ) then ``observe_decode_run(replica, state, idx, ctx, held, n_iters, start_s)``.
+    The defaults leave the engine's budget unchanged and observe nothing.
+    """
+
+    name = "budget"
+
+    def start(self, replica: Any) -> Any:
+        return None
+
+    def budget(self, replica: Any, state: Any, decodes: list, cap_tokens: int) -> int:
+        return int(cap_tokens)
+
+    def observe(self, replica: Any, state: Any, dt_s: float, chunks: list, decodes: list,
+                produced: list) -> None:
+        return None
+
+    def decode_limit(self, replica: Any, state: Any, idx: np.ndarray, ctx: np.ndarray,
+                     held: np.ndarray, max_iters: int) -> int:
+        return int(max_iters)
+
+    def observe_decode_run(self, replica: Any, state: Any, idx: np.ndarray, ctx: np.ndarray,
+                           held: np.ndarray, n_iters: int, start_s: float) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
 
 
 class RoundRobin(Router):
@@ -406,6 +450,13 @@ class EngineConfig:
         prefix_caching: keep full prompt blocks hashed after release and reuse them.
         evict_batch_blocks: cached blocks reclaimed at once when the plain free pool runs
             out (a low-watermark reclaim; LRU order is unaffected by the batch size).
+        budget_controller: ``None`` or a :class:`BudgetController` that sets the prefill
+            token budget of every decode-first iteration (capped by
+            ``max_num_batched_tokens``) and observes every iteration's time.
+        priority_preemption: before admitting, preempt (by ``preemption``) the worst-ranked
+            running requests whose rank is strictly worse than that of a better-ranked
+            waiting request that cannot be admitted (batch full or KV memory short);
+            needed by preemptive schedulers (SRPT, LAS, MLFQ, round robin).
     """
 
     batching: str = "prefill-first"
@@ -418,6 +469,8 @@ class EngineConfig:
     watermark: float = 0.01
     prefix_caching: bool = True
     evict_batch_blocks: int = 32
+    budget_controller: Any = None
+    priority_preemption: bool = False
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_MODES:
@@ -437,6 +490,10 @@ class EngineConfig:
                                  f"got {v!r}")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"EngineConfig.watermark must be in [0, 1), got {self.watermark}")
+        if self.budget_controller is not None and not isinstance(self.budget_controller,
+                                                                  BudgetController):
+            raise ValueError("EngineConfig.budget_controller must be None or a "
+                             f"BudgetController, got {self.budget_controller!r}")
         if self.chunked_prefill and self.batching != "decode-first":
             raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
                              f"got {self.batching!r}")

@@ -57,7 +57,8 @@ class LeastKVLoad(Router):
 
     def route(self, view: RouterView) -> np.ndarray:
         total = np.maximum(view.total_blocks, 1).astype(float)
-        add = view.prompt_tokens / 16.0 / total.mean()
+        # a request routed in the same call counts with its prompt's blocks
+        add = np.ceil(view.prompt_tokens / view.block_tokens) / total.mean()
         return _argmin_sequential(view.used_blocks / total, len(view), add)
 
 

@@ -24,13 +24,23 @@ class Simulation:
     """One run of ``policy`` on ``instance``; see :func:`lpserve.sim.simulate`."""
 
     def __init__(self, instance: Instance, policy: Policy, seed: int = 0, *,
-                 reference: bool = False, check: bool = False) -> None:
+                 reference: bool = False, check: bool = False, predictor: Any = None) -> None:
         self.instance = instance
         self.policy = policy
         self.seed = int(seed)
         self.reference = bool(reference)
         self.check = bool(check)
         self.state = State(instance.trace)
+        tr = instance.trace
+        # predicted output intervals shown to schedulers: the trace's, or the predictor's
+        # (filled at arrival; the predictor observes each completion after it happens)
+        self.predictor = predictor
+        if predictor is None:
+            self.pred_lo, self.pred_hi = tr.predicted_lo, tr.predicted_hi
+        else:
+            self.pred_lo = np.ones(len(tr), np.int64)
+            self.pred_hi = np.ones(len(tr), np.int64)
+            self._observed = np.zeros(len(tr), bool)
         self.cost = instance.cost_model()
         self.params = np.ascontiguousarray(self.cost.params, dtype=np.float64)
         cl = instance.cluster
@@ -47,7 +57,7 @@ class Simulation:
         self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
         from lpserve.sim import compiled
 
-        self.compiled = compiled.eligible(self)
+        self.compiled = compiled.eligible(self) and policy.engine.budget_controller is None and not policy.engine.priority_preemption
         if self.compiled:
             self.front = [compiled.CompiledReplica(self, k) for k in range(cl.replicas)]
             self.back = []
@@ -136,11 +146,11 @@ class Simulation:
             request=np.arange(req[0], req[-1] + 1) if contiguous else idx,
             arrival_s=S.arrival[idx], prompt_tokens=S.prompt[idx], tenant=S.tenant[idx],
             session_id=S.session[idx],
-            predicted_lo=None if tr.predicted_lo is None else tr.predicted_lo[idx],
-            predicted_hi=None if tr.predicted_hi is None else tr.predicted_hi[idx],
+            predicted_lo=None if self.pred_lo is None else self.pred_lo[idx],
+            predicted_hi=None if self.pred_hi is None else self.pred_hi[idx],
             output_tokens=S.out[idx] if self.policy.meta.clairvoyant else None,
             block_keys=lambda: tuple(S.trace_keys(i) for i in req),
-            replica_state=replica_state)
+            replica_state=replica_state, block_tokens=self.block_tokens)
         out = router.route(view)
         if type(out) is np.ndarray and out.shape == (1,) and out.dtype.kind in "iu" and \
                 0 <= out[0] < len(pool):
@@ -171,11 +181,36 @@ class Simulation:
             for i2, r in zip(group, self._route(self.back, group, t, "decode")):
                 self.back[r].enqueue(i2, t)
 
+    # ------------------------------------------------------------------ predictions
+    def _predict(self, req: list[int], t: float) -> None:
+        """Show the predictor every completion up to ``t``, then predict ``req``."""
+        S, pr = self.state, self.predictor
+        for r in self.replicas():
+            r.advance(t)
+        done = np.flatnonzero((S.status == FINISHED) & ~self._observed & (S.finish <= t))
+        if done.size:
+            done = done[np.lexsort((done, S.finish[done]))]
+            self._observed[done] = True
+            pr.observe(S.prompt[done], S.tenant[done], S.out[done])
+        idx = np.asarray(req, np.int64)
+        p = pr.predict(S.prompt[idx], S.tenant[idx],
+                       _truth=S.out[idx] if getattr(pr, "uses_truth", False) else None)
+        lo, hi = np.asarray(p.lo, np.int64), np.asarray(p.hi, np.int64)
+        if lo.shape != idx.shape or hi.shape != idx.shape or np.any(lo < 1) or \
+                np.any(hi < lo):
+            raise ValueError(f"predictor {getattr(pr, 'name', pr)!r}: predictions must be "
+                             f"intervals 1 <= lo <= hi of shape {idx.shape}, got lo={lo[:4]} "
+                             f"hi={hi[:4]}")
+        self.pred_lo[idx] = lo
+        self.pred_hi[idx] = hi
+
     # ------------------------------------------------------------------ main loop
     def run(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         S = self.state
         self.policy.reset(self.cluster, np.random.default_rng(self.seed))
+        if self.predictor is not None:
+            self.predictor.reset(np.random.default_rng([self.seed, 7]))
         arr = S.arrival
         n = S.n
         i = 0
@@ -191,6 +226,8 @@ class Simulation:
                     r.advance(t)
                 self._flush_kv(t)
             req = list(range(i, j))
+            if self.predictor is not None:
+                self._predict(req, t)
             for k, r in zip(req, self._route(self.front, req, t, "prefill" if self.back
                                              else "colocated")):
                 self.front[r].enqueue(k, t)
