@@ -81,14 +81,26 @@ class Result:
 
 
 def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
-             reference: bool = False, check: bool = False) -> Result:
+             reference: bool = False, check: bool = False, predictor: Any = None) -> Result:
     """Simulate ``policy`` (a registered name or a :class:`Policy`) on ``instance``.
 
     A pure function of its arguments. ``reference=True`` plans every iteration in Python
     (slow; for tests, gives the same per-request results). ``check=True`` verifies the
     block and timing invariants after every event and raises ``InvariantError``.
+    ``predictor`` (a :class:`lpserve.predictors.Predictor`, copied and reset with a
+    generator derived from ``seed``) replaces the trace's predicted output intervals: each
+    request's ``[lo, hi]`` is predicted at its arrival, and the predictor observes every
+    completion before the next arrival; ``None`` shows the trace's ``predicted_lo/hi``.
     """
+    import copy
+
     from lpserve.sim.engine import Simulation
+
+    if predictor is not None:
+        if not (hasattr(predictor, "predict") and hasattr(predictor, "observe")):
+            raise ValueError(f"simulate: predictor must have predict() and observe(), got "
+                             f"{type(predictor).__name__}")
+        predictor = copy.deepcopy(predictor)
 
     if isinstance(policy, str):
         from lpserve.registry import make_policy  # name resolution lives in the registry
@@ -99,7 +111,8 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
                          f"{type(policy).__name__}")
     if not isinstance(instance, Instance):
         raise ValueError(f"simulate: instance must be an Instance, got {type(instance).__name__}")
-    sim = Simulation(instance, policy, seed, reference=reference, check=check)
+    sim = Simulation(instance, policy, seed, reference=reference, check=check,
+                     predictor=predictor)
     info = sim.run()
     S = sim.state
     arrays = {

@@ -55,6 +55,9 @@ class Replica:
         self._ranks: dict[int, float] | None = None
         self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
         self._resumed = False
+        # EngineConfig.budget_controller: sets decode-first budgets, observes iterations
+        self.ctl = self.eng.budget_controller
+        self.ctl_state = None if self.ctl is None else self.ctl.start(self)
 
     # =============================================================== public
     @property
@@ -128,10 +131,12 @@ class Replica:
             swapped=_ro(S.swapped[idx]), preemptions=_ro(S.preempt[idx]),
             first_scheduled_s=_ro(S.first_sched[idx]), tenant=_ro(S.tenant[idx]),
             session_id=_ro(S.session[idx]),
-            predicted_lo=None if tr.predicted_lo is None else _ro(tr.predicted_lo[idx]),
-            predicted_hi=None if tr.predicted_hi is None else _ro(tr.predicted_hi[idx]),
+            predicted_lo=None if self.sim.pred_lo is None else _ro(self.sim.pred_lo[idx]),
+            predicted_hi=None if self.sim.pred_hi is None else _ro(self.sim.pred_hi[idx]),
             output_tokens=_ro(S.out[idx]) if clair else None,
-            free_blocks=self.bm.available, total_blocks=self.bm.total, block_tokens=self.bt)
+            free_blocks=self.bm.available, total_blocks=self.bm.total, block_tokens=self.bt,
+            program_id=None if tr.program_id is None else _ro(tr.program_id[idx]),
+            parent=None if tr.parent is None else _ro(tr.parent[idx]))
         r = self.sim.policy.scheduler.rank(view)
         r = np.asarray(r)
         name = self.sim.role_name("scheduler")
@@ -248,6 +253,47 @@ class Replica:
                 best, key = i, k
         return best
 
+    def _admit_need(self, i: int) -> int:
+        """KV blocks waiting request ``i`` needs to be admitted (its whole context)."""
+        S, bt = self.S, self.bt
+        if S.swapped[i]:
+            return int(S.host_blocks[i])
+        if S.kv_remote[i]:
+            return -(-int(S.computed[i]) // bt)
+        full = self.reserve_blocks or -(-int(S.prompt[i] + S.gen[i]) // bt)
+        if self.eng.prefix_caching:
+            full -= len(self.bm.match(S.block_keys(i, bt)))
+        return max(full, 0)
+
+    def _priority_preempt(self) -> None:
+        """``EngineConfig.priority_preemption``: for each waiting request in rank order that
+        cannot be admitted (batch full or KV short), preempt the worst-ranked running
+        requests while their rank is strictly worse than the waiting one's."""
+        eng, bm = self.eng, self.bm
+        ranks = self._rank_all()
+        order = sorted((ranks[i], pos, i) for pos, i in enumerate(self.waiting)
+                       if ranks[i] != math.inf)
+        seats = eng.max_num_seqs - len(self.running)
+        mem = bm.available - self.wm_blocks
+        floor = math.inf  # best rank among requests preempted here
+        for r, _, w in order:
+            if r >= floor:
+                break
+            need = self._admit_need(w)
+            if need > bm.total - self.wm_blocks:
+                continue
+            while seats < 1 or mem < need:
+                v = self._victim()
+                if v < 0 or ranks.get(v, math.inf) <= r:
+                    return
+                before = bm.available
+                self._preempt(v)
+                floor = min(floor, ranks.get(v, math.inf))
+                seats += 1
+                mem += bm.available - before
+            seats -= 1
+            mem -= need
+
     def _decode_need(self, decodes: list[int]) -> int:
         if not decodes:
             return 0
@@ -340,6 +386,8 @@ class Replica:
         chunks: list[tuple[int, int, int]] = []
         budget = eng.max_num_batched_tokens
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
+        if admit_ok and eng.priority_preemption and self.running:
+            self._priority_preempt()
         if eng.batching == "prefill-first" and admit_ok:
             self._admit(budget, chunks, allow_chunk=False)
             admit_ok = False
@@ -368,6 +416,8 @@ class Replica:
             self.bm.take_anon(int(grow.size))
             S.anon[grow] += 1
         budget -= len(decodes)
+        if self.ctl is not None and eng.batching == "decode-first":
+            budget = min(budget, int(self.ctl.budget(self, self.ctl_state, decodes, budget)))
         if eng.batching == "decode-first":
             partial = [i for i in partial if i in self.running]
             if partial:
@@ -418,6 +468,8 @@ class Replica:
         for i in decodes:
             S.computed[i] += 1
             done.append(i)
+        if self.ctl is not None:
+            self.ctl.observe(self, self.ctl_state, dt, chunks, decodes, done)
         for i in done:
             self._produce(i)
         return True
@@ -438,9 +490,16 @@ class Replica:
         # the planner already gave this first iteration its new blocks (held0), so the
         # kernel's first iteration needs none; later ones take plain free blocks
         max_iters = 1 if self.sim.reference else _BIG
+        if self.ctl is not None:  # the controller may need to decide again within the run
+            ctx0, start_s = ctx.copy(), self.now
+            max_iters = self.ctl.decode_limit(
+                self, self.ctl_state, idx, ctx0, held0,
+                min(max_iters, int((S.out[idx] - gen).min())))
         n, now, taken, _, area = K.decode_advance(
             self.params, ctx, gen, S.out[idx], held, self.bt, self.bm.plain_free,
             self.bm.used, self.now, stop_s, max_iters)
+        if self.ctl is not None:
+            self.ctl.observe_decode_run(self, self.ctl_state, idx, ctx0, held0, n, start_s)
         if n == 0:  # cannot happen: the caller checked now < stop and memory
             raise RuntimeError("internal: empty decode run")
         self.bm.take_anon(int(taken))
