@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite (fast and slow tiers): sets up .venv, then runs pytest.
+# The whole test suite: sets up .venv, then runs pytest in two stages — the default tier,
+# then the slow tier (long runs, notebooks, real vLLM and Vidur in their own venvs).
+# Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh test
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-exec .venv/bin/python -m pytest -q "$@"
+echo "== stage 1: default tier"
+.venv/bin/python -m pytest -q -m "not slow" "$@"
+echo "== stage 2: slow tier"
+.venv/bin/python -m pytest -q -m slow "$@"

@@ -39,3 +39,10 @@ def shared_traces() -> Path:
     if d is None:
         pytest.skip("the shared trace folder (../shared/traces) is not present on this machine")
     return d / "traces"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything under ``tests/slow/`` belongs to the slow tier, marked or not."""
+    for item in items:
+        if "/tests/slow/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.slow)
