@@ -104,7 +104,10 @@ def _floats(text: str, flag: str) -> list[float]:
     return vals
 
 
-def _claimed(items: list[str]) -> dict[str, float]:
+def _claimed(items: list[str]) -> Any:
+    """The ``--check-bound`` values as a ClaimedBound (None when there are none)."""
+    from lpserve.evaluate import ClaimedBound
+
     out = {}
     for it in items:
         key, sep, val = it.partition("=")
@@ -114,7 +117,7 @@ def _claimed(items: list[str]) -> dict[str, float]:
             sep = ""
         if not sep:
             raise CLIError(f"--check-bound must look like METRIC=VALUE, got {it!r}")
-    return out
+    return ClaimedBound("claimed", out) if out else None
 
 
 def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
@@ -154,7 +157,7 @@ def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
 def _gap(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     import lpserve as lp
-    from lpserve.evaluate import BoundViolation, default_policies
+    from lpserve.evaluate import METRIC_KEYS, BoundViolation, default_policies, resolve_bounds
     from lpserve.evaluate.compare import SOLVED_POLICIES
     from lpserve.registry import policy_names
 
@@ -165,6 +168,10 @@ def _gap(args: argparse.Namespace) -> int:
     claimed = _claimed(args.check_bound)
     bounds = [] if args.bounds.strip() in ("", "none") else \
         [b.strip() for b in args.bounds.split(",") if b.strip()]
+    resolve_bounds(bounds)  # unknown names fail before any simulation
+    if args.metric not in (*METRIC_KEYS, "total_latency_s"):
+        raise CLIError(f"--metric must be one of {', '.join(METRIC_KEYS)}, total_latency_s; "
+                       f"got {args.metric!r}")
     workloads, note = _workloads(args)
     cluster = lp.Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
     slo = lp.SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
@@ -218,13 +225,14 @@ def _gap(args: argparse.Namespace) -> int:
 
 
 def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run):
-    from lpserve.evaluate import ClaimedBound, compare
+    """compare() on every (workload, load) case; the claimed bound joins the main case."""
+    from lpserve.evaluate import compare
 
     tables, frames = {}, []
     for wl, load, inst in cases:
         b = list(bounds)
-        if claimed and (wl, load) == main_case:
-            b.append(ClaimedBound("claimed", claimed))
+        if claimed is not None and (wl, load) == main_case:
+            b.append(claimed)
         df = compare(inst, policies, b, seeds, metric=args.metric, on_run=on_run)
         tables[(wl, load)] = df
         long = df.copy()

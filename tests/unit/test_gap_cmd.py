@@ -1,0 +1,125 @@
+"""``lpserve gap`` on a small slice: the table, the report folder, JSON keys, and the bound
+assertion (exit status 3 on a deliberately invalid bound)."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from lpserve.cli import main
+
+SMALL = ["gap", "--duration", "30", "--windows", "2", "--loads", "1.0,1.5",
+         "--policies", "vllm,vllm+least-outstanding,sarathi"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+    """One text run shared by the tests below (capsys is function-scoped: capture by hand)."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("report")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(SMALL + ["--out", str(out)])
+    return rc, buf.getvalue(), out
+
+
+def test_gap_prints_the_table_and_robustness(text_run):
+    rc, text, _ = text_run
+    assert rc == 0
+    lines = text.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.startswith("policy") and "ratio" in x)
+    assert "TTFT mean s" in lines[head] and "TPOT mean s" in lines[head] and \
+        "E2E mean s" in lines[head] and "goodput req/s" in lines[head] and \
+        "P99/P50" in lines[head] and "hit rate" in lines[head]
+    assert lines[head + 1].startswith("lower bound: cost-bound")
+    rows = {x.split()[0]: x.split() for x in lines[head + 2:head + 5]}
+    assert set(rows) == {"vllm", "vllm+least-outstanding", "sarathi"}
+    for r in rows.values():
+        ratio = float(r[-2])
+        assert ratio >= 1.0
+    assert "30-s window" in text and "of azure-conv-10min" in text
+    assert "robustness: e2e_s_mean over 4 cases" in text
+    assert "wall" in text
+
+
+def test_gap_writes_the_report_folder(text_run):
+    rc, _, out = text_run
+    pngs = sorted(out.glob("*.png"))
+    assert [p.name for p in pngs] == ["gap_to_bound.png", "latency_cdf.png",
+                                      "latency_vs_load.png"]
+    for p in pngs:
+        data = p.read_bytes()
+        assert data[:8] == PNG and len(data) > 10_000
+    md = (out / "gap_table.md").read_text()
+    assert "| policy | kind | TTFT mean (s)" in md and "lower bound: cost-bound" in md
+    assert "![latency CDF](latency_cdf.png)" in md
+    with open(out / "gap_table.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["policy"] for r in rows] == ["vllm", "vllm+least-outstanding", "sarathi"]
+    assert all(float(r["ratio_to_bound"]) >= 1.0 for r in rows)
+    with open(out / "runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 2 * 2 * 3  # windows x loads x policies
+    assert {r["load"] for r in runs} == {"1.0", "1.5"}
+    assert (out / "robustness.csv").is_file()
+
+
+def test_gap_json_keys(tmp_path, capsys):
+    assert main(SMALL + ["--windows", "1", "--loads", "1.0", "--out", str(tmp_path),
+                         "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("trace", "workload", "cluster", "slo", "load", "loads", "policies", "bounds",
+                "table", "robustness", "sweep", "report", "wall_s"):
+        assert key in d, key
+    assert d["policies"] == ["vllm", "vllm+least-outstanding", "sarathi"]
+    row = d["table"][0]
+    for key in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        assert set(row[key]) == {"mean", "p50", "p90", "p99"}
+    for key in ("throughput_rps", "goodput_rps", "prefix_hit_rate", "n_requests",
+                "n_finished", "n_rejected", "ratio_to_bound", "bound_value",
+                "e2e_s_p99_over_p50"):
+        assert key in row, key
+    assert row["ratio_to_bound"] == pytest.approx(row["e2e_s"]["mean"] / row["bound_value"])
+    assert d["bounds"]["values"]["cost-bound"]["e2e_s_mean"] > 0
+    assert len(d["report"]["files"]) >= 7
+    assert sum(f.endswith(".png") for f in d["report"]["files"]) == 3
+
+
+def test_invalid_bound_is_asserted_with_exit_3(tmp_path, capsys):
+    args = SMALL + ["--windows", "1", "--loads", "1.0", "--out", str(tmp_path),
+                    "--check-bound", "e2e_s_mean=1000"]
+    assert main(args) == 3
+    err = capsys.readouterr().err
+    assert "bound violated" in err and "'claimed'" in err and "e2e_s_mean" in err
+    assert "'vllm'" in err and "1000" in err and "Traceback" not in err
+    assert main(args + ["--json"]) == 3
+    d = json.loads(capsys.readouterr().out)
+    assert d["bound"] == "claimed" and d["policy"] == "vllm" and d["metric"] == "e2e_s_mean"
+    assert d["bound_value"] == 1000 and d["policy_value"] < 1000
+    # a valid claimed bound passes and becomes the best bound where it is larger
+    assert main(SMALL[:-2] + ["--policies", "vllm", "--windows", "1", "--loads", "1.0",
+                              "--out", str(tmp_path), "--check-bound", "e2e_s_mean=0.5",
+                              "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["table"][0]
+    assert row["bound_name"] == "cost-bound" and row["bound_value"] > 0.5
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--loads", "0,1"], "--loads must hold numbers > 0"),
+    (["--loads", "a"], "--loads must be comma-separated numbers"),
+    (["--policies", "nope"], "unknown policies ['nope']"),
+    (["--check-bound", "e2e_s_mean"], "METRIC=VALUE"),
+    (["--check-bound", "latency=1"], "unknown metric key"),
+    (["--duration", "-5"], "--duration must be > 0"),
+    (["--windows", "0"], "--windows must be >= 1"),
+    (["--bounds", "nope"], "unknown bound 'nope'"),
+    (["--metric", "latency"], "--metric must be one of"),
+])
+def test_bad_arguments_exit_2(tmp_path, capsys, extra, message):
+    assert main(SMALL + ["--out", str(tmp_path)] + extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
