@@ -215,4 +215,5 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
     return fig
 
 
-__all__ = ["metric_label", "new_figure", "plot_gap_to_bound", "plot_latency_cdf", "plot_latency_vs_load"]
+__all__ = ["metric_label", "new_figure", "plot_gap_to_bound", "plot_latency_cdf",
+           "plot_latency_vs_load"]

@@ -51,8 +51,9 @@ trace = full if DURATION_S is None else full.window(0.0, DURATION_S)
 print(full)
 stats = trace.stats()
 print(f"using {stats['n_requests']} requests over {stats['duration_s']:.0f} s "
-      f"({stats['rate_per_s']:.2f} req/s); prompt tokens mean {stats['prompt_tokens']['mean']:.0f}, "
-      f"output tokens mean {stats['output_tokens']['mean']:.0f}")
+      f"({stats['rate_per_s']:.2f} req/s); prompt tokens mean "
+      f"{stats['prompt_tokens']['mean']:.0f}, output tokens mean "
+      f"{stats['output_tokens']['mean']:.0f}")
 
 # %% [markdown]
 # ## 2. A cluster, its cost model and an instance
