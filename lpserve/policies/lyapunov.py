@@ -1,0 +1,391 @@
+"""Drift-plus-penalty (DPP) control of prefill and decode on one engine.
+
+The controller (``models/lyapunov-pd.md``) treats each iteration as a slot. It keeps
+
+* ``Q_c`` — waiting prefill tokens per class (real queues, eq. (3));
+* ``Z_TBT`` — a virtual queue of token gaps slower than the time-between-tokens SLO,
+  eq. (5), so that at most a fraction ``eps`` of gaps exceeds ``S_TBT`` (a percentile
+  target: ``eps = 0.01`` enforces P99 TBT <= ``S_TBT``);
+* ``Z_KV`` — a virtual queue of KV occupancy above ``theta``, eq. (6);
+
+and before every decode-first iteration picks the prefill tokens ``u`` from the menu
+``{0, grain, 2 grain, ...}`` that minimizes drift + V x penalty, eq. (9). The penalty
+(eq. (7)) is the decode stall the prefill chunk adds: ``n_dec * (T(u) - T(0))`` seconds,
+i.e. the sum over running decodes of the extra delay of their next token.
+
+:class:`DPPController` is the engine hook (:class:`lpserve.policy.BudgetController`);
+:class:`TBTRecorder` observes token gaps without deciding (to measure baselines);
+:func:`constants` computes the proved constants (``proofs/lyapunov-dpp.md``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from lpserve.cost._kernels import iteration_time
+from lpserve.policies import _lyapunov_kernels as K
+from lpserve.policy import (LRU, BudgetController, Claim, EngineConfig, Meta, Policy,
+                            RoundRobin, Scheduler, SchedulerView)
+
+_PROOF = "proofs/lyapunov-dpp.md"
+CLAIMS = (
+    Claim("time-average stall penalty <= p* + B/V (slotted model, i.i.d. arrivals)", _PROOF,
+          "tests/properties/test_lyapunov_dpp.py::test_penalty_and_backlog_within_bounds"),
+    Claim("time-average backlog <= (B + V (p_max - p_min)) / epsilon", _PROOF,
+          "tests/properties/test_lyapunov_dpp.py::test_penalty_and_backlog_within_bounds"),
+    Claim("throughput-optimal (Li-Dai-Peng): stable when lambda (m_p + m_d) < b / t_b",
+          _PROOF, "tests/slow/test_lyapunov_stability.py::test_knife_edge"),
+)
+
+
+class _RunState:
+    """Controller state of one replica in one run."""
+
+    def __init__(self, n_requests: int) -> None:
+        self.st = np.zeros(K.N_ST, np.float64)
+        self.last_tok = np.full(n_requests, np.nan)
+        self.q_class = np.zeros(1, np.float64)
+        self.q_tokens = 0.0
+        self.u = 0
+        self.cap = 0
+        self.cp = np.zeros(K.N_CP, np.float64)
+
+
+class TBTRecorder(BudgetController):
+    """Observes every iteration: token gaps (TBT samples) and the iteration statistics.
+
+    Leaves the engine's budget unchanged. After a run, :meth:`report` summarizes the
+    last run over all replicas. ``tbt_slo_s`` is the gap above which a sample counts as
+    a violation.
+    """
+
+    name = "tbt-recorder"
+    decides = False
+
+    def __init__(self, tbt_slo_s: float = 0.1) -> None:
+        if not tbt_slo_s > 0:
+            raise ValueError(f"{type(self).__name__}: tbt_slo_s must be > 0, got {tbt_slo_s}")
+        self.tbt_slo_s = float(tbt_slo_s)
+        self._run: Any = None
+        self.states: dict[tuple[str, int], _RunState] = {}
+
+    # the simulation is not part of the controller's pickled state
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d["_run"] = None
+        d["states"] = {}
+        return d
+
+    def cparams(self, replica: Any) -> np.ndarray:
+        """The ``cp`` array of :mod:`lpserve.policies._lyapunov_kernels`."""
+        cp = np.zeros(K.N_CP, np.float64)
+        cp[K.CP_S_TBT] = self.tbt_slo_s
+        cp[K.CP_ETA] = 1.0
+        cp[K.CP_THETA] = 1.0
+        cp[K.CP_GRAIN] = 1.0
+        cp[K.CP_BT] = float(replica.bt)
+        return cp
+
+    def start(self, replica: Any) -> _RunState:
+        if self._run is not replica.sim:  # a new run: forget the last one's replicas
+            self._run = replica.sim
+            self.states = {}
+        s = _RunState(replica.S.n)
+        s.cp = self.cparams(replica)
+        self.states[(replica.role, replica.index)] = s
+        return s
+
+    def observe(self, replica: Any, state: _RunState, dt_s: float, chunks: list,
+                decodes: list, produced: list) -> None:
+        S, now = replica.S, replica.now
+        ids = np.asarray(produced, np.int64)
+        lt = state.last_tok[ids]
+        has = (S.gen[ids] >= 1) & np.isfinite(lt)
+        gaps = now - lt[has]
+        state.last_tok[ids] = now
+        st = state.st
+        if self.decides:
+            u_act = int(sum(c for _, c, _ in chunks))
+            if u_act != int(st[K.ST_LAST_U]):
+                st[K.ST_LAST_PEN] = self._penalty(replica, decodes, u_act)
+        else:
+            st[K.ST_LAST_PEN] = 0.0
+        K.dpp_observe(state.cp, st, float(dt_s), len(decodes), float(replica.bm.used),
+                      float(replica.bm.total), state.q_tokens, gaps.astype(np.float64))
+        state.q_tokens = 0.0
+
+    def _penalty(self, replica: Any, decodes: list, u: int) -> float:
+        if not decodes or u <= 0:
+            return 0.0
+        ctx = replica.S.computed[np.asarray(decodes, np.int64)]
+        e = np.zeros(0, np.int64)
+        t0 = iteration_time(replica.params, e, e, ctx)
+        t = iteration_time(replica.params, np.array([u], np.int64), np.zeros(1, np.int64), ctx)
+        return len(decodes) * (t - t0)
+
+    def observe_decode_run(self, replica: Any, state: _RunState, idx: np.ndarray,
+                           ctx: np.ndarray, held: np.ndarray, n_iters: int,
+                           start_s: float) -> None:
+        lt = state.last_tok[idx]
+        first = np.where(np.isfinite(lt), start_s - lt, 0.0)
+        _, end = K.dpp_decode_run(replica.params, state.cp, state.st, ctx, held, first,
+                                  float(replica.bm.used), float(replica.bm.total),
+                                  state.q_tokens, state.q_class, self._weights(state),
+                                  0, 0, int(n_iters), False, float(start_s))
+        state.last_tok[idx] = end
+
+    def _weights(self, state: _RunState) -> np.ndarray:
+        return np.ones(state.q_class.shape[0], np.float64)
+
+    # ------------------------------------------------------------------ results
+    def report(self) -> dict[str, float]:
+        """Statistics of the last run summed over replicas.
+
+        Keys: ``tbt_samples``, ``tbt_violation_fraction`` (gaps > ``tbt_slo_s``),
+        ``tbt_p50_s``/``tbt_p99_s`` (from a log histogram, 40 bins per decade; the bin's
+        upper edge), ``iterations``, ``mean_penalty_s`` (per iteration), ``mean_backlog_tokens``
+        (per decided iteration), ``max_backlog_tokens``, ``mean_z_tbt``, ``mean_z_kv``,
+        ``iteration_violation_fraction`` (decode-weighted share of iterations > S_TBT).
+        """
+        if not self.states:
+            raise RuntimeError(f"{self.name}: report() before any run")
+        st = np.sum([s.st for s in self.states.values()], axis=0)
+        slots = max(st[K.ST_SLOTS], 1.0)
+        hist = st[K.HIST_START:K.HIST_START + K.HIST_BINS]
+        return {
+            "tbt_samples": float(st[K.ST_GAPS]),
+            "tbt_violation_fraction": float(st[K.ST_VIOL] / max(st[K.ST_GAPS], 1.0)),
+            "tbt_p50_s": _hist_quantile(hist, 0.50),
+            "tbt_p99_s": _hist_quantile(hist, 0.99),
+            "iterations": float(st[K.ST_SLOTS]),
+            "mean_penalty_s": float(st[K.ST_PEN] / slots),
+            "mean_backlog_tokens": float(st[K.ST_Q] / slots),
+            "max_backlog_tokens": float(max(s.st[K.ST_MAX_Q] for s in self.states.values())),
+            "mean_z_tbt": float(st[K.ST_ZT_SUM] / slots),
+            "mean_z_kv": float(st[K.ST_ZM_SUM] / slots),
+            "iteration_violation_fraction": float(st[K.ST_SLOT_VIOL] /
+                                                  max(st[K.ST_SLOT_DEC], 1.0)),
+        }
+
+
+def _hist_quantile(hist: np.ndarray, q: float) -> float:
+    total = hist.sum()
+    if total <= 0:
+        return float("nan")
+    k = int(np.searchsorted(np.cumsum(hist), q * total))
+    return float(10 ** (K.HIST_LO_LOG10 + (k + 1) / K.HIST_BINS_PER_DECADE))
+
+
+class DPPController(TBTRecorder):
+    """The DPP budget controller, eq. (9) (see the module docstring).
+
+    Args:
+        V: penalty weight (>= 0); ``V = 0`` is max-weight (fill the budget).
+        tbt_slo_s: ``S_TBT`` (s). eps: allowed fraction of token gaps above it.
+        eta_tokens: token unit of the backlog in the Lyapunov function.
+        theta: KV occupancy target in (0, 1]. grain_tokens: step of the chunk menu.
+        class_weights: weight per prefill class (class = trace tenant id, clipped to the
+            number of weights; one weight: one class).
+    """
+
+    name = "dpp"
+    decides = True
+
+    def __init__(self, V: float = 1.0, tbt_slo_s: float = 0.1, eps: float = 0.01,
+                 eta_tokens: float = 512.0, theta: float = 0.9, grain_tokens: int = 64,
+                 class_weights: tuple[float, ...] = (1.0,)) -> None:
+        super().__init__(tbt_slo_s)
+        checks = {"V": V >= 0, "eps": 0 <= eps < 1, "eta_tokens": eta_tokens > 0,
+                  "theta": 0 < theta <= 1, "grain_tokens": int(grain_tokens) >= 1,
+                  "class_weights": len(class_weights) >= 1 and min(class_weights) >= 0}
+        for k, ok in checks.items():
+            if not ok:
+                raise ValueError(f"DPPController: bad {k}={locals()[k]!r}")
+        self.V, self.eps, self.eta_tokens, self.theta = float(V), float(eps), \
+            float(eta_tokens), float(theta)
+        self.grain_tokens = int(grain_tokens)
+        self.class_weights = tuple(float(w) for w in class_weights)
+
+    def cparams(self, replica: Any = None, block_tokens: int | None = None) -> np.ndarray:
+        cp = np.zeros(K.N_CP, np.float64)
+        cp[K.CP_V] = self.V
+        cp[K.CP_S_TBT] = self.tbt_slo_s
+        cp[K.CP_EPS] = self.eps
+        cp[K.CP_ETA] = self.eta_tokens
+        cp[K.CP_THETA] = self.theta
+        cp[K.CP_GRAIN] = self.grain_tokens
+        cp[K.CP_BT] = float(block_tokens if replica is None else replica.bt)
+        return cp
+
+    def start(self, replica: Any) -> _RunState:
+        s = super().start(replica)
+        s.q_class = np.zeros(len(self.class_weights), np.float64)
+        return s
+
+    def _weights(self, state: _RunState) -> np.ndarray:
+        return np.asarray(self.class_weights, np.float64)
+
+    def _backlog(self, replica: Any, state: _RunState) -> None:
+        """Prefill tokens per class: waiting requests to (re)compute and partial prefills."""
+        S = replica.S
+        q = state.q_class
+        q[:] = 0.0
+        ids = replica.waiting + replica.running
+        if ids:
+            idx = np.asarray(ids, np.int64)
+            left = S.prompt[idx] + S.gen[idx] - S.computed[idx]
+            left = np.where(S.swapped[idx] | S.kv_remote[idx], 0, left)
+            left = np.where(left > 1, left, np.where(np.arange(idx.size) < len(replica.waiting),
+                                                     left, 0))
+            cls = np.clip(S.tenant[idx], 0, q.size - 1) if q.size > 1 else np.zeros(idx.size,
+                                                                                     np.int64)
+            np.add.at(q, cls, left.astype(np.float64))
+        state.q_tokens = float(q.sum())
+
+    def budget(self, replica: Any, state: _RunState, decodes: list, cap_tokens: int) -> int:
+        self._backlog(replica, state)
+        ctx = replica.S.computed[np.asarray(decodes, np.int64)] if decodes else \
+            np.zeros(0, np.int64)
+        state.u = int(K.dpp_decide(replica.params, state.cp, state.st, state.q_class,
+                                   self._weights(state), ctx, float(replica.bm.used),
+                                   float(replica.bm.total), int(cap_tokens)))
+        state.cap = int(cap_tokens)
+        return state.u
+
+    def decode_limit(self, replica: Any, state: _RunState, idx: np.ndarray, ctx: np.ndarray,
+                     held: np.ndarray, max_iters: int) -> int:
+        if state.q_tokens <= 0 or max_iters <= 1:
+            return int(max_iters)
+        lt = state.last_tok[idx]
+        first = np.where(np.isfinite(lt), replica.now - lt, 0.0)
+        k, _ = K.dpp_decode_run(replica.params, state.cp, state.st, ctx, held, first,
+                                float(replica.bm.used), float(replica.bm.total),
+                                state.q_tokens, state.q_class, self._weights(state),
+                                state.cap, state.u, int(max_iters), True, float(replica.now))
+        return max(int(k), 1)
+
+
+class DPPScheduler(Scheduler):
+    """Rank of the DPP policy: classes by weighted backlog ``w_c Q_c`` (largest first, the
+    greedy order of eq. (10)), first come first served within a class."""
+
+    name = "dpp-classes"
+
+    def __init__(self, class_weights: tuple[float, ...] = (1.0,)) -> None:
+        self.class_weights = tuple(float(w) for w in class_weights)
+
+    def rank(self, view: SchedulerView) -> np.ndarray:
+        arr = np.asarray(view.arrival_s, np.float64)
+        n_cls = len(self.class_weights)
+        if n_cls == 1 or len(view) == 0:
+            return arr.copy()
+        cls = np.clip(view.tenant, 0, n_cls - 1)
+        left = np.maximum(view.prompt_tokens - view.computed_tokens, 0).astype(np.float64)
+        q = np.bincount(cls, weights=left, minlength=n_cls)
+        score = np.asarray(self.class_weights) * q
+        order = np.argsort(-score, kind="stable")
+        pos = np.empty(n_cls, np.float64)
+        pos[order] = np.arange(n_cls)
+        span = float(arr.max() - arr.min()) + 1.0
+        return pos[cls] * span + (arr - arr.min())
+
+
+def lyapunov(V: float = 1.0, tbt_slo_s: float = 0.1, eps: float = 0.01,
+             eta_tokens: float = 512.0, theta: float = 0.9, grain_tokens: int = 64,
+             class_weights: tuple[float, ...] = (1.0,), max_num_batched_tokens: int = 2048,
+             max_num_seqs: int = 256, prefix_caching: bool = True, router: Any = None,
+             name: str = "lyapunov") -> Policy:
+    """The DPP policy: decode-first chunked prefill whose per-iteration prefill budget
+    (at most ``max_num_batched_tokens``) is set by :class:`DPPController`."""
+    ctl = DPPController(V=V, tbt_slo_s=tbt_slo_s, eps=eps, eta_tokens=eta_tokens,
+                        theta=theta, grain_tokens=grain_tokens, class_weights=class_weights)
+    eng = EngineConfig(batching="decode-first", chunked_prefill=True,
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                       preemption="recompute", watermark=0.01, prefix_caching=prefix_caching,
+                       budget_controller=ctl)
+    sched = DPPScheduler(class_weights)
+    sched.meta = Meta(engines=("lpserve",), claims=CLAIMS)
+    return Policy(router=router or RoundRobin(), scheduler=sched, evictor=LRU(), engine=eng,
+                  name=name)
+
+
+def with_recorder(policy: Policy, tbt_slo_s: float) -> Policy:
+    """``policy`` with a :class:`TBTRecorder` attached (its budgets unchanged), so that
+    ``policy.engine.budget_controller.report()`` gives token-gap statistics after a run.
+    A policy that already has a controller is returned unchanged."""
+    if policy.engine.budget_controller is not None:
+        return policy
+    return policy.with_(engine={"budget_controller": TBTRecorder(tbt_slo_s)})
+
+
+# =====================================================================================
+# constants of the theorem and capacities
+# =====================================================================================
+def _t(cost: Any, prefill: int, ctx: np.ndarray) -> float:
+    p = np.array([prefill], np.int64) if prefill > 0 else np.zeros(0, np.int64)
+    return float(iteration_time(np.ascontiguousarray(cost.params, np.float64), p,
+                                np.zeros(p.size, np.int64), np.asarray(ctx, np.int64)))
+
+
+def constants(cost_model: Any, *, budget_tokens: int = 2048, max_decodes: int = 256,
+              context_tokens: int = 1024, max_arrival_tokens: float = 4096.0,
+              eta_tokens: float = 512.0, eps: float = 0.01, theta: float = 0.9,
+              mean_prompt_tokens: float | None = None,
+              mean_output_tokens: float | None = None) -> dict[str, float]:
+    """Constants of ``proofs/lyapunov-dpp.md`` for the controller on ``cost_model``.
+
+    ``B`` bounds half the conditional second moment of the queue increments, eq. (12):
+    ``B = (A^2 + b^2) / (2 eta^2) + N^2 max(eps, 1-eps)^2 / 2 + max(theta, 1-theta)^2 / 2``
+    with ``A = max_arrival_tokens`` per slot, ``b = budget_tokens`` and ``N =
+    max_decodes``. ``p_max`` is the largest stall penalty of one iteration,
+    ``max_n n (T(b - n) - T(0))`` with decodes of ``context_tokens`` (``p_min = 0``).
+    ``t_b_s`` is the time of a full batch and ``capacity_tokens_per_s = b / t_b`` the
+    Li-Dai-Peng service rate; with mean lengths given, the full batch mixes decodes and
+    prefill in the workload's proportion ``m_d / (m_p + m_d)`` (contexts ``m_p + m_d/2``)
+    and ``capacity_rps = b / (t_b (m_p + m_d))``.
+    """
+    b, N = int(budget_tokens), int(max_decodes)
+    if b < 1 or N < 0 or eta_tokens <= 0:
+        raise ValueError(f"constants: need budget_tokens >= 1, max_decodes >= 0, "
+                         f"eta_tokens > 0; got {b}, {N}, {eta_tokens}")
+    B = ((max_arrival_tokens ** 2 + b ** 2) / (2 * eta_tokens ** 2)
+         + 0.5 * (N * max(eps, 1 - eps)) ** 2 + 0.5 * max(theta, 1 - theta) ** 2)
+    p_max = 0.0
+    for n in sorted({min(N, b - 1), max(N // 2, 1), max(N // 4, 1), 1}):
+        if 0 < n < b:
+            ctx = np.full(n, context_tokens, np.int64)
+            p_max = max(p_max, n * (_t(cost_model, b - n, ctx) - _t(cost_model, 0, ctx)))
+    out = {"B": float(B), "p_max": float(p_max), "p_min": 0.0}
+    if mean_prompt_tokens is not None and mean_output_tokens is not None:
+        mp, md = float(mean_prompt_tokens), float(mean_output_tokens)
+        n_d = int(round(b * md / (mp + md)))
+        ctx = np.full(n_d, int(round(mp + md / 2)), np.int64)
+        t_b = _t(cost_model, b - n_d, ctx)
+        out.update(t_b_s=t_b, capacity_tokens_per_s=b / t_b, capacity_rps=b / (t_b * (mp + md)))
+    else:
+        t_b = _t(cost_model, b, np.zeros(0, np.int64))
+        out.update(t_b_s=t_b, capacity_tokens_per_s=b / t_b)
+    return out
+
+
+def prefill_first_capacity_rps(cost_model: Any, *, budget_tokens: int, prompt_tokens: int,
+                               output_tokens: int, max_num_seqs: int) -> float:
+    """Fluid capacity of vLLM-style prefill-first batching with fixed lengths ``(P, D)``.
+
+    At saturation the batch holds ``N = max_num_seqs`` requests; each completion admits
+    one prompt in a prefill-only iteration of ``k = floor(b / P)`` prompts (decodes
+    paused), and decodes run in iterations of ``N`` sequences whose contexts spread
+    evenly over ``[P, P + D)``. Time per request:
+    ``t(k P) / k + D t_dec(N) / N`` (``models/lyapunov-pd.md`` eq. (15)).
+    """
+    P, D, N, b = int(prompt_tokens), int(output_tokens), int(max_num_seqs), int(budget_tokens)
+    if P > b:
+        return 0.0  # a prompt above the budget is never scheduled without chunking
+    k = max(1, min(b // P, N))
+    ctx = (P + (np.arange(N) * D) // N).astype(np.int64)
+    t_pre = float(cost_model.batch_time_s(prefill_tokens=[P] * k, prefill_cached=[0] * k,
+                                          decode_context=[]))
+    per_req = t_pre / k + D * _t(cost_model, 0, ctx) / N
+    return 1.0 / per_req
