@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from lpserve.policies import baselines as B
+from lpserve.policies import mlfq as MQ
+from lpserve.policies import programs as PG
+from lpserve.policies import schedulers as SC
 from lpserve.policy import Policy
 
 POLICIES: dict[str, Callable[..., Policy]] = {
@@ -18,6 +21,33 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "vllm+least-kv": B.routed("least-kv"),
     "vllm+power-of-two": B.routed("power-of-two"),
     "vllm+prefix-affinity": B.routed("prefix-affinity"),
+    # competitive schedulers (lpserve/policies/schedulers.py, mlfq.py, programs.py)
+    "sjf-oracle": SC.scheduled(SC.SJFOracle, "sjf-oracle", remaining=False),
+    "srpt-oracle": SC.scheduled(SC.SJFOracle, "srpt-oracle", preemptive=True),
+    "wspt-oracle": SC.scheduled(SC.WSPT, "wspt-oracle"),
+    "sjf-predicted": SC.scheduled(SC.SJFPredicted, "sjf-predicted"),
+    "las": SC.scheduled(SC.LAS, "las", preemptive=True),
+    "rr-sched": SC.scheduled(SC.RoundRobin, "rr-sched", preemptive=True),
+    "mcsf": SC.scheduled(SC.MemoryCheckedSF, "mcsf", assume="hi",
+                         engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+    "mcsf-oracle": SC.scheduled(SC.MemoryCheckedSF, "mcsf-oracle", assume="oracle",
+                                engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+    "a-max": SC.scheduled(SC.MemoryCheckedSF, "a-max", assume="hi",
+                          engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+    "a-min": SC.scheduled(SC.MemoryCheckedSF, "a-min", assume="lo",
+                          engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+    "slo-aware": SC.scheduled(SC.SLOAware, "slo-aware", preemptive=True),
+    "mlfq": SC.scheduled(MQ.MLFQ, "mlfq", preemptive=True, entry="first"),
+    "fastserve": SC.scheduled(MQ.MLFQ, "fastserve", preemptive=True, entry="prefill"),
+    "mlfq-predicted": SC.scheduled(MQ.MLFQ, "mlfq-predicted", preemptive=True,
+                                   entry="predicted"),
+    "fastserve-adaptive": SC.scheduled(MQ.MLFQ, "fastserve-adaptive", preemptive=True,
+                                       entry="prefill", adaptive_starvation=True),
+    "plas": SC.scheduled(PG.ProgramScheduler, "plas", preemptive=True, mode="plas"),
+    "atlas": SC.scheduled(PG.ProgramScheduler, "atlas", preemptive=True, mode="atlas",
+                          beta=4.0),
+    "plas-mlfq": SC.scheduled(PG.ProgramScheduler, "plas-mlfq", preemptive=True,
+                              mode="plas", two_level=True),
 }
 
 
