@@ -1,0 +1,88 @@
+"""MC-SF in the KV round model (proofs/mcsf-memory-safety.md, proofs/sched-kv-lower-bound.md):
+the registered ``mcsf-oracle`` policy in the simulator never runs out of KV memory and is
+never below the exact optimum; the reference MC-SF meets its ratio under Thm 4.3's
+conditions; an adversary drives any deterministic online algorithm's ratio up like sqrt(n)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lpserve as lp
+from lpserve.opt.exact import KVProblem, kv_optimal
+from lpserve.opt.mcsf_ref import mcsf_latency, mcsf_schedule
+
+
+def _instance(a, s, o, M):
+    tr = lp.Trace.from_arrays(arrival_s=np.asarray(a, float), prompt_tokens=s, output_tokens=o)
+    return lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                    block_tokens=1),
+                       cost=lp.UnitRoundCost(memory_tokens=M))
+
+
+small = st.integers(1, 4).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(0, 2), min_size=n, max_size=n),
+    st.lists(st.integers(1, 3), min_size=n, max_size=n),
+    st.lists(st.integers(1, 4), min_size=n, max_size=n),
+    st.integers(8, 14)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(small)
+def test_mcsf_policy_never_preempts_and_is_not_below_opt(case):
+    a, s, o, M = case
+    order = np.argsort(a, kind="stable")
+    a, s, o = (np.asarray(x)[order] for x in (a, s, o))
+    if max(x + y for x, y in zip(s, o)) + 1 > M:
+        return
+    res = lp.simulate(_instance(a, s, o, M), lp.make_policy("mcsf-oracle"), seed=0, check=True)
+    arr = res.arrays
+    assert (arr["status"] == "finished").all()
+    assert arr["preemptions"].sum() == 0          # KV never ran short
+    tel = float(np.sum(arr["finish_s"] - arr["arrival_s"]))
+    opt, _ = kv_optimal(KVProblem.from_arrays(a, s, o, M))
+    assert tel >= opt - 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_reference_mcsf_ratio_under_theorem_conditions(seed):
+    # Thm 4.3: all at 0, equal prompts s, exact predictions, M >= 2 max(s + o)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 6))
+    s = int(rng.integers(1, 3))
+    o = rng.integers(1, 5, n)
+    M = 2 * int(s + o.max()) + int(rng.integers(0, 3))
+    p = KVProblem.from_arrays(np.zeros(n, int), np.full(n, s), o, M)
+    opt, _ = kv_optimal(p)
+    ratio = mcsf_latency(p) / opt
+    assert 1.0 - 1e-12 <= ratio <= 9216.0
+
+
+def adversary(n: int, algorithm) -> float:
+    """ALG / (feasible hold-back schedule) on the construction of sched-kv-lower-bound.md."""
+    ell = math.isqrt(n - 1) + 1 if n > 1 else 1
+    M = n * (ell + 1)
+    long_only = KVProblem.from_arrays([0], [M - ell], [ell], M)
+    t0 = int(algorithm(long_only)[0])
+    a = [0] + [t0 + 1] * n
+    s = [M - ell] + [ell] * n
+    o = [ell] + [1] * n
+    p = KVProblem.from_arrays(a, s, o, M)
+    k = algorithm(p)
+    alg = float(np.sum(k + p.output_tokens - p.arrival_round))
+    hold = np.array([t0 + 2] + [t0 + 1] * n)             # short ones first, then L
+    feasible = float(np.sum(hold + p.output_tokens - p.arrival_round))
+    assert lp.opt.exact.check_schedule(p, hold) == []
+    return alg / feasible
+
+
+def test_lower_bound_adversary_ratio_grows_with_n():
+    algs = {"mcsf": lambda p: mcsf_schedule(p),
+            "fcfs-memory-check": lambda p: mcsf_schedule(p, priority=p.arrival_round)}
+    for name, alg in algs.items():
+        ratios = [adversary(n, alg) for n in (4, 16, 64, 256)]
+        assert all(b > a for a, b in zip(ratios, ratios[1:])), (name, ratios)
+        assert ratios[-1] >= 0.4 * math.sqrt(256), (name, ratios)
