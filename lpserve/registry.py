@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from lpserve.policies import baselines as B
+from lpserve.policies import disagg as DG
+from lpserve.policies import lyapunov as LY
 from lpserve.policies import mlfq as MQ
 from lpserve.policies import programs as PG
 from lpserve.policies import schedulers as SC
@@ -48,6 +50,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
                           beta=4.0),
     "plas-mlfq": SC.scheduled(PG.ProgramScheduler, "plas-mlfq", preemptive=True,
                               mode="plas", two_level=True),
+    # drift-plus-penalty prefill control (lpserve/policies/lyapunov.py, disagg.py)
+    "lyapunov": LY.lyapunov,
+    "lyapunov-disagg": DG.lyapunov_disagg,
 }
 
 

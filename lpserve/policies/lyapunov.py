@@ -339,7 +339,8 @@ def constants(cost_model: Any, *, budget_tokens: int = 2048, max_decodes: int = 
     ``B`` bounds half the conditional second moment of the queue increments, eq. (12):
     ``B = (A^2 + b^2) / (2 eta^2) + N^2 max(eps, 1-eps)^2 / 2 + max(theta, 1-theta)^2 / 2``
     with ``A = max_arrival_tokens`` per slot, ``b = budget_tokens`` and ``N =
-    max_decodes``. ``p_max`` is the largest stall penalty of one iteration,
+    max_decodes``; ``C = b^2 / (4 eta^2)`` is the additive error of serving at most the
+    backlog, eq. (13). ``p_max`` is the largest stall penalty of one iteration,
     ``max_n n (T(b - n) - T(0))`` with decodes of ``context_tokens`` (``p_min = 0``).
     ``t_b_s`` is the time of a full batch and ``capacity_tokens_per_s = b / t_b`` the
     Li-Dai-Peng service rate; with mean lengths given, the full batch mixes decodes and
@@ -352,12 +353,13 @@ def constants(cost_model: Any, *, budget_tokens: int = 2048, max_decodes: int = 
                          f"eta_tokens > 0; got {b}, {N}, {eta_tokens}")
     B = ((max_arrival_tokens ** 2 + b ** 2) / (2 * eta_tokens ** 2)
          + 0.5 * (N * max(eps, 1 - eps)) ** 2 + 0.5 * max(theta, 1 - theta) ** 2)
+    C = b ** 2 / (4 * eta_tokens ** 2)  # serving at most the backlog, eq. (13)
     p_max = 0.0
     for n in sorted({min(N, b - 1), max(N // 2, 1), max(N // 4, 1), 1}):
         if 0 < n < b:
             ctx = np.full(n, context_tokens, np.int64)
             p_max = max(p_max, n * (_t(cost_model, b - n, ctx) - _t(cost_model, 0, ctx)))
-    out = {"B": float(B), "p_max": float(p_max), "p_min": 0.0}
+    out = {"B": float(B), "C": float(C), "p_max": float(p_max), "p_min": 0.0}
     if mean_prompt_tokens is not None and mean_output_tokens is not None:
         mp, md = float(mean_prompt_tokens), float(mean_output_tokens)
         n_d = int(round(b * md / (mp + md)))
@@ -389,3 +391,61 @@ def prefill_first_capacity_rps(cost_model: Any, *, budget_tokens: int, prompt_to
                                           decode_context=[]))
     per_req = t_pre / k + D * _t(cost_model, 0, ctx) / N
     return 1.0 / per_req
+
+
+def slotted_optimum(cost_model: Any, *, decodes: Any, decode_probs: Any,
+                    mean_arrival_tokens: float, context_tokens: int, budget_tokens: int,
+                    tbt_slo_s: float, eps: float, grain_tokens: int = 64,
+                    eta_tokens: float = 512.0) -> dict[str, float]:
+    """The best omega-only (stationary randomized) policy of the slotted model, by LP.
+
+    Decision variables ``x[n, k]``: probability that a slot has ``n`` decodes and serves
+    ``u_k`` prefill tokens (``u_k`` on the controller's menu up to ``budget - n``).
+    Returns ``p_star`` (least time-average stall penalty that serves the mean arrivals
+    with at most ``eps`` of token gaps above ``tbt_slo_s``, eq. (17)) and ``slack``
+    (the Slater margin: the largest ``delta`` with mean service
+    ``>= mean arrivals + delta * eta`` and mean ``y_TBT <= -delta``, eq. (18)); the LP
+    statuses are in ``status``.
+    """
+    import highspy
+
+    ns = np.asarray(decodes, np.int64)
+    pi = np.asarray(decode_probs, np.float64)
+    if ns.shape != pi.shape or abs(pi.sum() - 1) > 1e-9 or np.any(ns >= budget_tokens):
+        raise ValueError("slotted_optimum: decodes and decode_probs must align, sum to 1, "
+                         "and every decode count must be < budget_tokens")
+    cols = []  # (n index, u, penalty, y_tbt)
+    for i, n in enumerate(ns.tolist()):
+        ctx = np.full(n, context_tokens, np.int64)
+        t0 = _t(cost_model, 0, ctx) if n else 0.0
+        cap = int(budget_tokens - n)
+        for u in sorted(set(range(0, cap + 1, grain_tokens)) | {cap}):
+            t = _t(cost_model, u, ctx) if (u or n) else 0.0
+            cols.append((i, u, n * (t - t0), n * ((1.0 if (n and t > tbt_slo_s) else 0.0) - eps)))
+
+    def solve(maximize_slack: bool) -> tuple[str, float, float]:
+        h = highspy.Highs()
+        h.silent()
+        inf = highspy.kHighsInf
+        nv = len(cols) + 1  # last variable: delta (fixed at 0 for p*)
+        for j, (_, _, p, _) in enumerate(cols):
+            h.addVar(0.0, inf)
+            h.changeColCost(j, 0.0 if maximize_slack else p)
+        h.addVar(0.0 if maximize_slack else 0.0, inf if maximize_slack else 0.0)
+        h.changeColCost(nv - 1, -1.0 if maximize_slack else 0.0)
+        for i, prob in enumerate(pi.tolist()):
+            idx = [j for j, c in enumerate(cols) if c[0] == i]
+            h.addRow(prob, prob, len(idx), np.array(idx, np.int32), np.ones(len(idx)))
+        idx = np.arange(nv, dtype=np.int32)
+        serve = np.array([c[1] / eta_tokens for c in cols] + [-1.0])
+        h.addRow(mean_arrival_tokens / eta_tokens, inf, nv, idx, serve)
+        tbt = np.array([c[3] for c in cols] + [1.0])
+        h.addRow(-inf, 0.0, nv, idx, tbt)
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        sol = np.asarray(h.getSolution().col_value)
+        return status, float(sum(c[2] * x for c, x in zip(cols, sol))), float(sol[-1])
+
+    st1, p_star, _ = solve(False)
+    st2, _, slack = solve(True)
+    return {"p_star": p_star, "slack": slack, "status": f"{st1}/{st2}"}
