@@ -35,6 +35,8 @@ def decode_advance(params, ctx, gen, out, held, block_tokens, free_blocks, used_
         stop_s: no iteration starts at or after this time (s).
         max_iters: most iterations to run.
 
+    An empty batch returns at once with ``STOP_DONE``.
+
     Returns:
         ``(n_iters, now_s, new_blocks, stop_reason, used_block_seconds)``: iterations run,
         end time of the last one, blocks taken, one of the ``STOP_*`` codes, and the
@@ -46,6 +48,8 @@ def decode_advance(params, ctx, gen, out, held, block_tokens, free_blocks, used_
     taken = 0
     area = 0.0
     reason = STOP_LIMIT
+    if m == 0:  # an empty batch takes no time: nothing to run
+        return n, now_s, taken, STOP_DONE, area
     while n < max_iters:
         if now_s >= stop_s:
             reason = STOP_TIME
@@ -83,6 +87,8 @@ def decode_advance_ref(params, ctx, gen, out, held, block_tokens, free_blocks, u
     n = taken = 0
     area = 0.0
     reason = STOP_LIMIT
+    if m == 0:
+        return n, now_s, taken, STOP_DONE, area
     while n < max_iters:
         if now_s >= stop_s:
             reason = STOP_TIME

@@ -66,3 +66,11 @@ def test_decode_advance_time_equals_cost_model_decode_run():
                                   0, 0, 0.0, np.inf, 50)
     assert n == 50
     assert abs(now - _A100.decode_run_s(ctx, 50)) < 1e-12 * now
+
+
+def test_empty_batch_returns_at_once():
+    p = UnitRoundCost(memory_tokens=10).params
+    e = np.zeros(0, np.int64)
+    for fn in (K.decode_advance, K.decode_advance_ref):
+        assert fn(p, e.copy(), e.copy(), e.copy(), e.copy(), 16, 0, 0, 2.0, np.inf,
+                  1 << 40) == (0, 2.0, 0, K.STOP_DONE, 0.0)
