@@ -80,12 +80,52 @@ def _value(q_class, w_class, u, eta):
 
 
 @njit(cache=True)
-def dpp_decide(params, cp, st, q_class, w_class, ctx, used_blocks, total_blocks, cap_tokens):
+def _plan_time(params, plan_tokens, plan_cached, u, ctx, buf_t, buf_c):
+    """Iteration time when ``u`` prefill tokens fill the plan in order, eq. (8)."""
+    k = 0
+    left = u
+    for i in range(plan_tokens.shape[0]):
+        if left <= 0:
+            break
+        c = min(left, plan_tokens[i])
+        buf_t[k] = c
+        buf_c[k] = plan_cached[i]
+        left -= c
+        k += 1
+    if left > 0:
+        buf_t[k] = left
+        buf_c[k] = 0
+        k += 1
+    return iteration_time(params, buf_t[:k], buf_c[:k], ctx)
+
+
+def _plan_time_ref(params, plan_tokens, plan_cached, u, ctx, iter_time):
+    ts, cs, left = [], [], u
+    for c_max, cached in zip(plan_tokens, plan_cached):
+        if left <= 0:
+            break
+        c = min(left, int(c_max))
+        ts.append(c)
+        cs.append(int(cached))
+        left -= c
+    if left > 0:
+        ts.append(left)
+        cs.append(0)
+    return float(iter_time(params, np.array(ts, np.int64), np.array(cs, np.int64),
+                           np.asarray(ctx, np.int64)))
+
+
+@njit(cache=True)
+def dpp_decide(params, cp, st, q_class, w_class, plan_tokens, plan_cached, ctx, used_blocks,
+               total_blocks, cap_tokens):
     """Prefill tokens ``u`` for the next iteration: the minimizer of eq. (9) on the menu.
 
     Args:
         q_class: float64 ``(C,)`` prefill backlog per class (tokens).
         w_class: float64 ``(C,)`` class weights (>= 0).
+        plan_tokens, plan_cached: int64 ``(P,)`` the engine's prefill candidates in the
+            order it fills a budget: tokens left to prefill and tokens already in KV
+            (``u`` tokens become the chunks of the first candidates, eq. (8)).
         ctx: int64 ``(n_dec,)`` contexts of the running decodes.
         used_blocks, total_blocks: KV blocks in use / in the pool.
         cap_tokens: most prefill tokens the engine can place (budget and memory).
@@ -93,8 +133,8 @@ def dpp_decide(params, cp, st, q_class, w_class, ctx, used_blocks, total_blocks,
     Returns ``u`` (int); writes the decision's penalty and ``u`` into ``st``.
     """
     empty = np.zeros(0, np.int64)
-    one = np.zeros(1, np.int64)
-    zero = np.zeros(1, np.int64)
+    buf_t = np.zeros(plan_tokens.shape[0] + 1, np.int64)
+    buf_c = np.zeros(plan_tokens.shape[0] + 1, np.int64)
     n_dec = ctx.shape[0]
     q_tot = 0.0
     for c in range(q_class.shape[0]):
@@ -120,8 +160,7 @@ def dpp_decide(params, cp, st, q_class, w_class, ctx, used_blocks, total_blocks,
         if u == 0:
             t = t0
         else:
-            one[0] = u
-            t = iteration_time(params, one, zero, ctx)
+            t = _plan_time(params, plan_tokens, plan_cached, u, ctx, buf_t, buf_c)
         pen = n_dec * (t - t0)
         j = V * pen - _value(q_class, w_class, u, eta)
         if n_dec > 0 and t > S:
@@ -152,8 +191,8 @@ def _value_ref(q_class, w_class, u, eta):
     return val
 
 
-def dpp_decide_ref(params, cp, st, q_class, w_class, ctx, used_blocks, total_blocks,
-                   cap_tokens, iter_time=iteration_time_ref):
+def dpp_decide_ref(params, cp, st, q_class, w_class, plan_tokens, plan_cached, ctx,
+                   used_blocks, total_blocks, cap_tokens, iter_time=iteration_time_ref):
     """Plain-Python twin of :func:`dpp_decide`."""
     n_dec = len(ctx)
     e = np.zeros(0, np.int64)
@@ -166,8 +205,8 @@ def dpp_decide_ref(params, cp, st, q_class, w_class, ctx, used_blocks, total_blo
         menu.append(cap_i)
     best = (math.inf, 0, 0.0)
     for u in menu:
-        t = t0 if u == 0 else float(iter_time(params, np.array([u], np.int64),
-                                              np.zeros(1, np.int64), ctx))
+        t = t0 if u == 0 else _plan_time_ref(params, plan_tokens, plan_cached, u, ctx,
+                                             iter_time)
         pen = n_dec * (t - t0)
         j = cp[CP_V] * pen - _value_ref(q_class, w_class, u, cp[CP_ETA])
         if n_dec > 0 and t > cp[CP_S_TBT]:
@@ -257,7 +296,8 @@ def dpp_observe_ref(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens, ga
 # =====================================================================================
 @njit(cache=True)
 def dpp_decode_run(params, cp, st, ctx0, held0, first_gap_s, used0, total_blocks, q_tokens,
-                   q_class, w_class, cap_tokens, u0, n_iters, decide, now_s):
+                   q_class, w_class, plan_tokens, plan_cached, cap_tokens, u0, n_iters,
+                   decide, now_s):
     """Observe ``n_iters`` pure-decode iterations of one fixed batch, in order.
 
     Iteration ``k`` sees contexts ``ctx0 + k``; its first iteration already holds its
@@ -288,8 +328,8 @@ def dpp_decode_run(params, cp, st, ctx0, held0, first_gap_s, used0, total_blocks
                     held[j] += 1
                     used += 1
         if decide and k >= 1:
-            u = dpp_decide(params, cp, work, q_class, w_class, ctx, used, total_blocks,
-                           cap_tokens)
+            u = dpp_decide(params, cp, work, q_class, w_class, plan_tokens, plan_cached, ctx,
+                           used, total_blocks, cap_tokens)
             if u != u0:
                 return k, now_s
         dt = iteration_time(params, empty, empty, ctx)
@@ -303,8 +343,8 @@ def dpp_decode_run(params, cp, st, ctx0, held0, first_gap_s, used0, total_blocks
 
 
 def dpp_decode_run_ref(params, cp, st, ctx0, held0, first_gap_s, used0, total_blocks,
-                       q_tokens, q_class, w_class, cap_tokens, u0, n_iters, decide, now_s,
-                       iter_time=iteration_time_ref):
+                       q_tokens, q_class, w_class, plan_tokens, plan_cached, cap_tokens, u0,
+                       n_iters, decide, now_s, iter_time=iteration_time_ref):
     """Plain-Python twin of :func:`dpp_decode_run`."""
     m = len(ctx0)
     ctx = np.array(ctx0, np.int64)
@@ -319,8 +359,8 @@ def dpp_decode_run_ref(params, cp, st, ctx0, held0, first_gap_s, used0, total_bl
                     held[j] += 1
                     used += 1
         if decide and k >= 1:
-            u = dpp_decide_ref(params, cp, work, q_class, w_class, ctx, used, total_blocks,
-                               cap_tokens, iter_time)
+            u = dpp_decide_ref(params, cp, work, q_class, w_class, plan_tokens, plan_cached,
+                               ctx, used, total_blocks, cap_tokens, iter_time)
             if u != u0:
                 return k, now_s
         dt = float(iter_time(params, e, e, ctx))
@@ -354,11 +394,14 @@ def dpp_slotted(params, cp, arrivals_tokens, n_dec, ctx_tokens, cap_tokens, tota
     backlog = np.zeros(T, np.float64)
     one = np.zeros(1, np.int64)
     zero = np.zeros(1, np.int64)
+    plan = np.zeros(1, np.int64)
     nogaps = np.zeros(0, np.float64)
     for t in range(T):
         ctx = np.full(n_dec[t], ctx_tokens, np.int64)
         backlog[t] = q[0]
-        u = dpp_decide(params, cp, st, q, w, ctx, 0, total_blocks, cap_tokens - n_dec[t])
+        plan[0] = int(q[0])
+        u = dpp_decide(params, cp, st, q, w, plan, zero, ctx, 0, total_blocks,
+                       cap_tokens - n_dec[t])
         one[0] = u
         dt = iteration_time(params, one, zero, ctx)
         dpp_observe(cp, st, dt, n_dec[t], 0, total_blocks, q[0], nogaps)
@@ -376,7 +419,7 @@ def dpp_slotted_ref(params, cp, arrivals_tokens, n_dec, ctx_tokens, cap_tokens, 
     for t in range(len(arrivals_tokens)):
         ctx = np.full(int(n_dec[t]), ctx_tokens, np.int64)
         backlog[t] = q[0]
-        u = dpp_decide_ref(params, cp, st, q, w, ctx, 0, total_blocks,
+        u = dpp_decide_ref(params, cp, st, q, w, [int(q[0])], [0], ctx, 0, total_blocks,
                            cap_tokens - int(n_dec[t]), iter_time)
         dt = float(iter_time(params, np.array([u], np.int64), np.zeros(1, np.int64), ctx))
         dpp_observe_ref(cp, st, dt, int(n_dec[t]), 0, total_blocks, q[0], np.zeros(0))

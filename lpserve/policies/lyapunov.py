@@ -50,6 +50,9 @@ class _RunState:
         self.q_tokens = 0.0
         self.u = 0
         self.cap = 0
+        self.resumable = False
+        self.plan_tokens = np.zeros(0, np.int64)
+        self.plan_cached = np.zeros(0, np.int64)
         self.cp = np.zeros(K.N_CP, np.float64)
 
 
@@ -107,22 +110,22 @@ class TBTRecorder(BudgetController):
         state.last_tok[ids] = now
         st = state.st
         if self.decides:
-            u_act = int(sum(c for _, c, _ in chunks))
-            if u_act != int(st[K.ST_LAST_U]):
-                st[K.ST_LAST_PEN] = self._penalty(replica, decodes, u_act)
+            st[K.ST_LAST_PEN] = self._penalty(replica, decodes, chunks)
         else:
             st[K.ST_LAST_PEN] = 0.0
         K.dpp_observe(state.cp, st, float(dt_s), len(decodes), float(replica.bm.used),
                       float(replica.bm.total), state.q_tokens, gaps.astype(np.float64))
         state.q_tokens = 0.0
 
-    def _penalty(self, replica: Any, decodes: list, u: int) -> float:
-        if not decodes or u <= 0:
+    def _penalty(self, replica: Any, decodes: list, chunks: list) -> float:
+        """Stall penalty of the iteration just run, eq. (7) (decode contexts before it)."""
+        if not decodes or not chunks:
             return 0.0
-        ctx = replica.S.computed[np.asarray(decodes, np.int64)]
+        ctx = replica.S.computed[np.asarray(decodes, np.int64)] - 1
         e = np.zeros(0, np.int64)
         t0 = iteration_time(replica.params, e, e, ctx)
-        t = iteration_time(replica.params, np.array([u], np.int64), np.zeros(1, np.int64), ctx)
+        t = iteration_time(replica.params, np.array([c for _, c, _ in chunks], np.int64),
+                           np.array([h for _, _, h in chunks], np.int64), ctx)
         return len(decodes) * (t - t0)
 
     def observe_decode_run(self, replica: Any, state: _RunState, idx: np.ndarray,
@@ -133,7 +136,8 @@ class TBTRecorder(BudgetController):
         _, end = K.dpp_decode_run(replica.params, state.cp, state.st, ctx, held, first,
                                   float(replica.bm.used), float(replica.bm.total),
                                   state.q_tokens, state.q_class, self._weights(state),
-                                  0, 0, int(n_iters), False, float(start_s))
+                                  state.plan_tokens, state.plan_cached, 0, 0, int(n_iters),
+                                  False, float(start_s))
         state.last_tok[idx] = end
 
     def _weights(self, state: _RunState) -> np.ndarray:
@@ -227,7 +231,7 @@ class DPPController(TBTRecorder):
     def _weights(self, state: _RunState) -> np.ndarray:
         return np.asarray(self.class_weights, np.float64)
 
-    def _backlog(self, replica: Any, state: _RunState) -> None:
+    def _backlog(self, replica: Any, state: _RunState, cap: int) -> None:
         """Prefill tokens per class: waiting requests to (re)compute and partial prefills."""
         S = replica.S
         q = state.q_class
@@ -242,16 +246,48 @@ class DPPController(TBTRecorder):
             cls = np.clip(S.tenant[idx], 0, q.size - 1) if q.size > 1 else np.zeros(idx.size,
                                                                                      np.int64)
             np.add.at(q, cls, left.astype(np.float64))
+            nw = len(replica.waiting)
+            state.resumable = bool(np.any(S.swapped[idx[:nw]] | S.kv_remote[idx[:nw]]))
+            state.plan_tokens, state.plan_cached = self._plan(replica, idx, left, nw, cap)
+        else:
+            state.resumable = False
+            state.plan_tokens = state.plan_cached = np.zeros(0, np.int64)
         state.q_tokens = float(q.sum())
 
+    @staticmethod
+    def _plan(replica: Any, idx: np.ndarray, left: np.ndarray, nw: int,
+              cap: int) -> tuple[np.ndarray, np.ndarray]:
+        """Prefill candidates in the order the engine fills a budget (partial prefills by
+        rank, then waiting requests by rank), cut once they cover ``cap`` tokens."""
+        ranks = replica._rank_all()
+        S = replica.S
+        part = [(ranks.get(int(i), math.inf), 0, k, int(i)) for k, i in enumerate(idx[nw:])
+                if left[nw + k] > 0]
+        wait = [(ranks[int(i)], 1, k, int(i)) for k, i in enumerate(idx[:nw])
+                if left[k] > 0 and ranks[int(i)] != math.inf]
+        toks, cached, total = [], [], 0
+        for _, _, k, i in sorted(part) + sorted(wait, key=lambda x: (x[0], x[2])):
+            n = int(S.prompt[i] + S.gen[i] - S.computed[i])
+            toks.append(n)
+            cached.append(int(S.computed[i]))
+            total += n
+            if total >= cap:
+                break
+        return np.array(toks, np.int64), np.array(cached, np.int64)
+
     def budget(self, replica: Any, state: _RunState, decodes: list, cap_tokens: int) -> int:
-        self._backlog(replica, state)
+        self._backlog(replica, state, int(cap_tokens))
         ctx = replica.S.computed[np.asarray(decodes, np.int64)] if decodes else \
             np.zeros(0, np.int64)
         state.u = int(K.dpp_decide(replica.params, state.cp, state.st, state.q_class,
-                                   self._weights(state), ctx, float(replica.bm.used),
+                                   self._weights(state), state.plan_tokens,
+                                   state.plan_cached, ctx, float(replica.bm.used),
                                    float(replica.bm.total), int(cap_tokens)))
         state.cap = int(cap_tokens)
+        if state.u == 0 and cap_tokens > 0 and state.resumable:
+            # a request whose KV is ready (swapped out, or transferred from a prefill
+            # replica) needs no prefill; the engine admits it only with a positive budget
+            return 1
         return state.u
 
     def decode_limit(self, replica: Any, state: _RunState, idx: np.ndarray, ctx: np.ndarray,
@@ -263,7 +299,8 @@ class DPPController(TBTRecorder):
         k, _ = K.dpp_decode_run(replica.params, state.cp, state.st, ctx, held, first,
                                 float(replica.bm.used), float(replica.bm.total),
                                 state.q_tokens, state.q_class, self._weights(state),
-                                state.cap, state.u, int(max_iters), True, float(replica.now))
+                                state.plan_tokens, state.plan_cached, state.cap, state.u,
+                                int(max_iters), True, float(replica.now))
         return max(int(k), 1)
 
 
