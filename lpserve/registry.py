@@ -46,8 +46,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "fastserve-adaptive": SC.scheduled(MQ.MLFQ, "fastserve-adaptive", preemptive=True,
                                        entry="prefill", adaptive_starvation=True),
     "plas": SC.scheduled(PG.ProgramScheduler, "plas", preemptive=True, mode="plas"),
-    "atlas": SC.scheduled(PG.ProgramScheduler, "atlas", preemptive=True, mode="atlas",
-                          beta=4.0),
+    "atlas": SC.scheduled(PG.ProgramScheduler, "atlas", preemptive=True, mode="atlas"),
     "plas-mlfq": SC.scheduled(PG.ProgramScheduler, "plas-mlfq", preemptive=True,
                               mode="plas", two_level=True),
     # drift-plus-penalty prefill control (lpserve/policies/lyapunov.py, disagg.py)

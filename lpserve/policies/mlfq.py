@@ -8,8 +8,9 @@ credited to the requests running at the second, i.e. admitted by the first); onc
 (``demote_on=">="``) or exceeds it (``">"``, FastServe's code) the request moves to the
 back of the next queue. Within a queue requests run in the order they entered it (a
 running request stays at the front). A request not served for ``starvation_s`` returns to
-the back of queue 0; ``adaptive_starvation=True`` scales that threshold by the load (the
-number of candidates per running request), so promotions stay rare when the queue is long.
+the back of queue 0, checked once per ``starvation_period_s`` (FastServe: every 1000
+iterations); ``adaptive_starvation=True`` scales the threshold by the load (the number of
+candidates per running request), so promotions stay rare when the queue is long.
 
 Proactive KV swapping is delegated to the engine: the factories in
 :mod:`lpserve.registry` pair MLFQ with ``priority_preemption`` and ``preemption="swap"``,
@@ -45,9 +46,14 @@ class MLFQ(TickCached):
     Args:
         entry: ``"first"`` (naive MLFQ), ``"prefill"`` (skip-join) or ``"predicted"``
             (skip-join on prefill + predicted decode time).
-        base_quantum_s: quantum of queue 0 (FastServe: 10 ms).
+        base_quantum_s: quantum of queue 0; ``None`` (default) takes one decode
+            iteration of the cluster's cost model. FastServe's code uses 10 ms, untuned and
+            meant for smaller models: far below one iteration of a large model, it demotes
+            a running request on every decision and swaps constantly.
         starvation_s: promotion threshold (s) without service; ``None`` disables it.
         adaptive_starvation: scale the threshold by candidates / running.
+        starvation_period_s: time between starvation checks; ``None`` means 1000 decode
+            iterations (FastServe's code).
         demote_on: ``">="`` or ``">"`` (see module docstring).
         prefill_s_per_token, decode_iteration_s: service estimates; ``None`` takes them
             from the cluster's cost model at ``reset``.
@@ -60,27 +66,36 @@ class MLFQ(TickCached):
         "proofs/sched-mlfq-skip-join.md",
         "tests/unit/policies/test_schedulers.py::test_fastserve_toy_instances"),))
 
-    def __init__(self, entry: str = "prefill", base_quantum_s: float = 0.01,
+    def __init__(self, entry: str = "prefill", base_quantum_s: float | None = None,
                  starvation_s: float | None = 3.0, adaptive_starvation: bool = False,
                  demote_on: str = ">", prefill_s_per_token: float | None = None,
-                 decode_iteration_s: float | None = None, default_tokens: int = 256) -> None:
+                 decode_iteration_s: float | None = None, default_tokens: int = 256,
+                 starvation_period_s: float | None = None) -> None:
         if entry not in ("first", "prefill", "predicted"):
             raise ValueError(f"mlfq: entry must be 'first', 'prefill' or 'predicted', got "
                              f"{entry!r}")
         if demote_on not in (">=", ">"):
             raise ValueError(f"mlfq: demote_on must be '>=' or '>', got {demote_on!r}")
-        if not base_quantum_s > 0:
-            raise ValueError(f"mlfq: base_quantum_s must be > 0, got {base_quantum_s!r}")
+        if base_quantum_s is not None and not base_quantum_s > 0:
+            raise ValueError(f"mlfq: base_quantum_s must be > 0 or None, got "
+                             f"{base_quantum_s!r}")
         if starvation_s is not None and not starvation_s > 0:
             raise ValueError(f"mlfq: starvation_s must be > 0 or None, got {starvation_s!r}")
-        self.entry, self.base_quantum_s = entry, float(base_quantum_s)
-        self.quantum_s = self.base_quantum_s
+        self.entry, self.base_quantum_s = entry, base_quantum_s
+        # the engine re-ranks every quantum_s; level quanta are multiples of self._base
+        self.quantum_s = base_quantum_s if base_quantum_s is not None else 0.01
+        self._base = self.quantum_s
         self.starvation_s = starvation_s
         self.adaptive_starvation = bool(adaptive_starvation)
         self.demote_on = demote_on
         self.prefill_s_per_token = prefill_s_per_token
         self.decode_iteration_s = decode_iteration_s
         self.default_tokens = int(default_tokens)
+        if starvation_period_s is not None and not starvation_period_s > 0:
+            raise ValueError(f"mlfq: starvation_period_s must be > 0 or None, got "
+                             f"{starvation_period_s!r}")
+        self.starvation_period_s = starvation_period_s
+        self._check_tick: dict[int, int] = {}
         self.name = {"first": "mlfq", "prefill": "fastserve", "predicted": "mlfq-predicted"}[
             entry] + ("-adaptive" if adaptive_starvation else "")
         self._state: dict[int, list[float]] = {}
@@ -93,6 +108,7 @@ class MLFQ(TickCached):
         super().reset(cluster, rng)
         self._state = {}
         self._last_now = {}
+        self._check_tick = {}
         self.demotions = 0
         self._pf = self.prefill_s_per_token
         self._dec = self.decode_iteration_s
@@ -104,6 +120,7 @@ class MLFQ(TickCached):
                 self._pf = cost.batch_time_s(prefill_tokens=[1024]) / 1024.0
             if self._dec is None:
                 self._dec = cost.batch_time_s(decode_context=[1024])
+        self._base = float(self._dec if self.base_quantum_s is None else self.base_quantum_s)
 
     def _entry_service_s(self, view: SchedulerView, k: int) -> float:
         if self.entry == "first":
@@ -126,17 +143,23 @@ class MLFQ(TickCached):
         run = view.running.tolist()
         n_run = max(sum(run), 1)
         thr = self.starvation_s
+        period = self.starvation_period_s or 1000.0 * max(self._dec, 1e-9)
+        tick = math.floor(now / period + 1e-9)
+        if thr is not None and tick <= self._check_tick.get(rep, 0):
+            thr = None  # not a starvation check time
+        elif thr is not None:
+            self._check_tick[rep] = tick
         if thr is not None and self.adaptive_starvation:
             thr = thr * max(1.0, len(req) / n_run)
         out = np.empty(len(req), np.float64)
         for k, i in enumerate(req):
             st = self._state.get(i)
             if st is None:  # [level, used in level (s), entered level (s), last served (s)]
-                lvl = entry_level(self._entry_service_s(view, k), self.base_quantum_s)
+                lvl = entry_level(self._entry_service_s(view, k), self._base)
                 st = self._state[i] = [lvl, 0.0, float(view.arrival_s[k]), now]
             if run[k]:  # running now = admitted at or before the previous decision
                 st[1] += dt
-                while self._exhausted(st[1], self.base_quantum_s * 2 ** st[0]):
+                while self._exhausted(st[1], self._base * 2 ** st[0]):
                     st[1] = 0.0
                     st[0] += 1
                     st[2] = now
