@@ -25,7 +25,7 @@ from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num
 #: DEFAULT_WINDOWS - 1 further windows for the robustness view), to finish within a minute
 DEFAULT_DURATION_S = 150.0
 DEFAULT_WINDOWS = 2
-DEFAULT_LOADS = "0.5,1.0,1.5"
+DEFAULT_LOADS = "0.5,1.0,2.0"
 EXIT_BOUND_VIOLATED = 3
 TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
     ("ttft_s_mean", "TTFT mean s", "TTFT mean (s)"), ("ttft_s_p50", "p50", "TTFT p50 (s)"),
@@ -191,8 +191,8 @@ def _gap(args: argparse.Namespace) -> int:
     total = len(cases) * len(policies) * len(seeds)
     ticks = iter(progress(range(total), total=total, desc="lpserve gap", quiet=args.json))
     try:
-        tables, frames = _run_cases(cases, main_case, policies, bounds, claimed, seeds, args,
-                                    lambda *_: next(ticks, None))
+        tables, frames, skipped = _run_cases(cases, main_case, policies, bounds, claimed,
+                                             seeds, args, lambda *_: next(ticks, None))
     except BoundViolation as exc:
         for _ in ticks:  # close the bar
             pass
@@ -208,19 +208,23 @@ def _gap(args: argparse.Namespace) -> int:
     import pandas as pd
 
     runs = pd.concat(frames, ignore_index=True)
-    from lpserve.evaluate import robustness_summary
+    from lpserve.evaluate import common_cases, robustness_summary
 
-    robust = robustness_summary(runs, args.metric, case=("workload", "load"))
+    # aggregates (robustness, load curves, gap bars) compare policies on the same cases
+    same, dropped = common_cases(runs, case=("workload", "load"))
+    robust = robustness_summary(same, args.metric, case=("workload", "load"))
     table = tables[main_case]
     sim_s = float(runs["wall_s"].sum())
-    files = _write_report(Path(args.out), table, runs, robust, note, args, cluster, loads)
+    files = _write_report(Path(args.out), table, runs, same, robust, note, args, cluster,
+                          loads)
     wall = time.perf_counter() - t_start
     out = _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall,
                 sim_s)
+    out["skipped"] = skipped
     if args.json:
         emit_json(out)
         return 0
-    _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases))
+    _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases), skipped)
     return 0
 
 
@@ -228,19 +232,24 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run)
     """compare() on every (workload, load) case; the claimed bound joins the main case."""
     from lpserve.evaluate import compare
 
-    tables, frames = {}, []
+    tables, frames, skipped = {}, [], []
     for wl, load, inst in cases:
         b = list(bounds)
         if claimed is not None and (wl, load) == main_case:
             b.append(claimed)
-        df = compare(inst, policies, b, seeds, metric=args.metric, on_run=on_run)
+        df = compare(inst, policies, b, seeds, metric=args.metric, skip_unavailable=True,
+                     on_run=on_run)
+        for label, reason in df.attrs["skipped"].items():
+            skipped.append({"workload": wl, "load": load, "policy": label, "reason": reason})
+            for _ in seeds:  # keep the progress bar's count
+                on_run(label, -1)
         tables[(wl, load)] = df
         long = df.copy()
         long.attrs = {}
         long.insert(0, "load", load)
         long.insert(0, "workload", wl)
         frames.append(long)
-    return tables, frames
+    return tables, frames, skipped
 
 
 # ------------------------------------------------------------------------ output
@@ -265,7 +274,7 @@ def _bound_rows(table: Any) -> list[tuple[str, dict[str, float]]]:
             for name, vals in table.attrs["samples"].bound_values.items()]
 
 
-def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases) -> None:
+def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases, skipped) -> None:
     for line in _header(args, cluster, note):
         print(line)
     w = max(24, *(len(p) + 1 for p in table["policy"]))
@@ -286,13 +295,16 @@ def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases) -> N
         print(f"  {r['policy']}: {int(r['n_rejected'])} of {int(r['n_requests'])} requests "
               "rejected by the engine (not in its statistics)")
     m = args.metric
-    print(f"\nrobustness: {m} over {int(robust['n_cases'].iloc[0])} cases "
-          f"(workload windows x loads {args.loads})")
-    print(f"{'policy':<{w}}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}"
+    print(f"\nrobustness: {m} over the cases (workload windows x loads {args.loads}) that "
+          "every policy ran")
+    for sk in skipped:
+        print(f"  left out at {sk['workload']}, load x{sk['load']:g} (so this case is out "
+              f"of the robustness view and plots): {sk['reason']}")
+    print(f"{'policy':<{w}}{'cases':>6}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}"
           f"{'ratio mean':>12}{'ratio max':>11}  worst case")
     for _, r in robust.iterrows():
-        print(f"{r['policy']:<{w}}" + "".join(f"{fmt_num(r[f'{m}_{k}']):>10}" for k in
-                                             ("mean", "std", "min", "max"))
+        print(f"{r['policy']:<{w}}{int(r['n_cases']):>6}"
+              + "".join(f"{fmt_num(r[f'{m}_{k}']):>10}" for k in ("mean", "std", "min", "max"))
               + f"{fmt_num(r['ratio_to_bound_mean']):>12}{fmt_num(r['ratio_to_bound_max']):>11}"
               f"  {r['worst_case']}")
     print(f"\nreport: {args.out}/ ({', '.join(Path(f).name for f in files)})")
@@ -305,7 +317,9 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_report(out: Path, table, runs, robust, note, args, cluster, loads) -> list[str]:
+def _write_report(out: Path, table, runs, same, robust, note, args, cluster,
+                  loads) -> list[str]:
+    """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
     from lpserve.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
 
     try:
@@ -325,7 +339,8 @@ def _write_report(out: Path, table, runs, robust, note, args, cluster, loads) ->
     rows += [[r["policy"], r["kind"]] + [fmt_num(float(r[c])) for c, _, _ in TABLE_COLUMNS]
              for _, r in table.iterrows()]
     m = args.metric
-    rrows = [[r["policy"]] + [fmt_num(r[f"{m}_{k}"]) for k in ("mean", "std", "min", "max")]
+    rrows = [[r["policy"], str(int(r["n_cases"]))]
+             + [fmt_num(r[f"{m}_{k}"]) for k in ("mean", "std", "min", "max")]
              + [fmt_num(r["ratio_to_bound_mean"]), fmt_num(r["ratio_to_bound_max"]),
                 r["worst_case"]] for _, r in robust.iterrows()]
     md = ["# lpserve gap report", "", *[f"- {x}" for x in _header(args, cluster, note)], "",
@@ -333,26 +348,26 @@ def _write_report(out: Path, table, runs, robust, note, args, cluster, loads) ->
           "Policies:", "", *[f"- `{r['policy']}` ({r['kind']}): {r['description']}"
                              for _, r in table.iterrows()], "",
           f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
-          "", _md_table(["policy", "mean", "std", "min", "max", "ratio mean", "ratio max",
-                         "worst case"], rrows),
+          "", _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
+                         "ratio max", "worst case"], rrows),
           "## Plots", "", "![latency CDF](latency_cdf.png)", "",
           "![latency vs load](latency_vs_load.png)", "", "![gap to bound](gap_to_bound.png)",
           ""]
     (out / "gap_table.md").write_text("\n".join(md))
     files.insert(0, str(out / "gap_table.md"))
     setup = f"{cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
-    n_wl = runs["workload"].nunique()
+    n_wl = same["workload"].nunique()
     figs = {
         "latency_cdf.png": plot_latency_cdf(
             table, ("ttft_s", "e2e_s"),
             title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
             f"load x{args.load:g}"),
         "latency_vs_load.png": plot_latency_vs_load(
-            runs, "e2e_s_mean", title=f"Mean end-to-end latency vs load\n{setup}; "
+            same, "e2e_s_mean", title=f"Mean end-to-end latency vs load\n{setup}; "
             f"band: min-max over {n_wl} workload(s)"),
         "gap_to_bound.png": plot_gap_to_bound(
-            _with_metric(runs, m), title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
-            f"min-max over {n_wl} workload(s) x {len(loads)} load(s)"),
+            _with_metric(same, m), title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
+            f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)"),
     }
     for name, fig in figs.items():
         fig.savefig(out / name, dpi=110)

@@ -15,11 +15,14 @@ from __future__ import annotations
 from lpserve.evaluate.bounds import (BOUNDS, METRIC_KEYS, Bound, BoundViolation, ClaimedBound,
                                      CostModelBound, PerRequestBound, check_bound, flatten,
                                      resolve_bounds)
-from lpserve.evaluate.compare import (BASELINES, SOLVED_POLICIES, Samples, compare,
-                                      default_policies, resolve_policies, robustness,
-                                      robustness_summary, solved_policy)
+from lpserve.evaluate.compare import (BASELINES, PREFERRED_PRINCIPLED, SOLVED_POLICIES,
+                                      PolicyUnavailable, Samples, common_cases, compare,
+                                      default_policies,
+                                      resolve_policies, robustness, robustness_summary,
+                                      solved_policy)
 
-__all__ = ["BASELINES", "BOUNDS", "METRIC_KEYS", "SOLVED_POLICIES", "Bound", "BoundViolation",
-           "ClaimedBound", "CostModelBound", "PerRequestBound", "Samples", "check_bound",
+__all__ = ["BASELINES", "BOUNDS", "METRIC_KEYS", "PREFERRED_PRINCIPLED", "SOLVED_POLICIES",
+           "Bound", "BoundViolation", "ClaimedBound", "CostModelBound", "PerRequestBound",
+           "PolicyUnavailable", "Samples", "check_bound", "common_cases",
            "compare", "default_policies", "flatten", "resolve_bounds", "resolve_policies",
            "robustness", "robustness_summary", "solved_policy"]

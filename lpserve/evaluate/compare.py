@@ -28,8 +28,16 @@ SOLVED_POLICIES = {
     "lp-split": "vLLM engine behind the routing-fluid LP's randomized class split "
                 "(models/routing-lp.md (16))",
 }
-#: registered policies that declare claims are added to the default set, at most this many
-MAX_DISCOVERED = 4
+#: registered policies that declare claims join the default set, at most MAX_DISCOVERED:
+#: these first when registered (memory-checked shortest first with predicted lengths, and
+#: clairvoyant SRPT as a reference), then the others in name order
+PREFERRED_PRINCIPLED = ("mcsf", "srpt-oracle")
+MAX_DISCOVERED = 2
+
+
+class PolicyUnavailable(RuntimeError):
+    """A policy that must be solved on the instance cannot be built for it (e.g. its LP is
+    infeasible at this load); the message says why."""
 
 
 def solved_policy(name: str, instance: Any) -> Any:
@@ -43,24 +51,27 @@ def solved_policy(name: str, instance: Any) -> Any:
         raise KeyError(f"unknown solved policy {name!r}; known: {', '.join(SOLVED_POLICIES)}")
     sol = solve("routing-fluid", instance)
     if not sol.solved:
-        raise RuntimeError(f"{name}: routing-fluid LP did not solve ({sol.status.value}: "
-                           f"{sol.message})")
+        raise PolicyUnavailable(f"{name}: routing-fluid LP did not solve "
+                                f"({sol.message or sol.status.value})")
     kind = "index" if name == "lp-index" else "split"
     return make_policy("vllm").with_(router=export_fluid(sol, instance, kind=kind), name=name)
 
 
 def default_policies(n_replicas: int = 2) -> list[str]:
     """The baseline heuristics plus the principled policies available: the LP-exported
-    router (with several replicas) and every registered policy that declares a claim
-    (:class:`~lpserve.policy.Claim`, backed by ``proofs/``), at most :data:`MAX_DISCOVERED`.
-    With one replica the routers coincide, so only the engines are kept."""
+    router (with several replicas) and registered policies that declare a claim
+    (:class:`~lpserve.policy.Claim`, backed by ``proofs/``): :data:`PREFERRED_PRINCIPLED`
+    first, at most :data:`MAX_DISCOVERED`. With one replica the routers coincide, so only
+    the engines are kept."""
     from lpserve.registry import make_policy, policy_names
 
     out = list(BASELINES) if n_replicas > 1 else [b for b in BASELINES if "+" not in b]
     if n_replicas > 1:
         out.append("lp-index")
-    found = [name for name in policy_names()
-             if name not in out and make_policy(name).meta.claims]
+    names = policy_names()
+    order = [p for p in PREFERRED_PRINCIPLED if p in names] + \
+        [p for p in names if p not in PREFERRED_PRINCIPLED]
+    found = [name for name in order if name not in out and make_policy(name).meta.claims]
     return out + found[:MAX_DISCOVERED]
 
 
@@ -72,12 +83,13 @@ def _describe(policy: Any) -> str:
             f"{prefill}")
 
 
-def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any]
-                     ) -> list[tuple[str, Any, str]]:
+def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any], *,
+                     skipped: dict[str, str] | None = None) -> list[tuple[str, Any, str]]:
     """``(label, Policy, kind)`` for each registered name, solved-policy name
     (:data:`SOLVED_POLICIES`) or :class:`~lpserve.policy.Policy`; a mapping gives labels.
     ``kind``: ``"baseline"``, ``"principled"`` (claims, or exported from a formulation) or
-    ``"other"``."""
+    ``"other"``. A solved policy that cannot be built raises :class:`PolicyUnavailable`,
+    or, when ``skipped`` is a dict, is left out and recorded there (label -> reason)."""
     from lpserve.policy import Policy
     from lpserve.registry import make_policy, policy_names
 
@@ -89,7 +101,13 @@ def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any]
     for label, spec in items:
         if isinstance(spec, str):
             if spec in SOLVED_POLICIES:
-                pol, kind = solved_policy(spec, instance), "principled"
+                try:
+                    pol, kind = solved_policy(spec, instance), "principled"
+                except PolicyUnavailable as exc:
+                    if skipped is None:
+                        raise
+                    skipped[str(label) if label is not None else spec] = str(exc)
+                    continue
             elif spec in policy_names():
                 pol = make_policy(spec)
                 kind = "baseline" if spec in BASELINES else \
@@ -105,6 +123,8 @@ def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any]
         else:
             raise ValueError(f"a policy must be a registered name or a Policy, got {spec!r}")
         out.append((str(label) if label is not None else name, pol, kind))
+    if not out:
+        raise PolicyUnavailable(f"compare: no policy could be built: {skipped}")
     labels = [x[0] for x in out]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
@@ -144,7 +164,7 @@ def _restricted(arrays: Mapping[str, np.ndarray], mask: np.ndarray) -> dict[str,
 
 def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,), *,
-            metric: str = "e2e_s_mean", check: bool = True,
+            metric: str = "e2e_s_mean", check: bool = True, skip_unavailable: bool = False,
             on_run: Callable[[str, int], None] | None = None):
     """Simulate ``policies`` on ``instance`` and compare them with lower bounds.
 
@@ -161,6 +181,9 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         check: raise :class:`~lpserve.evaluate.bounds.BoundViolation` when a bound exceeds
             a policy's value of the same metric over the same requests (each policy's
             finished requests, and the requests every policy finished).
+        skip_unavailable: leave out solved policies that cannot be built for this instance
+            (their LP infeasible at this load) instead of raising :class:`PolicyUnavailable`;
+            the reasons are in ``frame.attrs["skipped"]``.
         on_run: called with ``(label, seed)`` after each simulation (progress bars).
 
     Returns:
@@ -171,8 +194,8 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         ``total_latency_s``), the stability diagnostics ``e2e_s_p99_over_p50`` and
         ``ttft_s_p99_over_p50``, ``bound_name``, ``bound_value`` (the largest bound of
         ``metric`` over that policy's finished requests), ``ratio_to_bound`` and ``wall_s``
-        (simulation seconds). ``frame.attrs["samples"]`` holds a :class:`Samples`;
-        ``frame.attrs["metric"]`` the metric.
+        (simulation seconds). ``frame.attrs["samples"]`` holds a :class:`Samples`,
+        ``frame.attrs["metric"]`` the metric, ``frame.attrs["skipped"]`` label -> reason.
     """
     import pandas as pd
 
@@ -181,7 +204,8 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("compare: seeds must hold at least one seed")
-    pols = resolve_policies(instance, policies)
+    skipped: dict[str, str] = {}
+    pols = resolve_policies(instance, policies, skipped=skipped if skip_unavailable else None)
     prepared = [b.prepare(instance) for b in resolve_bounds(bounds)]
     n = len(instance.trace)
     runs: list[dict[str, Any]] = []
@@ -253,14 +277,31 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         df["n_seeds"] = 1
     df.attrs["samples"] = samples
     df.attrs["metric"] = metric
+    df.attrs["skipped"] = skipped
     return df
+
+
+def common_cases(runs: Any, *, by: str = "policy", case: Sequence[str] = ("instance",)):
+    """The rows of a long frame whose case (the ``case`` columns) every policy ran, so that
+    per-policy aggregates compare the same cases; and the left-out cases as a list."""
+    cols = [c for c in case if c in runs.columns]
+    if not cols:
+        return runs, []
+    n_pol = runs[by].nunique()
+    counts = runs.groupby(cols, sort=False)[by].nunique()
+    full = counts[counts == n_pol].index
+    keys = runs.set_index(cols).index
+    keep = keys.isin(full)
+    dropped = [k for k in counts.index if k not in set(full)]
+    return runs[keep].reset_index(drop=True), dropped
 
 
 def robustness_summary(runs: Any, metric: str = "e2e_s_mean", *, by: str = "policy",
                        case: Sequence[str] = ("instance",)):
     """Spread of each policy over the cases (rows) of a long frame of :func:`compare`
     results: ``n_cases``, mean, std, min, max of ``metric``, mean and worst
-    ``ratio_to_bound``, and the case where the policy was worst."""
+    ``ratio_to_bound``, and the case where the policy was worst. Pass the frame through
+    :func:`common_cases` first to compare policies on the same cases."""
     import pandas as pd
 
     if metric not in runs.columns:
@@ -288,11 +329,13 @@ def robustness(instances: Mapping[str, Any] | Sequence[Any],
                policies: Sequence[Any] | Mapping[str, Any], *,
                bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,),
                metric: str = "e2e_s_mean", check: bool = True, return_runs: bool = False,
+               skip_unavailable: bool = False,
                on_run: Callable[[str, int], None] | None = None):
     """Run :func:`compare` on each instance (a mapping gives case labels, else position and
-    trace name) and return :func:`robustness_summary` (one row per policy); with
-    ``return_runs`` also the long frame (one row per instance and policy, with an
-    ``instance`` column): ``(summary, runs)``."""
+    trace name) and return :func:`robustness_summary` (one row per policy) over the cases
+    every policy ran; with ``return_runs`` also the long frame (one row per instance and
+    policy, with an ``instance`` column, all cases): ``(summary, runs)``.
+    ``skip_unavailable``: as in :func:`compare`."""
     import pandas as pd
 
     items = list(instances.items()) if isinstance(instances, Mapping) else \
@@ -301,14 +344,16 @@ def robustness(instances: Mapping[str, Any] | Sequence[Any],
         raise ValueError("robustness: give at least one instance")
     frames = []
     for label, inst in items:
-        df = compare(inst, policies, bounds, seeds, metric=metric, check=check, on_run=on_run)
+        df = compare(inst, policies, bounds, seeds, metric=metric, check=check,
+                     skip_unavailable=skip_unavailable, on_run=on_run)
         df.attrs = {}
         df.insert(0, "instance", str(label))
         frames.append(df)
     runs = pd.concat(frames, ignore_index=True)
-    out = robustness_summary(runs, metric)
+    out = robustness_summary(common_cases(runs)[0], metric)
     return (out, runs) if return_runs else out
 
 
-__all__ = ["BASELINES", "SOLVED_POLICIES", "BoundViolation", "compare", "default_policies",
+__all__ = ["BASELINES", "PREFERRED_PRINCIPLED", "SOLVED_POLICIES", "BoundViolation",
+           "PolicyUnavailable", "common_cases", "compare", "default_policies",
            "resolve_policies", "robustness", "robustness_summary", "solved_policy", "Samples"]

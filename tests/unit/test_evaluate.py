@@ -7,8 +7,9 @@ import pytest
 
 import lpserve as lp
 from lpserve.evaluate import (BASELINES, METRIC_KEYS, BoundViolation, ClaimedBound,
-                              CostModelBound, check_bound, compare, default_policies, flatten,
-                              resolve_bounds, robustness)
+                              CostModelBound, PolicyUnavailable, check_bound, common_cases,
+                              compare, default_policies, flatten, resolve_bounds, robustness,
+                              robustness_summary)
 
 POLICIES = ["vllm", "vllm+least-outstanding", "sarathi"]
 
@@ -190,6 +191,26 @@ def test_robustness_summary_over_loads(inst):
         g = runs[runs["policy"] == r["policy"]]
         assert r["e2e_s_mean_mean"] == pytest.approx(g["e2e_s_mean"].mean())
         assert r["worst_case"] == f"instance={g.loc[g['ratio_to_bound'].idxmax(), 'instance']}"
+
+
+def test_unavailable_solved_policy_is_an_error_or_skipped(inst):
+    heavy = inst.with_(trace=inst.trace.scale_rate(10.0))
+    with pytest.raises(PolicyUnavailable, match="lp-index: routing-fluid LP did not solve"):
+        compare(heavy, ["vllm", "lp-index"], bounds=[])
+    df = compare(heavy, ["vllm", "lp-index"], bounds=[], skip_unavailable=True)
+    assert df["policy"].tolist() == ["vllm"]
+    assert "routing-fluid" in df.attrs["skipped"]["lp-index"]
+
+
+def test_common_cases_keep_only_cases_every_policy_ran():
+    import pandas as pd
+
+    runs = pd.DataFrame({"instance": ["a", "a", "b"], "policy": ["p", "q", "p"],
+                         "e2e_s_mean": [1.0, 2.0, 9.0], "ratio_to_bound": [1.0, 2.0, 9.0]})
+    same, dropped = common_cases(runs)
+    assert same["instance"].tolist() == ["a", "a"] and dropped == ["b"]
+    summary = robustness_summary(same)
+    assert summary.set_index("policy").loc["p", "e2e_s_mean_max"] == 1.0
 
 
 def test_flatten():

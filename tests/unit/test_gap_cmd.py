@@ -42,7 +42,10 @@ def test_gap_prints_the_table_and_robustness(text_run):
         ratio = float(r[-2])
         assert ratio >= 1.0
     assert "30-s window" in text and "of azure-conv-10min" in text
-    assert "robustness: e2e_s_mean over 4 cases" in text
+    assert "robustness: e2e_s_mean over the cases" in text
+    rob = lines.index(next(x for x in lines if x.startswith("robustness:")))
+    assert lines[rob + 1].split()[:2] == ["policy", "cases"]
+    assert [x.split()[1] for x in lines[rob + 2:rob + 5]] == ["4", "4", "4"]
     assert "wall" in text
 
 
