@@ -200,7 +200,7 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
     bars = ax.bar(pos, means, yerr=[lo, hi], capsize=4, color="tab:blue", alpha=0.75)
     for rect, m in zip(bars, means):
         if np.isfinite(m):
-            ax.annotate(f"{m:.2f}", (rect.get_x() + rect.get_width() / 2, 0.45 * m),
+            ax.annotate(f"{m:.2f}", (rect.get_x() + rect.get_width() / 2, min(0.4, m / 2)),
                         ha="center", va="center", color="white", fontweight="bold")
     ax.axhline(1.0, color="black", linestyle="--", label="lower bound (ratio 1)")
     ax.set_xticks(pos, labels, rotation=20, ha="right")

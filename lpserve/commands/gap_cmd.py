@@ -216,7 +216,7 @@ def _gap(args: argparse.Namespace) -> int:
     table = tables[main_case]
     sim_s = float(runs["wall_s"].sum())
     files = _write_report(Path(args.out), table, runs, same, robust, note, args, cluster,
-                          loads)
+                          loads, skipped)
     wall = time.perf_counter() - t_start
     out = _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall,
                 sim_s)
@@ -317,8 +317,8 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_report(out: Path, table, runs, same, robust, note, args, cluster,
-                  loads) -> list[str]:
+def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
+                  skipped) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
     from lpserve.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
 
@@ -348,8 +348,12 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster,
           "Policies:", "", *[f"- `{r['policy']}` ({r['kind']}): {r['description']}"
                              for _, r in table.iterrows()], "",
           f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
-          "", _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
-                         "ratio max", "worst case"], rrows),
+          "", "Over the cases every policy ran"
+          + (" (left out: " + "; ".join(f"{k['workload']} at load x{k['load']:g}: "
+                                        f"{k['reason']}" for k in skipped) + ")"
+             if skipped else "") + "; all runs are in `runs.csv`.", "",
+          _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
+                     "ratio max", "worst case"], rrows),
           "## Plots", "", "![latency CDF](latency_cdf.png)", "",
           "![latency vs load](latency_vs_load.png)", "", "![gap to bound](gap_to_bound.png)",
           ""]
