@@ -70,6 +70,27 @@ def test_mean_bound_equals_the_cost_bound_formulation(inst):
     assert v["e2e_s_p50"] == pytest.approx(np.percentile(pb.e2e_lb_s[sub], 50))
 
 
+def test_a_request_that_fits_nowhere_gets_no_bound(inst):
+    """A request needing more KV than a replica holds cannot finish; the others keep their
+    bounds (built without it: it never leaves blocks in a prefix cache)."""
+    cap = int(inst.cost_model().kv_capacity_tokens(inst.cluster.gpu_memory_fraction))
+    t = inst.trace.head(20)
+    prompt = np.asarray(t.prompt_tokens).copy()
+    prompt[5] = cap + 1
+    big = lp.Trace.from_arrays(arrival_s=t.arrival_s, prompt_tokens=prompt,
+                               output_tokens=t.output_tokens)
+    pb = CostModelBound().prepare(inst.with_(trace=big))
+    assert pb.n_unservable == 1
+    assert np.isnan(pb.e2e_lb_s[5]) and np.isfinite(np.delete(pb.e2e_lb_s, 5)).all()
+    rest = np.arange(20) != 5
+    ok = CostModelBound().prepare(inst.with_(trace=big.take(rest)))
+    np.testing.assert_allclose(pb.ttft_lb_s[rest], ok.ttft_lb_s, rtol=1e-12)
+    np.testing.assert_allclose(pb.e2e_lb_s[rest], ok.e2e_lb_s, rtol=1e-12)
+    vals = pb.values(np.ones(20, bool))
+    assert np.isfinite(vals["e2e_s_mean"])
+    assert vals["e2e_s_p50"] == pytest.approx(np.percentile(np.delete(pb.e2e_lb_s, 5), 50))
+
+
 @pytest.mark.parametrize("policy", ["vllm", "sarathi", "orca"])
 def test_per_request_bounds_hold_in_the_simulator(inst, policy):
     pb = CostModelBound().prepare(inst)
