@@ -12,6 +12,9 @@ from lpserve.policies import programs as PG
 from lpserve.policies import schedulers as SC
 from lpserve.policy import Policy
 
+# the round model of MC-SF / A_max / A_min: new requests join the running batch (mixed)
+_MCSF_ENGINE = dict(batching="mixed", watermark=0.0, prefix_caching=False)
+
 POLICIES: dict[str, Callable[..., Policy]] = {
     "vllm": B.vllm,
     "vllm-chunked": B.vllm_chunked,
@@ -31,13 +34,13 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "las": SC.scheduled(SC.LAS, "las", preemptive=True),
     "rr-sched": SC.scheduled(SC.RoundRobin, "rr-sched", preemptive=True),
     "mcsf": SC.scheduled(SC.MemoryCheckedSF, "mcsf", assume="hi",
-                         engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+                         engine_defaults=_MCSF_ENGINE),
     "mcsf-oracle": SC.scheduled(SC.MemoryCheckedSF, "mcsf-oracle", assume="oracle",
-                                engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+                                engine_defaults=_MCSF_ENGINE),
     "a-max": SC.scheduled(SC.MemoryCheckedSF, "a-max", assume="hi",
-                          engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+                          engine_defaults=_MCSF_ENGINE),
     "a-min": SC.scheduled(SC.MemoryCheckedSF, "a-min", assume="lo",
-                          engine_defaults=dict(watermark=0.0, prefix_caching=False)),
+                          engine_defaults=_MCSF_ENGINE),
     "slo-aware": SC.scheduled(SC.SLOAware, "slo-aware", preemptive=True),
     "mlfq": SC.scheduled(MQ.MLFQ, "mlfq", preemptive=True, entry="first"),
     "fastserve": SC.scheduled(MQ.MLFQ, "fastserve", preemptive=True, entry="prefill"),

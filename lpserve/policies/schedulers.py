@@ -228,20 +228,25 @@ class MemoryCheckedSF(TickCached):
       request decodes; memory can then run out, and the engine's memory preemption evicts
       the running request with the largest pseudo length first (its rank).
 
-    Without predictions in the view, ``default_tokens`` stands in for the interval.
+    Without predictions in the view, ``default_tokens`` stands in for the interval. The
+    plan is redone at events and every ``quantum_s`` (as the round model redoes it every
+    round: a request that does not fit now may fit later, when the running requests' peaks
+    are nearer). Run it with ``batching="mixed"`` (new requests join the running batch in
+    the same iteration, as in the round model).
     Memory is the replica's ``total_blocks * block_tokens`` tokens; each request is
     charged ``block_tokens - 1`` extra tokens for block rounding, so with ``"oracle"`` or
     ``"hi"`` (and u >= the truth) the engine never runs out of KV memory.
     """
 
     def __init__(self, assume: str = "hi", default_tokens: int = 2048,
-                 max_batch: int = 256) -> None:
+                 max_batch: int = 256, quantum_s: float = 0.05) -> None:
         if assume not in ("oracle", "hi", "lo"):
             raise ValueError(f"memory-checked SF: assume must be 'oracle', 'hi' or 'lo', "
                              f"got {assume!r}")
         self.assume = assume
         self.default_tokens = int(_check_pos("mcsf", "default_tokens", default_tokens))
         self.max_batch = int(_check_pos("mcsf", "max_batch", max_batch))
+        self.quantum_s = _check_pos("mcsf", "quantum_s", quantum_s)
         self.name = {"oracle": "mcsf-oracle", "hi": "mcsf", "lo": "a-min"}[assume]
         claims = (Claim("MC-SF never exceeds KV memory when planned lengths are >= the true "
                         "ones, and its total latency is >= OPT", _PROOF_MCSF,

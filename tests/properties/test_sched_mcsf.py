@@ -86,3 +86,18 @@ def test_lower_bound_adversary_ratio_grows_with_n():
         ratios = [adversary(n, alg) for n in (4, 16, 64, 256)]
         assert all(b > a for a, b in zip(ratios, ratios[1:])), (name, ratios)
         assert ratios[-1] >= 0.4 * math.sqrt(256), (name, ratios)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000))
+def test_mcsf_policy_in_simulator_reproduces_reference_mcsf(seed):
+    # with mixed batching and one token per block the simulator is the round model
+    rng = np.random.default_rng(seed)
+    n, M = int(rng.integers(1, 9)), int(rng.integers(10, 30))
+    s = rng.integers(1, 4, n)
+    o = np.array([rng.integers(1, M - x) for x in s])
+    a = np.sort(rng.integers(0, 6, n))
+    p = KVProblem.from_arrays(a, s, o, M)
+    res = lp.simulate(_instance(a, s, o, M), lp.make_policy("mcsf-oracle"), seed=0)
+    tel = float(np.sum(res.arrays["finish_s"] - res.arrays["arrival_s"]))
+    assert tel == mcsf_latency(p)
