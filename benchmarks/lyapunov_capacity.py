@@ -19,7 +19,7 @@ else the bundled 10-minute conversation slice), and a generated Poisson workload
 log-normal lengths. Real traces keep their burstiness: the rate scale divides every
 inter-arrival time.
 
-Run: ``python benchmarks/lyapunov_capacity.py [--requests 400] [--iters 6] [--seed 0]``.
+Run: ``python benchmarks/lyapunov_capacity.py [--requests 400] [--rel-tol 0.05] [--seed 0]``.
 """
 from __future__ import annotations
 
@@ -106,16 +106,21 @@ def evaluate(trace: lp.Trace, make: Callable[[], lp.Policy], rate_rps: float,
 
 
 def capacity_rps(trace: lp.Trace, make: Callable[[], lp.Policy], *, hi_rps: float,
-                 iters: int = 6, seed: int = 0, lo_rps: float | None = None) -> float:
-    """Largest rate meeting the SLOs, by geometric bisection on ``[lo, hi]``
-    (``lo = hi / 32`` by default); 0 when even ``lo`` fails."""
-    lo = hi_rps / 32 if lo_rps is None else lo_rps
+                 rel_tol: float = 0.05, seed: int = 0) -> float:
+    """Largest rate meeting the SLOs, by geometric bisection until ``hi / lo <= 1 + rel_tol``.
+
+    The bracket starts at ``[hi / 32, hi]``; while its lower end fails it is halved (down
+    to ``hi / 4096``, below which the capacity is reported as 0).
+    """
     hi = hi_rps
-    if not evaluate(trace, make, lo, seed)["meets"]:
-        return 0.0
     if evaluate(trace, make, hi, seed)["meets"]:
         return hi
-    for _ in range(iters):
+    lo = hi / 32
+    while not evaluate(trace, make, lo, seed)["meets"]:
+        hi, lo = lo, lo / 2
+        if lo < hi_rps / 4096:
+            return 0.0
+    while hi / lo > 1 + rel_tol:
         mid = float(np.sqrt(lo * hi))
         if evaluate(trace, make, mid, seed)["meets"]:
             lo = mid
@@ -133,7 +138,7 @@ def ceiling_rps(trace: lp.Trace) -> float:
                for b in (512, 1024, 2048, 4096))
 
 
-def capacity_table(n_requests: int = 400, iters: int = 6, seed: int = 0,
+def capacity_table(n_requests: int = 400, rel_tol: float = 0.05, seed: int = 0,
                    names: list[str] | None = None,
                    only: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Workload -> policy -> capacity (requests/s)."""
@@ -145,7 +150,7 @@ def capacity_table(n_requests: int = 400, iters: int = 6, seed: int = 0,
         if only is not None and wname not in only:
             continue
         hi = 1.2 * ceiling_rps(tr)
-        out[wname] = {p: capacity_rps(tr, make, hi_rps=hi, iters=iters, seed=seed)
+        out[wname] = {p: capacity_rps(tr, make, hi_rps=hi, rel_tol=rel_tol, seed=seed)
                       for p, make in pols.items()}
     return out
 
@@ -153,11 +158,12 @@ def capacity_table(n_requests: int = 400, iters: int = 6, seed: int = 0,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=400)
-    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--rel-tol", type=float, default=0.05,
+                    help="relative width of the final bisection bracket")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    table = capacity_table(args.requests, args.iters, args.seed)
+    table = capacity_table(args.requests, args.rel_tol, args.seed)
     names = list(next(iter(table.values())))
     print(f"capacity under SLO (req/s): >= {ATTAINMENT:.0%} meet TTFT <= {TTFT_SLO_S} s and "
           f"TPOT <= {TPOT_SLO_S} s, P99 TBT <= {TBT_SLO_S} s; {GPU} {LLM}, "
