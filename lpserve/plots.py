@@ -150,7 +150,8 @@ def plot_latency_vs_load(frame: Any, metric: str = "e2e_s_mean", *, x: str = "lo
     """``metric`` against ``x`` (default the rate scale ``load``), one line per policy: the
     mean over the rows at each load (e.g. several workloads), shaded from min to max. With
     ``bound``, the lower bound of the metric (the smallest ``bound_value`` at each load,
-    when the frame's ratios were taken on ``metric``) as a dashed black line."""
+    averaged over workloads) as a dashed black line, when the frame's bounds are of
+    ``metric`` (its ``bound_metric`` column)."""
     _check_columns(frame, [x, by, metric], "plot_latency_vs_load")
     fig, (ax,) = _figure()
     for i, (label, g) in enumerate(frame.groupby(by, sort=False)):
@@ -160,7 +161,7 @@ def plot_latency_vs_load(frame: Any, metric: str = "e2e_s_mean", *, x: str = "lo
                         linestyle=LINESTYLES[i % len(LINESTYLES)])
         if (st["max"] > st["min"]).any():
             ax.fill_between(xs, st["min"], st["max"], color=line.get_color(), alpha=0.15)
-    same_metric = frame.attrs.get("metric", metric) == metric
+    same_metric = "bound_metric" in frame.columns and (frame["bound_metric"] == metric).all()
     if bound and same_metric and "bound_value" in frame.columns and \
             np.isfinite(frame["bound_value"].to_numpy(float)).any():
         per_case = frame.groupby([x] + [c for c in ("workload",) if c in frame.columns])
@@ -204,7 +205,8 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
                         ha="center", va="center", color="white", fontweight="bold")
     ax.axhline(1.0, color="black", linestyle="--", label="lower bound (ratio 1)")
     ax.set_xticks(pos, labels, rotation=20, ha="right")
-    metric = frame.attrs.get("metric", "e2e_s_mean")
+    metric = frame["bound_metric"].iloc[0] if "bound_metric" in frame.columns and len(frame) \
+        else frame.attrs.get("metric", "ratio")
     ax.set_ylabel(f"{metric_label(metric).split(' (')[0]} / lower bound (ratio, x)")
     ax.set_xlabel("policy")
     top = np.nanmax(np.asarray(means) + np.asarray(hi)) if np.isfinite(means).any() else 1.0

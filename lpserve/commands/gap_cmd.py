@@ -320,7 +320,8 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
                   skipped) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
-    from lpserve.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
+    from lpserve.plots import (metric_label, plot_gap_to_bound, plot_latency_cdf,
+                               plot_latency_vs_load)
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -367,22 +368,16 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
             title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
             f"load x{args.load:g}"),
         "latency_vs_load.png": plot_latency_vs_load(
-            same, "e2e_s_mean", title=f"Mean end-to-end latency vs load\n{setup}; "
+            same, m, title=f"{metric_label(m).split(' (')[0].capitalize()} vs load\n{setup}; "
             f"band: min-max over {n_wl} workload(s)"),
         "gap_to_bound.png": plot_gap_to_bound(
-            _with_metric(same, m), title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
+            same, title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
             f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)"),
     }
     for name, fig in figs.items():
         fig.savefig(out / name, dpi=110)
         files.append(str(out / name))
     return files
-
-
-def _with_metric(frame, metric: str):
-    f = frame.copy()
-    f.attrs = {"metric": metric}
-    return f
 
 
 def _nest(row: Any) -> dict[str, Any]:

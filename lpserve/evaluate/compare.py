@@ -192,8 +192,9 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         ``queue_s_p99``, ``throughput_rps``, ``goodput_rps``, ``prefix_hit_rate``,
         ``n_requests``, ``n_finished``, ``n_rejected``, ``n_unfinished``, ``preemptions``,
         ``total_latency_s``), the stability diagnostics ``e2e_s_p99_over_p50`` and
-        ``ttft_s_p99_over_p50``, ``bound_name``, ``bound_value`` (the largest bound of
-        ``metric`` over that policy's finished requests), ``ratio_to_bound`` and ``wall_s``
+        ``ttft_s_p99_over_p50``, ``bound_metric`` (= ``metric``), ``bound_name``,
+        ``bound_value`` (the largest bound of ``metric`` over that policy's finished
+        requests), ``ratio_to_bound`` and ``wall_s``
         (simulation seconds). ``frame.attrs["samples"]`` holds a :class:`Samples`,
         ``frame.attrs["metric"]`` the metric, ``frame.attrs["skipped"]`` label -> reason.
     """
@@ -237,7 +238,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
                 "seed": seed, **flat,
                 "e2e_s_p99_over_p50": flat["e2e_s_p99"] / flat["e2e_s_p50"],
                 "ttft_s_p99_over_p50": flat["ttft_s_p99"] / flat["ttft_s_p50"],
-                "bound_name": best_name, "bound_value": best,
+                "bound_metric": metric, "bound_name": best_name, "bound_value": best,
                 "ratio_to_bound": pv / best if best > 0 else float("nan"),
                 "wall_s": wall,
             })
@@ -267,10 +268,11 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     df = pd.DataFrame(runs)
     if len(seeds) > 1:
         num = [c for c in df.columns if c not in ("policy", "kind", "description", "online",
-                                                 "clairvoyant", "bound_name", "seed")]
+                                                 "clairvoyant", "bound_metric", "bound_name",
+                                                 "seed")]
         agg = {c: "mean" for c in num}
         agg.update(kind="first", description="first", online="first", clairvoyant="first",
-                   bound_name="first", seed="count")
+                   bound_metric="first", bound_name="first", seed="count")
         df = df.groupby("policy", sort=False).agg(agg).reset_index()
     df = df.rename(columns={"seed": "n_seeds"})
     if len(seeds) == 1:
