@@ -92,6 +92,16 @@ def test_gap_json_keys(tmp_path, capsys):
     assert sum(f.endswith(".png") for f in d["report"]["files"]) == 3
 
 
+def test_metric_option_sets_the_ratio(tmp_path, capsys):
+    assert main(SMALL + ["--windows", "1", "--loads", "1.0", "--metric", "ttft_s_p99",
+                         "--out", str(tmp_path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["metric"] == "ttft_s_p99"
+    for row in d["table"]:
+        assert row["ratio_to_bound"] == pytest.approx(row["ttft_s"]["p99"] / row["bound_value"])
+        assert 0 < row["bound_value"] <= row["ttft_s"]["p99"]
+
+
 def test_invalid_bound_is_asserted_with_exit_3(tmp_path, capsys):
     args = SMALL + ["--windows", "1", "--loads", "1.0", "--out", str(tmp_path),
                     "--check-bound", "e2e_s_mean=1000"]
