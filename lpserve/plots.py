@@ -212,7 +212,7 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
     top = np.nanmax(np.asarray(means) + np.asarray(hi)) if np.isfinite(means).any() else 1.0
     ax.set_ylim(0, max(1.1, 1.12 * top))
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     ax.set_title(title or "Gap to the lower bound per policy")
     return fig
 
