@@ -228,7 +228,8 @@ class MemoryCheckedSF(TickCached):
       request decodes; memory can then run out, and the engine's memory preemption evicts
       the running request with the largest pseudo length first (its rank).
 
-    Without predictions in the view, ``default_tokens`` stands in for the interval. The
+    Without predictions in the view, ``default_tokens`` stands in for the interval; a
+    planned peak above the whole memory is cut to the memory. The
     plan is redone at events and every ``quantum_s`` (as the round model redoes it every
     round: a request that does not fit now may fit later, when the running requests' peaks
     are nearer). Run it with ``batching="mixed"`` (new requests join the running batch in
@@ -271,8 +272,13 @@ class MemoryCheckedSF(TickCached):
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
         n = len(view)
-        plan = self._planned(view)
+        cap = float(view.total_blocks * view.block_tokens)
+        slack = float(view.block_tokens - 1)
         gen = view.generated_tokens.astype(np.float64)
+        # a planned peak above the whole memory could never start: plan with the memory
+        # (the request may then outgrow its plan, and the engine preempts)
+        plan = np.minimum(self._planned(view), cap - slack - view.prompt_tokens)
+        plan = np.maximum(plan, gen + 1.0)
         ctx = view.prompt_tokens.astype(np.float64) + gen
         run = view.running
         out = np.full(n, math.inf)
@@ -280,8 +286,6 @@ class MemoryCheckedSF(TickCached):
             out[run] = plan[run]  # the largest pseudo length is the memory victim
         else:
             out[run] = _RUNNING_RANK
-        cap = float(view.total_blocks * view.block_tokens)
-        slack = float(view.block_tokens - 1)
         rem = np.maximum(plan - gen, 1.0)
         base = [ctx[run] + 0.0]
         rems = [rem[run]]
