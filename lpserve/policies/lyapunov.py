@@ -486,3 +486,30 @@ def slotted_optimum(cost_model: Any, *, decodes: Any, decode_probs: Any,
     st1, p_star, _ = solve(False)
     st2, _, slack = solve(True)
     return {"p_star": p_star, "slack": slack, "status": f"{st1}/{st2}"}
+
+
+def simulate_slotted(cost_model: Any, *, V: float, decodes: Any, decode_probs: Any,
+                     arrival_tokens: int, arrival_prob: float, context_tokens: int,
+                     budget_tokens: int, tbt_slo_s: float, eps: float, slots: int,
+                     eta_tokens: float = 512.0, grain_tokens: int = 64,
+                     seed: int = 0) -> dict[str, float]:
+    """Run the controller on the slotted model (``models/lyapunov-pd.md`` section 4).
+
+    Each slot has ``n`` decodes drawn from ``decodes`` with ``decode_probs`` and, with
+    probability ``arrival_prob``, ``arrival_tokens`` new prefill tokens (i.i.d.). Returns
+    the time averages ``penalty_s``, ``backlog_eta`` (``Q / eta``), ``z_tbt`` and the
+    decode-weighted share of iterations slower than ``tbt_slo_s`` (``violations``).
+    """
+    rng = np.random.default_rng(seed)
+    ns = np.asarray(decodes, np.int64)
+    a = (rng.random(int(slots)) < arrival_prob) * float(arrival_tokens)
+    n = ns[rng.choice(ns.size, size=int(slots), p=np.asarray(decode_probs, np.float64))]
+    cp = DPPController(V=V, tbt_slo_s=tbt_slo_s, eps=eps, eta_tokens=eta_tokens, theta=1.0,
+                       grain_tokens=grain_tokens).cparams(block_tokens=16)
+    params = np.ascontiguousarray(cost_model.params, np.float64)
+    st, _ = K.dpp_slotted(params, cp, a, n.astype(np.int64), int(context_tokens),
+                          int(budget_tokens), 1e9)
+    T = st[K.ST_SLOTS]
+    return {"penalty_s": float(st[K.ST_PEN] / T), "backlog_eta": float(st[K.ST_Q] / T / eta_tokens),
+            "z_tbt": float(st[K.ST_ZT_SUM] / T),
+            "violations": float(st[K.ST_SLOT_VIOL] / max(st[K.ST_SLOT_DEC], 1.0))}
