@@ -12,7 +12,11 @@ Tables printed:
    ``lyapunov`` (one V for every workload), with the ratio ``sarathi-512 / vllm``
    (Sarathi-Serve reports about 2.6x) and ``lyapunov / best fixed budget``;
 2. at each policy's own capacity on the first workload: P99 TBT, TTFT p50/p90 and SLO
-   attainment.
+   attainment;
+3. disaggregated pools: replica counts from the fluid MIP (``pool_sizes``) per load, and
+   the share of late KV transfers on one link under FCFS, MFS's reverse multi-level queue
+   and least laxity first, for the finished prefills of a ``lyapunov-disagg`` run with two
+   tenants (KV due 0.5 s or 5 s after arrival).
 
 Workloads: the Azure conversation and code traces (``/work/shared/traces`` when present,
 else the bundled 10-minute conversation slice), and a generated Poisson workload with
@@ -32,6 +36,7 @@ import numpy as np
 
 import lpserve as lp
 from lpserve import generate as G
+from lpserve.policies.disagg import link_schedule, pool_sizes
 from lpserve.policies.lyapunov import constants, lyapunov, with_recorder
 from lpserve.registry import make_policy
 
@@ -186,7 +191,40 @@ def main() -> None:
         m = evaluate(tr0, make, rate, args.seed)
         print(f"{p:<14}{rate:>8.3f}{m['attainment']:>8.3f}{m['tbt_p99_s']:>9.3f}"
               f"{m['ttft_p50_s']:>10.3f}{m['ttft_p90_s']:>10.3f}")
+    disagg_tables(args.requests, args.seed)
     print(f"\nwall {time.perf_counter() - t0:.0f} s")
+
+
+def disagg_tables(n_requests: int, seed: int = 0) -> None:
+    """Table 3: pool sizes per load and KV-transfer orders on one link."""
+    cost = lp.cost_model(gpu=GPU, llm=LLM)
+    conv = workloads(n_requests, seed)["azure-conv"]
+    mp, md = float(conv.prompt_tokens.mean()), float(conv.output_tokens.mean())
+    print(f"\npool sizes (MIP, utilization <= 0.85, TPOT SLO 0.05 s, 25 Gb/s link), "
+          f"m_p = {mp:.0f}, m_d = {md:.0f}:")
+    print(f"{'rate':>6}{'prefill':>9}{'decode':>8}{'u_pre':>7}{'u_dec':>7}{'u_link':>8}")
+    for rate in (5.0, 10.0, 20.0, 40.0):
+        s = pool_sizes(cost, rate_rps=rate, mean_prompt_tokens=mp, mean_output_tokens=md,
+                       tpot_slo_s=0.05, link_gbps=25.0)
+        print(f"{rate:>6.0f}{s['prefill_replicas']:>9}{s['decode_replicas']:>8}"
+              f"{s['prefill_utilization']:>7.2f}{s['decode_utilization']:>7.2f}"
+              f"{s['link_utilization']:>8.2f}")
+    inst = lp.Instance(trace=conv.with_rate(6.0),
+                       cluster=lp.Cluster(gpu=GPU, llm=LLM, prefill_replicas=1,
+                                          decode_replicas=1, link_gbps=25.0),
+                       slo=lp.SLO(ttft_s=TTFT_SLO_S, tpot_s=TPOT_SLO_S))
+    a = lp.simulate(inst, "lyapunov-disagg", seed=seed).arrays
+    done = np.isfinite(a["first_token_s"])
+    ready = a["first_token_s"][done]
+    size = a["prompt_tokens"][done] * cost.kv_bytes_per_token
+    tight = np.random.default_rng(seed).random(int(done.sum())) < 0.5
+    deadline = a["arrival_s"][done] + np.where(tight, 0.5, 5.0)
+    print("\nlate KV transfers on one link (finished prefills of lyapunov-disagg at 6 req/s):")
+    print(f"{'Gb/s':>6}{'order':>7}{'late':>8}{'late (0.5 s tenant)':>21}")
+    for gbps in (8.0, 10.0, 15.0):
+        for order in ("fcfs", "rmlq", "llf"):
+            late = link_schedule(ready, size, deadline, gbps, order)["late"]
+            print(f"{gbps:>6.0f}{order:>7}{late.mean():>8.3f}{late[tight].mean():>21.3f}")
 
 
 if __name__ == "__main__":

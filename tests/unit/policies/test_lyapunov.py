@@ -217,3 +217,21 @@ def test_disagg_policy_runs_on_pools():
     res = simulate(inst, lyapunov_disagg(), seed=0)
     assert res.summary()["n_finished"] == 60
     assert set(res.arrays["decode_replica"].tolist()) == {0}
+
+
+def test_kv_pressure_holds_prefill_back():
+    ctx = np.full(20, 500, np.int64)
+    plan, cached = np.array([4000]), np.zeros(1, np.int64)
+    st = np.zeros(K.N_ST)
+    cp = _cp(V=0.0, S=10.0)
+    free = K.dpp_decide(PARAMS, cp, st, np.array([4000.0]), np.ones(1), plan, cached, ctx,
+                        9000.0, 10000.0, 2028)
+    st[K.ST_ZM] = 1e5
+    held = K.dpp_decide(PARAMS, cp, st, np.array([4000.0]), np.ones(1), plan, cached, ctx,
+                        9000.0, 10000.0, 2028)
+    assert free == 2028 and held < free
+    # Z_KV grows while occupancy stays above theta, eq. (6)
+    st2 = np.zeros(K.N_ST)
+    for _ in range(10):
+        K.dpp_observe(cp, st2, 0.01, 20, 9500.0, 10000.0, 0.0, np.zeros(0))
+    assert st2[K.ST_ZM] == pytest.approx(10 * (0.95 - 0.8))
