@@ -43,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "Status": "lpserve.opt.solution",
     # layer 5
     "make_policy": "lpserve.registry",
+    "compare": "lpserve.evaluate",
+    "robustness": "lpserve.evaluate",
     "simulate": "lpserve.sim",
 }
 
