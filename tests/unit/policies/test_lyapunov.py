@@ -253,3 +253,17 @@ def test_two_classes_rank_by_weighted_backlog_and_match_reference():
     # the heavier class waits less on average
     q = fast.arrays["queue_s"]
     assert np.nanmean(q[tr.tenant == 1]) <= np.nanmean(q[tr.tenant == 0])
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_invariants_under_memory_pressure(preemption):
+    tr = _instance(n=120, rate=20.0, seed=4).trace
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="mistral-7b",
+                                                    gpu_memory_fraction=0.2),
+                       slo=lp.SLO(ttft_s=2.0, tpot_s=0.1))
+    pol = lyapunov(V=1.0, tbt_slo_s=0.08, theta=0.7).with_(engine={"preemption": preemption})
+    fast = simulate(inst, pol, seed=0, check=True)
+    ref = simulate(inst, pol, seed=0, reference=True)
+    assert fast.digest() == ref.digest()
+    assert fast.summary()["preemptions"] > 0
+    assert pol.engine.budget_controller.report()["mean_z_kv"] > 0
