@@ -229,7 +229,8 @@ class MemoryCheckedSF(TickCached):
       the running request with the largest pseudo length first (its rank).
 
     Without predictions in the view, ``default_tokens`` stands in for the interval; a
-    planned peak above the whole memory is cut to the memory. The
+    planned peak above the whole memory is cut to the memory, and an idle replica always
+    releases its first waiting request (the engine admits or rejects it). The
     plan is redone at events and every ``quantum_s`` (as the round model redoes it every
     round: a request that does not fit now may fit later, when the running requests' peaks
     are nearer). Run it with ``batching="mixed"`` (new requests join the running batch in
@@ -297,6 +298,8 @@ class MemoryCheckedSF(TickCached):
             b2 = np.r_[b_all, ctx[j]]
             r2 = np.r_[r_all, rem[j]]
             if not future_memory_fits(b2, r2, cap, slack):
+                if b_all.size == 0:  # idle replica: release it and let the engine decide
+                    out[j] = plan[j]
                 break
             b_all, r_all = b2, r2
             out[j] = plan[j]
