@@ -20,6 +20,7 @@ i.e. the sum over running decodes of the extra delay of their next token.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -92,8 +93,8 @@ class TBTRecorder(BudgetController):
         return cp
 
     def start(self, replica: Any) -> _RunState:
-        if self._run is not replica.sim:  # a new run: forget the last one's replicas
-            self._run = replica.sim
+        if self._run is None or self._run() is not replica.sim:
+            self._run = weakref.ref(replica.sim)  # a new run: forget the last one's replicas
             self.states = {}
         s = _RunState(replica.S.n)
         s.cp = self.cparams(replica)
