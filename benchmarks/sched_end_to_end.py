@@ -5,7 +5,8 @@ Tables printed:
 1. Azure conversation trace (bundled; ``/work/shared/traces`` when present), Llama-2-70B on
    2 x A100-80GB (TP2), one replica, at a moderate and a high load: mean and p99 end-to-end
    latency of every scheduler, its ratio to vLLM FCFS and to the cost-model lower bound
-   (``lpserve.opt.lower_bounds``, a bound on total latency, shown per request).
+   (``lpserve.opt.lower_bounds``, a bound on total latency, shown per request), and
+   goodput (requests per second meeting TTFT <= 2 s and TPOT <= 0.2 s).
 2. FastServe-style skip-join MLFQ against vLLM FCFS as the load rises.
 3. A generated agentic workload (``lp.generate.agentic_programs``): program latency (last
    call's finish minus the program's start) under PLAS, ATLAS, PLAS x MLFQ and
@@ -37,6 +38,9 @@ PREDICTED = {"sjf-predicted", "mcsf", "a-max", "a-min", "slo-aware", "mlfq-predi
 SHARED = Path("/work/shared/traces/azure_llm_2023_conv_first30min.csv.gz")
 
 
+SLO = lp.SLO(ttft_s=2.0, tpot_s=0.2)  # the slo-aware scheduler's defaults
+
+
 def cluster() -> lp.Cluster:
     return lp.Cluster(gpu="a100-80gb", llm="llama-2-70b", tp=2, replicas=1)
 
@@ -60,7 +64,7 @@ def table(inst: lp.Instance, names: list[str], seed: int, title: str) -> dict[st
     lb = bound_mean_s(inst)
     print(f"\n## {title}  (cost-model bound: mean e2e >= {lb:.2f} s)")
     print(f"{'scheduler':20s} {'mean_s':>8s} {'p99_s':>8s} {'/fcfs':>6s} {'/bound':>7s} "
-          f"{'done':>5s} {'preempt':>7s} {'wall_s':>6s}")
+          f"{'goodput':>7s} {'done':>5s} {'preempt':>7s} {'wall_s':>6s}")
     out, base = {}, None
     for name in names:
         t0 = time.perf_counter()
@@ -69,7 +73,8 @@ def table(inst: lp.Instance, names: list[str], seed: int, title: str) -> dict[st
         base = base or e["mean"]
         out[name] = e
         print(f"{name:20s} {e['mean']:8.2f} {e['p99']:8.2f} {e['mean'] / base:6.2f} "
-              f"{e['mean'] / lb:7.2f} {s['n_finished']:5d} {s['preemptions']:7d} "
+              f"{e['mean'] / lb:7.2f} {s['goodput_rps']:7.3f} {s['n_finished']:5d} "
+              f"{s['preemptions']:7d} "
               f"{time.perf_counter() - t0:6.1f}")
     return out
 
@@ -109,7 +114,7 @@ def main() -> None:
     args = ap.parse_args()
     tr = azure_trace(args.requests)
     for rate in (1.0, 2.5):
-        inst = lp.Instance(trace=tr.with_rate(rate), cluster=cluster())
+        inst = lp.Instance(trace=tr.with_rate(rate), cluster=cluster(), slo=SLO)
         table(inst, SCHEDULERS, args.seed,
               f"Azure conv, {len(tr)} requests at {rate}/s, llama-2-70b on 2xA100 TP2")
     print("\n## FastServe skip-join vs vLLM FCFS as load rises (mean / p99 e2e, s)")

@@ -148,9 +148,11 @@ class SJFPredicted(Scheduler):
 # ====================================================================== time sliced
 class LAS(TickCached):
     """Least attained service (SETF): rank = output tokens generated so far (attained
-    decode service), ties by queue order. ``quantum_s`` makes the engine re-rank at least
-    that often, so a running request is preempted (with ``priority_preemption``) once a
-    waiting one has strictly less service."""
+    decode service) in buckets of ``service_quantum_tokens``, ties by queue order.
+    ``quantum_s`` makes the engine re-rank at least that often, so a running request is
+    preempted (with ``priority_preemption``) once a waiting one is a whole bucket behind
+    it. With buckets of one token LAS shares the engine like processor sharing and swaps
+    a request in and out every iteration; larger buckets bound that churn."""
 
     name = "las"
     meta = Meta(claims=(Claim(
@@ -158,11 +160,14 @@ class LAS(TickCached):
         "against speed-1 SRPT", _PROOF_SETF,
         "tests/properties/test_sched_classical.py::test_setf_with_speed_augmentation"),))
 
-    def __init__(self, quantum_s: float = 0.05) -> None:
+    def __init__(self, quantum_s: float = 0.05, service_quantum_tokens: int = 32) -> None:
         self.quantum_s = _check_pos("las", "quantum_s", quantum_s)
+        self.service_quantum_tokens = int(_check_pos("las", "service_quantum_tokens",
+                                                     service_quantum_tokens))
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
-        return view.generated_tokens.astype(np.float64)
+        return np.floor_divide(view.generated_tokens, self.service_quantum_tokens).astype(
+            np.float64)
 
 
 class RoundRobin(TickCached):
@@ -176,7 +181,7 @@ class RoundRobin(TickCached):
         "jobs at 0, exactly 2n/(n+1) on n equal jobs", _PROOF_RR,
         "tests/properties/test_sched_classical.py::test_round_robin_within_two_of_opt"),))
 
-    def __init__(self, quantum_s: float = 0.05) -> None:
+    def __init__(self, quantum_s: float = 0.5) -> None:
         self.quantum_s = _check_pos("round-robin-sched", "quantum_s", quantum_s)
         self._served: dict[int, float] = {}
 
