@@ -18,7 +18,7 @@ Tables printed:
    and least laxity first, for the finished prefills of a ``lyapunov-disagg`` run with two
    tenants (KV due 0.5 s or 5 s after arrival).
 
-Workloads: the Azure conversation and code traces (``/work/shared/traces`` when present,
+Workloads: the Azure conversation and code traces (``../shared/traces`` beside the checkout, or ``$LPSERVE_SHARED/traces``, when present,
 else the bundled 10-minute conversation slice), and a generated Poisson workload with
 log-normal lengths. Real traces keep their burstiness: the rate scale divides every
 inter-arrival time.
@@ -28,6 +28,7 @@ Run: ``python benchmarks/lyapunov_capacity.py [--requests 400] [--rel-tol 0.05] 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -40,7 +41,7 @@ from lpserve.policies.disagg import link_schedule, pool_sizes
 from lpserve.policies.lyapunov import constants, lyapunov, with_recorder
 from lpserve.registry import make_policy
 
-TRACES = Path("/work/shared/traces")
+TRACES = Path(os.environ.get("LPSERVE_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "traces"
 GPU, LLM = "a100-80gb", "mistral-7b"
 TTFT_SLO_S, TPOT_SLO_S, TBT_SLO_S = 2.0, 0.1, 0.1
 ATTAINMENT = 0.9

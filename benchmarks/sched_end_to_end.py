@@ -2,7 +2,7 @@
 
 Tables printed:
 
-1. Azure conversation trace (bundled; ``/work/shared/traces`` when present), Llama-2-70B on
+1. Azure conversation trace (bundled; ``../shared/traces`` beside the checkout when present), Llama-2-70B on
    2 x A100-80GB (TP2), one replica, at a moderate and a high load: mean and p99 end-to-end
    latency of every scheduler, its ratio to vLLM FCFS and to the cost-model lower bound
    (``lpserve.opt.lower_bounds``, a bound on total latency, shown per request), and
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ SCHEDULERS = ["vllm", "sjf-oracle", "srpt-oracle", "sjf-predicted", "las", "rr-s
               "mlfq", "fastserve", "mlfq-predicted", "fastserve-adaptive", "mcsf",
               "mcsf-oracle", "a-max", "a-min", "slo-aware", "plas", "atlas", "plas-mlfq"]
 PREDICTED = {"sjf-predicted", "mcsf", "a-max", "a-min", "slo-aware", "mlfq-predicted"}
-SHARED = Path("/work/shared/traces/azure_llm_2023_conv_first30min.csv.gz")
+SHARED = Path(os.environ.get("LPSERVE_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "traces" / "azure_llm_2023_conv_first30min.csv.gz"
 
 
 SLO = lp.SLO(ttft_s=2.0, tpot_s=0.2)  # the slo-aware scheduler's defaults

@@ -36,8 +36,11 @@
 # Parameters. Default: the bundled 5-minute Mooncake slice (918 requests).
 # Full size: FULL = True reads the 30-minute Mooncake conversation file when present
 # (it falls back to the bundled slice, and says so, when the file is missing).
+import os
+
 FULL = False
-FULL_TRACE = "/work/shared/traces/mooncake_fast25_conversation_first30min.jsonl.gz"
+FULL_TRACE = os.path.join(os.environ.get("LPSERVE_SHARED", "../shared"), "traces",
+                          "mooncake_fast25_conversation_first30min.jsonl.gz")
 CAPACITIES_BLOCKS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 TABLE_CAPACITY_BLOCKS = 256
 
