@@ -107,7 +107,8 @@ class SchedulerView:
         prompt_tokens: prompt length (tokens).
         generated_tokens: output tokens produced so far.
         computed_tokens: tokens whose KV is currently computed on this replica.
-        cached_tokens: prompt tokens found in this replica's prefix cache (admission estimate).
+        cached_tokens: prompt tokens found in this replica's prefix cache (admission
+            estimate; computed for the first 256 waiting candidates, 0 for the others).
         running: True for requests in the running batch, False for waiting ones.
         swapped: True for requests whose KV sits in host memory.
         preemptions: times the request was preempted so far.

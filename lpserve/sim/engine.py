@@ -79,6 +79,7 @@ class Simulation:
         S = self.state
         S.status[i] = REJECTED
         S.reason[i] = reason
+        S.forget_keys(i)
         S.finish[i] = np.nan
 
     def kv_ready(self, i: int, t: float) -> None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lpserve.sim.engine import Simulation
 
 _BIG = 1 << 62
+PREFIX_ESTIMATE_MAX = 256  # waiting candidates whose cached prefix is estimated per step
 
 
 class Replica:
@@ -152,7 +153,9 @@ class Replica:
         out = np.zeros(len(cand), np.int64)
         if not self.eng.prefix_caching or self.bm.hashed_used + self.bm.evictable == 0:
             return out
-        for k, i in enumerate(cand):
+        # as SGLang (WAITING_QUEUE_PREFIX_MATCH_MAX), only the first candidates of the queue
+        # are matched against the cache; the rest read 0
+        for k, i in enumerate(cand[:PREFIX_ESTIMATE_MAX]):
             if self.S.status[i] == WAITING and not self.S.swapped[i]:
                 out[k] = len(self.bm.match(self.S.block_keys(i, self.bt))) * self.bt
         return out
@@ -532,6 +535,7 @@ class Replica:
         S.status[i] = FINISHED
         self.running.remove(i)
         self._release_request(i)
+        S.forget_keys(i)
 
     def _handoff(self, i: int) -> None:
         """Send request ``i``'s KV to the decode pool over this replica's link."""

@@ -51,6 +51,7 @@ class State:
         self.session = none if trace.session_id is None else np.asarray(trace.session_id,
                                                                           np.int64)
         self._trace_keys: dict[int, np.ndarray] = {}
+        self._block_keys: dict[int, tuple[int, list]] = {}  # of requests in the system
 
     # ------------------------------------------------------------------ prefix keys
     def trace_keys(self, i: int) -> np.ndarray:
@@ -78,6 +79,9 @@ class State:
         other blocks get keys unique to the request (reusable only by itself, e.g. after
         a recompute preemption).
         """
+        memo = self._block_keys.get(i)
+        if memo is not None and memo[0] == block_tokens:
+            return memo[1]
         n_full = int(self.prompt[i]) // block_tokens
         tk = self.trace_keys(i)
         bt_trace = self.trace.block_tokens
@@ -88,4 +92,9 @@ class State:
                 keys.append((int(tk[kb]), j))
             else:
                 keys.append((-1 - i, j))
+        self._block_keys[i] = (block_tokens, keys)
         return keys
+
+    def forget_keys(self, i: int) -> None:
+        """Drop the memoized keys of a request that left the system."""
+        self._block_keys.pop(i, None)
