@@ -17,6 +17,7 @@ batches, reserves memory and preempts). Plain functions can be lifted into a rol
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -250,7 +251,7 @@ class RouterView:
 
 
 # ===================================================================================== roles
-class _Role:
+class _Role(abc.ABC):
     """Common base: a name, a :class:`Meta`, and ``reset``."""
 
     name: str = "role"
@@ -266,8 +267,9 @@ class _Role:
 class Router(_Role):
     """Chooses a replica for each arriving request."""
 
-    def route(self, view: RouterView) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def route(self, view: RouterView) -> np.ndarray:
+        """Replica index (int64) for each arriving request of ``view``."""
 
 
 class Scheduler(_Role):
@@ -283,15 +285,17 @@ class Scheduler(_Role):
     quantum_s: float | None = None
     rank_key: str | None = None
 
-    def rank(self, view: SchedulerView) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def rank(self, view: SchedulerView) -> np.ndarray:
+        """One float per candidate of ``view``: lower runs first, ``+inf`` holds back."""
 
 
 class Evictor(_Role):
     """Chooses which evictable cached blocks to drop."""
 
-    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        """``need_blocks`` distinct positions into ``view``'s candidates to give up."""
 
 
 class BudgetController:
