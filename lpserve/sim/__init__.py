@@ -19,7 +19,7 @@ from lpserve.sim.state import STATUS_NAMES
 
 __all__ = ["Result", "simulate", "REQUEST_COLUMNS"]
 
-REQUEST_COLUMNS = ("request", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
+REQUEST_COLUMNS = ("request", "arrival_s", "release_s", "first_scheduled_s", "first_token_s", "finish_s",
                    "ttft_s", "tpot_s", "e2e_s", "queue_s", "prompt_tokens", "output_tokens",
                    "generated_tokens", "preemptions", "cached_prompt_tokens", "replica",
                    "decode_replica", "status", "reason")
@@ -31,6 +31,9 @@ class Result:
 
     Attributes:
         arrays: per-request arrays of shape ``(n,)`` keyed by :data:`REQUEST_COLUMNS`.
+            ``release_s`` is when a request entered routing: its ``arrival_s``, or for a
+            request with a ``parent`` ``max(arrival_s, parent's finish)`` (NaN if never
+            released); TTFT, E2E and queue times are measured from it.
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
@@ -55,8 +58,12 @@ class Result:
     def summary(self) -> dict[str, Any]:
         """Metrics with the DESIGN keys (see :func:`lpserve.objectives.summarize`)."""
         a = self.arrays
+        # latencies count from the release (the effective arrival); a request never
+        # released (reason parent_not_finished) is pending and counted as unfinished
+        rel = a["release_s"]
+        eff = np.where(np.isnan(rel), a["arrival_s"], rel)
         s = obj.summarize(
-            arrival_s=a["arrival_s"], first_token_s=a["first_token_s"], finish_s=a["finish_s"],
+            arrival_s=eff, first_token_s=a["first_token_s"], finish_s=a["finish_s"],
             first_scheduled_s=a["first_scheduled_s"], output_tokens=a["output_tokens"],
             finished=a["status"] == "finished", rejected=a["status"] == "rejected",
             cached_prompt_tokens=a["cached_prompt_tokens"], prompt_tokens_seen=a["seen_tokens"],
@@ -69,11 +76,15 @@ class Result:
         return s
 
     def digest(self) -> str:
-        """sha256 of the per-request outcomes, the instance digest, policy and seed."""
+        """sha256 of the per-request outcomes, the instance digest, policy and seed
+        (``release_s`` is hashed only when it differs from ``arrival_s``)."""
         h = hashlib.sha256()
         h.update(f"{self.instance_digest}|{self.policy}|{self.seed}".encode())
+        a = self.arrays
         for k in REQUEST_COLUMNS:
-            v = self.arrays[k]
+            v = a[k]
+            if k == "release_s" and np.array_equal(v, a["arrival_s"]):
+                continue  # no dependencies: the digest of earlier versions
             h.update(k.encode())
             h.update(("|".join(map(str, v.tolist()))).encode() if v.dtype == object
                      else np.ascontiguousarray(v).tobytes())
@@ -117,7 +128,8 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
     S = sim.state
     arrays = {
         "request": np.arange(S.n, dtype=np.int64),
-        "arrival_s": S.arrival.copy(),
+        "arrival_s": np.array(instance.trace.arrival_s, np.float64, copy=True),
+        "release_s": S.release.copy(),
         "first_scheduled_s": S.first_sched,
         "first_token_s": S.first_token,
         "finish_s": S.finish,

@@ -2,7 +2,8 @@
 
 Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
 ``rank_key``, e.g. FCFS ranks by ``arrival_s``), prefix caching is off, preemption is by
-recompute (or there is no host memory to swap to), and the cluster is colocated. It has
+recompute (or there is no host memory to swap to), the cluster is colocated and the
+trace has no ``parent`` dependencies. It has
 the same interface as :class:`~lpserve.sim.replica.Replica` and gives the same results as
 the reference mode, which plans every iteration in Python.
 """
@@ -26,9 +27,12 @@ _REASONS = {K.R_CTX_KV: "context_exceeds_kv", K.R_CTX_BUDGET: "context_exceeds_t
 
 def eligible(sim: "Simulation") -> bool:
     """Whether ``sim`` can use compiled replicas."""
+    from lpserve.sim.dependencies import has_dependencies
+
     p = sim.policy
     eng = p.engine
     return (not sim.reference and not sim.cluster.disaggregated
+            and not has_dependencies(sim.state.trace)
             and getattr(p.scheduler, "rank_key", None) in RANK_KEYS
             and p.scheduler.quantum_s is None and not eng.prefix_caching
             and (eng.preemption == "recompute" or sim.host_blocks == 0))

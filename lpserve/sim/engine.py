@@ -57,6 +57,9 @@ class Simulation:
         self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
         from lpserve.sim import compiled
 
+        from lpserve.sim.dependencies import DependencyLoop, has_dependencies
+
+        self.deps = DependencyLoop(self) if has_dependencies(tr) else None
         self.compiled = compiled.eligible(self) and policy.engine.budget_controller is None and not policy.engine.priority_preemption
         if self.compiled:
             self.front = [compiled.CompiledReplica(self, k) for k in range(cl.replicas)]
@@ -213,8 +216,10 @@ class Simulation:
         if self.predictor is not None:
             self.predictor.reset(np.random.default_rng([self.seed, 7]))
         arr = S.arrival
-        n = S.n
+        n = 0 if self.deps is not None else S.n
         i = 0
+        if self.deps is not None:  # requests with parents: the dependency-aware loop
+            self.deps.run()
         while i < n:
             t = float(arr[i])
             if t >= self.horizon_s:
@@ -244,6 +249,8 @@ class Simulation:
 
             finalize_reasons(self)
         self._label_unfinished()
+        if self.deps is not None:
+            self.deps.label()
         return {"wall_s": time.perf_counter() - t0}
 
     def _label_unfinished(self) -> None:

@@ -536,6 +536,8 @@ class Replica:
         self.running.remove(i)
         self._release_request(i)
         S.forget_keys(i)
+        if self.sim.deps is not None:  # release the requests that depend on ``i``
+            self.sim.deps.finished(i, self.now)
 
     def _handoff(self, i: int) -> None:
         """Send request ``i``'s KV to the decode pool over this replica's link."""

@@ -25,6 +25,10 @@ class State:
         self.n = n
         self.trace = trace
         self.arrival = np.asarray(trace.arrival_s, np.float64)
+        # release (routing) time: the arrival, or for a request with a parent
+        # max(arrival, parent's finish) and NaN while unreleased; ``arrival`` then holds
+        # the effective arrival (see lpserve.sim.dependencies)
+        self.release = self.arrival.copy()
         self.prompt = np.asarray(trace.prompt_tokens, np.int64)
         self.out = np.asarray(trace.output_tokens, np.int64)
         self.computed = np.zeros(n, np.int64)
