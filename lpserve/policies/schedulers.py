@@ -22,6 +22,7 @@ builds on (``theory.md`` §4 marks them not found), so no faithful rule can be w
 """
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -52,8 +53,9 @@ class TickCached(Scheduler):
     any iteration end (other replicas' arrivals split its decode runs; the reference mode
     asks every iteration), so this keeps results independent of how often it is asked."""
 
-    def _rank(self, view: SchedulerView) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _rank(self, view: SchedulerView) -> np.ndarray:
+        """Fresh ranks of ``view``'s candidates (called only when a decision is due)."""
 
     def rank(self, view: SchedulerView) -> np.ndarray:
         cache = self.__dict__.setdefault("_tick_cache", {})
