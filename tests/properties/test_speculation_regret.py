@@ -1,0 +1,63 @@
+"""UCB1 regret of the speculation bandit vs the proved bound (proofs/speculation-ucb-regret.md)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lpserve.speculation import (SpeculationBandit, arm_means, simulate_bandit,
+                                 speculation_cost)
+
+COST = speculation_cost("llama-2-70b", "llama-2-7b", gpu="a100-80gb", tp=4)
+SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+RATES = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+BATCHES = (1, 8, 32)
+
+
+def _min_gap(a: float, b: int, k: int) -> float:
+    m = arm_means(COST, a, b, k)
+    g = m.max() - m
+    return float(g[g > 1e-15].min()) if (g > 1e-15).any() else 1.0
+
+
+# (rate, batch, K) whose smallest positive gap makes n = 4000 plays past the exploration phase
+WELL_SEPARATED = [c for c in itertools.product(RATES, BATCHES, (2, 3)) if _min_gap(*c) >= 0.08]
+
+
+@SETTINGS
+@given(rates=st.lists(st.sampled_from(RATES), min_size=1, max_size=3),
+       batches=st.lists(st.sampled_from(BATCHES), min_size=1, max_size=3, unique=True),
+       max_k=st.integers(1, 6), seed=st.integers(0, 2 ** 31 - 1))
+def test_ucb_regret_below_bound(rates, batches, max_k, seed):
+    """Theorem 1 of Auer et al. (2002), summed over contexts, at several horizons."""
+    acc = {f"c{i}": a for i, a in enumerate(rates)}
+    ctxs = [(c, b) for c in acc for b in batches]
+    n = 3000
+    runs = [simulate_bandit(COST, SpeculationBandit(max_k + 1), ctxs, acc, n, max_k,
+                            seed=seed + s) for s in range(3)]
+    for m in (100, 1000, n):
+        mean_regret = np.mean([r.regret[m - 1] for r in runs])
+        assert mean_regret <= runs[0].bound_at(m) + 1e-9
+        for r in runs:  # the bound is on the expectation, but it is loose enough per run too
+            assert r.regret[m - 1] <= r.bound_at(m) + 1e-9
+
+
+@SETTINGS
+@given(case=st.sampled_from(WELL_SEPARATED), seed=st.integers(0, 2 ** 31 - 1))
+def test_ucb_regret_is_sublinear(case, seed):
+    """regret(n)/n decreases and regret(4n) < 2.5 regret(n) (a log n curve gives ~1.2-2)."""
+    a, b, k = case
+    n = 4000
+    runs = [simulate_bandit(COST, SpeculationBandit(len(COST.arms(k))), [("x", b)], {"x": a},
+                            4 * n, k, seed=seed + s) for s in range(3)]
+    reg = np.mean([r.regret for r in runs], axis=0)
+    at = {m: reg[m - 1] for m in (n // 4, n, 4 * n)}
+    assert at[4 * n] < 2.5 * at[n]
+    assert at[4 * n] / (4 * n) < at[n] / n < at[n // 4] / (n // 4)
+
+
+def test_well_separated_cases_exist():
+    assert len(WELL_SEPARATED) >= 5
