@@ -232,9 +232,13 @@ class LpserveCostPredictor(BaseExecutionTimePredictor):
         parts[3] = per_layer_ms  # attention_prefill slot carries the whole layer time
         return ExecutionTimeC(self._num_layers_per_pipeline_stage, *parts)
 
-    # the per-operation hooks are not used: get_execution_time prices the batch whole
+    # Vidur's per-operation hooks are abstract in its base class and must exist, but this
+    # predictor overrides get_execution_time, which prices the whole batch, so Vidur never
+    # reaches them. Reaching one means Vidur's call path changed: fail loudly.
     def _unused(self, batch: Any) -> float:
-        raise NotImplementedError("LpserveCostPredictor prices batches in get_execution_time")
+        raise RuntimeError("lpserve_cost predictor: Vidur called a per-operation timing hook; "
+                           "this predictor prices whole batches in get_execution_time "
+                           f"(supported: vidur=={VIDUR_VERSION})")
 
     _get_attention_layer_pre_proj_execution_time = _unused
     _get_attention_layer_post_proj_execution_time = _unused
