@@ -200,6 +200,64 @@ def _waiting_order(w_key, w_seq, n):
 
 
 @njit(cache=True)
+def _admit_waiting(cfg, ist, fst, w_id, w_key, w_seq, prompt, gen, reason, status, computed,
+                   seen, held, run, first_sched, ch_id, ch_tok, ch_cached, bt, total,
+                   allow_chunk, n_ch, budget):
+    """Admit waiting requests in key order as prefill chunks (``models/simulator.md``):
+    stop at the batch cap, the token budget or the KV watermark; reject requests that can
+    never fit. Returns the new chunk count and the budget left."""
+    order = _waiting_order(w_key, w_seq, ist[I_NWAIT])
+    ids = w_id[order].copy()
+    for k in range(ids.shape[0]):
+        i = ids[k]
+        if ist[I_NRUN] >= cfg[C_MAX_SEQS] or budget <= 0:
+            break
+        L = prompt[i] + gen[i]
+        chunk = L
+        dropped = False
+        target = 0
+        if chunk > budget:
+            if not allow_chunk:
+                if L > cfg[C_BUDGET]:
+                    reason[i] = R_CTX_BUDGET
+                    dropped = True
+                else:
+                    break
+            else:
+                chunk = budget
+        if not dropped:
+            target = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (chunk + bt - 1) // bt
+            full = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (L + bt - 1) // bt
+            if full > total - cfg[C_WM]:
+                reason[i] = R_CTX_KV
+                dropped = True
+            elif ist[I_FREE] - target < cfg[C_WM]:
+                break
+        pos = 0
+        while w_id[pos] != i:
+            pos += 1
+        _remove_waiting(w_id, w_key, w_seq, ist, pos)
+        if dropped:
+            status[i] = ST_REJECTED
+            continue
+        computed[i] = 0
+        seen[i] += L
+        ist[I_FREE] -= target - held[i]
+        held[i] = target
+        ch_id[n_ch] = i
+        ch_tok[n_ch] = chunk
+        ch_cached[n_ch] = 0
+        n_ch += 1
+        budget -= chunk
+        if np.isnan(first_sched[i]):
+            first_sched[i] = fst[F_NOW]
+        run[ist[I_NRUN]] = i
+        ist[I_NRUN] += 1
+        status[i] = ST_RUNNING
+    return n_ch, budget
+
+
+@njit(cache=True)
 def replica_advance(params, cfg, ist, fst, stop_s, run, w_id, w_key, w_seq, rkey, prompt,
                     out, computed, gen, held, first_sched, first_token, finish, preempt,
                     status, reason, seen):
@@ -230,63 +288,11 @@ def replica_advance(params, cfg, ist, fst, stop_s, run, w_id, w_key, w_seq, rkey
         do_admit_now = cfg[C_BATCHING] == 0 and admit_ok
         if cfg[C_BATCHING] == 0:
             admit_ok = False
-        for phase in range(1):  # prefill-first admission (before decodes)
-            if phase == 0 and not do_admit_now:
-                continue
-            if phase == 1 and not admit_ok:
-                break
-            if phase == 1 and budget <= 0:
-                break
-            allow_chunk = cfg[C_CHUNKED] != 0 and phase == 1
-            order = _waiting_order(w_key, w_seq, ist[I_NWAIT])
-            ids = w_id[order].copy()
-            for k in range(ids.shape[0]):
-                i = ids[k]
-                if ist[I_NRUN] >= cfg[C_MAX_SEQS] or budget <= 0:
-                    break
-                L = prompt[i] + gen[i]
-                chunk = L
-                dropped = False
-                if chunk > budget:
-                    if not allow_chunk:
-                        if L > cfg[C_BUDGET]:
-                            reason[i] = R_CTX_BUDGET
-                            dropped = True
-                        else:
-                            break
-                    else:
-                        chunk = budget
-                if not dropped:
-                    target = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (chunk + bt - 1) // bt
-                    full = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (L + bt - 1) // bt
-                    if full > total - cfg[C_WM]:
-                        reason[i] = R_CTX_KV
-                        dropped = True
-                    elif ist[I_FREE] - target < cfg[C_WM]:
-                        break
-                pos = 0
-                while w_id[pos] != i:
-                    pos += 1
-                _remove_waiting(w_id, w_key, w_seq, ist, pos)
-                if dropped:
-                    status[i] = ST_REJECTED
-                    continue
-                computed[i] = 0
-                seen[i] += L
-                ist[I_FREE] -= target - held[i]
-                held[i] = target
-                ch_id[n_ch] = i
-                ch_tok[n_ch] = chunk
-                ch_cached[n_ch] = 0
-                n_ch += 1
-                budget -= chunk
-                if np.isnan(first_sched[i]):
-                    first_sched[i] = fst[F_NOW]
-                run[ist[I_NRUN]] = i
-                ist[I_NRUN] += 1
-                status[i] = ST_RUNNING
-            if phase == 0:
-                break
+        if do_admit_now:  # prefill-first: admit whole prompts before any decode
+            n_ch, budget = _admit_waiting(cfg, ist, fst, w_id, w_key, w_seq, prompt, gen,
+                                          reason, status, computed, seen, held, run,
+                                          first_sched, ch_id, ch_tok, ch_cached, bt, total,
+                                          False, n_ch, budget)
         if cfg[C_BATCHING] == 0 and n_ch > 0:
             n_dec = 0
         else:
@@ -390,56 +396,11 @@ def replica_advance(params, cfg, ist, fst, stop_s, run, w_id, w_key, w_seq, rkey
                     ch_cached[n_ch] = computed[i]
                     n_ch += 1
                     budget -= c
-            if admit_ok and budget > 0 and cfg[C_BATCHING] != 0:
-                # (phase 1 admission, written once more here for the post-decode position)
-                order = _waiting_order(w_key, w_seq, ist[I_NWAIT])
-                ids = w_id[order].copy()
-                allow_chunk = cfg[C_CHUNKED] != 0
-                for k in range(ids.shape[0]):
-                    i = ids[k]
-                    if ist[I_NRUN] >= cfg[C_MAX_SEQS] or budget <= 0:
-                        break
-                    L = prompt[i] + gen[i]
-                    chunk = L
-                    dropped = False
-                    if chunk > budget:
-                        if not allow_chunk:
-                            if L > cfg[C_BUDGET]:
-                                reason[i] = R_CTX_BUDGET
-                                dropped = True
-                            else:
-                                break
-                        else:
-                            chunk = budget
-                    if not dropped:
-                        target = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (chunk + bt - 1) // bt
-                        full = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (L + bt - 1) // bt
-                        if full > total - cfg[C_WM]:
-                            reason[i] = R_CTX_KV
-                            dropped = True
-                        elif ist[I_FREE] - target < cfg[C_WM]:
-                            break
-                    pos = 0
-                    while w_id[pos] != i:
-                        pos += 1
-                    _remove_waiting(w_id, w_key, w_seq, ist, pos)
-                    if dropped:
-                        status[i] = ST_REJECTED
-                        continue
-                    computed[i] = 0
-                    seen[i] += L
-                    ist[I_FREE] -= target - held[i]
-                    held[i] = target
-                    ch_id[n_ch] = i
-                    ch_tok[n_ch] = chunk
-                    ch_cached[n_ch] = 0
-                    n_ch += 1
-                    budget -= chunk
-                    if np.isnan(first_sched[i]):
-                        first_sched[i] = fst[F_NOW]
-                    run[ist[I_NRUN]] = i
-                    ist[I_NRUN] += 1
-                    status[i] = ST_RUNNING
+            if admit_ok and budget > 0 and cfg[C_BATCHING] != 0:  # after decodes
+                n_ch, budget = _admit_waiting(cfg, ist, fst, w_id, w_key, w_seq, prompt, gen,
+                                              reason, status, computed, seen, held, run,
+                                              first_sched, ch_id, ch_tok, ch_cached, bt, total,
+                                              cfg[C_CHUNKED] != 0, n_ch, budget)
             if n_ch == 0 and n_dec == 0:
                 if resumed:
                     continue
