@@ -195,9 +195,12 @@ class RoundRobin(TickCached):
         req = view.request.tolist()
         run = view.running.tolist()
         out = np.empty(len(req), np.float64)
+        # served "in this quantum": the tick start, so the rank does not depend on when
+        # within the quantum the engine happens to ask
+        tick_s = math.floor(view.now_s / self.quantum_s + 1e-9) * self.quantum_s
         for k, i in enumerate(req):
             if run[k]:
-                self._served[i] = view.now_s
+                self._served[i] = tick_s
             out[k] = self._served.get(i, float(view.arrival_s[k]))
         return out
 
