@@ -297,6 +297,24 @@ class Replica:
             seats -= 1
             mem -= need
 
+    def _preempt_free_cap(self) -> int:
+        """Most blocks a decode run may take before ``_priority_preempt`` could act: the
+        waiting requests that outrank a running one take free KV in rank order, and a
+        preemption fires once it no longer covers their needs, which the reference mode
+        checks every iteration. Conservative (all their needs together), so a run only
+        ever stops early, never late; the needs do not change within a run (the run takes
+        only plain free blocks, so no cached prefix is evicted). Negative when the
+        planner's blocks for the run's first iteration already crossed it: then only that
+        iteration may run."""
+        ranks = self._rank_all()
+        worst = max((ranks.get(i, math.inf) for i in self.running), default=-math.inf)
+        total = self.bm.total - self.wm_blocks
+        needs = [n for n in (self._admit_need(w) for w in self.waiting
+                             if ranks[w] != math.inf and ranks[w] < worst) if n <= total]
+        if not needs:
+            return _BIG
+        return self.bm.available - self.wm_blocks - sum(needs)
+
     def _decode_need(self, decodes: list[int]) -> int:
         if not decodes:
             return 0
@@ -390,7 +408,11 @@ class Replica:
         budget = eng.max_num_batched_tokens
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
         if admit_ok and eng.priority_preemption and self.running:
+            n_run = len(self.running)
             self._priority_preempt()
+            # the candidates changed after this step's ranking: as in the reference
+            # mode, the scheduler sees the new set after one iteration, not a whole run
+            self._resumed = len(self.running) < n_run
         if eng.batching == "prefill-first" and admit_ok:
             self._admit(budget, chunks, allow_chunk=False)
             admit_ok = False
@@ -498,8 +520,14 @@ class Replica:
             max_iters = self.ctl.decode_limit(
                 self, self.ctl_state, idx, ctx0, held0,
                 min(max_iters, int((S.out[idx] - gen).min())))
+        free = self.bm.plain_free
+        if self.eng.priority_preemption and self.waiting:
+            cap = self._preempt_free_cap()
+            free = min(free, max(cap, 0))
+            if cap < 0:
+                max_iters = 1
         n, now, taken, _, area = K.decode_advance(
-            self.params, ctx, gen, S.out[idx], held, self.bt, self.bm.plain_free,
+            self.params, ctx, gen, S.out[idx], held, self.bt, free,
             self.bm.used, self.now, stop_s, max_iters)
         if self.ctl is not None:
             self.ctl.observe_decode_run(self, self.ctl_state, idx, ctx0, held0, n, start_s)

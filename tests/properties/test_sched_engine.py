@@ -5,7 +5,7 @@ reason (nothing starves or livelocks)."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
@@ -17,6 +17,12 @@ PREEMPTIVE = ["srpt-oracle", "las", "rr-sched", "mlfq", "fastserve", "fastserve-
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from(PREEMPTIVE), st.sampled_from(["swap", "recompute"]),
        st.sampled_from(["prefill-first", "decode-first", "mixed"]))
+# found by search: a waiting request that outranks a running one preempts once free KV
+# drops below its need (1979), or once a prefix-cache eviction raised its need (4853);
+# a priority preemption changes the candidates mid-run (3145)
+@example(1979, "slo-aware", "recompute", "prefill-first")
+@example(4853, "atlas", "recompute", "decode-first")
+@example(3145, "plas-mlfq", "recompute", "prefill-first")
 def test_fast_equals_reference_with_priority_preemption(seed, name, preemption, batching):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 16))
