@@ -160,6 +160,19 @@ class EvictorView:
         hits: times the block was found in the cache.
         depth: position of the block in its prefix chain (0 = first block of a prompt).
         created_s: when the block was filled (s).
+        children: cached blocks that extend this one's prefix by one block, in use or not
+            (int64; 0 = a radix-tree leaf).
+        parent: position in this view of the block's cached parent, -1 if the parent is
+            not evictable or not cached (int64).
+        turn_gap_s: for blocks last touched by a returning session (a request that hit at
+            least ``SESSION_MIN_HIT_TOKENS`` cached tokens), the time between that turn and
+            the previous touch of its deepest hit block (s); 0 otherwise.
+        queued: True where a waiting request on this replica (the first
+            ``PREFIX_ESTIMATE_MAX`` of the queue) would hit the block; filled only for
+            evictors whose ``reads_queue`` attribute is True (matching the queue against
+            the cache costs a lookup per queued block), else None.
+
+    The simulator fills the other fields; views built by hand may leave the last four None.
     """
 
     now_s: float
@@ -169,6 +182,10 @@ class EvictorView:
     hits: np.ndarray
     depth: np.ndarray
     created_s: np.ndarray
+    children: np.ndarray | None = None
+    parent: np.ndarray | None = None
+    turn_gap_s: np.ndarray | None = None
+    queued: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.block.shape[0])

@@ -67,9 +67,13 @@ def _router(spec: Any) -> Router:
 
 
 def engine_policy(engine: str, *, router: Any = "round-robin",
-                  decode_router: Any = "round-robin", evictor: Evictor | None = None,
+                  decode_router: Any = "round-robin", evictor: Evictor | str | None = None,
                   name: str | None = None, **params: Any) -> Policy:
-    """A baseline engine (``ENGINE_DEFAULTS[engine]`` overridden by ``params``) with FCFS."""
+    """A baseline engine (``ENGINE_DEFAULTS[engine]`` overridden by ``params``) with FCFS.
+
+    ``evictor`` is an :class:`Evictor` or a name of
+    :func:`lpserve.policies.evictors_kv.make_evictor` (``"knapsack"``, ``"radix-lru"``, ...).
+    """
     if engine not in ENGINE_DEFAULTS:
         raise KeyError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_DEFAULTS)}")
     bad = sorted(set(params) - _ENGINE_FIELDS)
@@ -77,6 +81,9 @@ def engine_policy(engine: str, *, router: Any = "round-robin",
         raise ValueError(f"{engine}: unknown parameter(s) {bad}; engine parameters: "
                          f"{sorted(_ENGINE_FIELDS)}, plus router, decode_router, evictor")
     cfg = EngineConfig(**{**ENGINE_DEFAULTS[engine], **params})
+    if isinstance(evictor, str):
+        from lpserve.policies.evictors_kv import make_evictor
+        evictor = make_evictor(evictor)
     return Policy(router=_router(router), scheduler=FCFS(), evictor=evictor or LRU(),
                   engine=cfg, decode_router=_router(decode_router), name=name or engine)
 

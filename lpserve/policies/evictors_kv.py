@@ -150,6 +150,55 @@ def _knapsack(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
     return np.asarray(v.last_access_s, np.float64) + ev.params.get("credit_s", 1200.0) * p
 
 
+class LeafEvictor(ScoreEvictor):
+    """Simulator evictor that gives up only radix leaves (blocks no cached block extends),
+    lowest score first; evicting a leaf can make its parent a leaf, which then competes
+    with the rest (SGLang's radix cache). Needs ``view.children`` and ``view.parent``.
+    When in-use blocks pin the rest (a candidate whose child is running), the remainder
+    comes from the other candidates by score."""
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        import heapq
+
+        if view.children is None or view.parent is None:
+            raise ValueError(f"{self.name}: the evictor view has no children/parent fields")
+        s = np.asarray(self._score(self, view), np.float64)
+        depth = np.asarray(view.depth)
+        parent = np.asarray(view.parent)
+        kids = np.bincount(parent[parent >= 0], minlength=len(view))  # evictable children
+        pinned = np.asarray(view.children) - kids  # children in use: never freed here
+        heap = [(s[j], -depth[j], j) for j in np.flatnonzero((kids == 0) & (pinned == 0))]
+        heapq.heapify(heap)
+        out: list[int] = []
+        while len(out) < need_blocks and heap:
+            _, _, j = heapq.heappop(heap)
+            out.append(int(j))
+            p = parent[j]
+            if p >= 0:
+                kids[p] -= 1
+                if kids[p] == 0 and pinned[p] == 0:
+                    heapq.heappush(heap, (s[p], -depth[p], p))
+        if len(out) < need_blocks:
+            rest = np.setdiff1d(np.arange(len(view)), np.asarray(out, np.int64))
+            order = rest[np.lexsort((-depth[rest], s[rest]))]
+            out.extend(order[:need_blocks - len(out)].tolist())
+        return np.asarray(out, np.int64)
+
+
+def _session(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    # LRU; a returning session's blocks get its inter-turn gap (capped) as recency credit
+    gap = np.zeros(len(v)) if v.turn_gap_s is None else np.asarray(v.turn_gap_s, np.float64)
+    return np.asarray(v.last_access_s, np.float64) + np.minimum(gap, ev.params["credit_s"])
+
+
+def _lookahead(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
+    # LRU; blocks that waiting requests will hit go last
+    t = np.asarray(v.last_access_s, np.float64)
+    if v.queued is None:
+        return t
+    return t + np.where(np.asarray(v.queued), 1e12, 0.0)
+
+
 def lru() -> Evictor:
     """vLLM-order LRU (simulator adapter)."""
     return ScoreEvictor("kv-lru", _lru)
@@ -171,10 +220,47 @@ def knapsack(credit_s: float = 1200.0) -> Evictor:
     return ScoreEvictor("kv-knapsack", _knapsack, credit_s=credit_s)
 
 
+def radix_lru() -> Evictor:
+    """SGLang radix-cache LRU: least recently used leaf first (simulator adapter)."""
+    return LeafEvictor("kv-radix-lru", _lru)
+
+
+def session(credit_s: float = 600.0) -> Evictor:
+    """LRU with a returning session's inter-turn gap (at most ``credit_s``) as credit."""
+    return ScoreEvictor("kv-session", _session, credit_s=_nonneg("session", "credit_s", credit_s))
+
+
+def lookahead() -> Evictor:
+    """LRU that keeps the blocks the replica's waiting requests will hit."""
+    ev = ScoreEvictor("kv-lookahead", _lookahead)
+    ev.reads_queue = True
+    return ev
+
+
+def _nonneg(name: str, field: str, value: Any) -> float:
+    v = float(value)
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"{name} evictor: {field} must be a finite number >= 0, got {value!r}")
+    return v
+
+
 EVICTORS: dict[str, Callable[..., Evictor]] = {
     "kv-lru": lru,
+    "kv-radix-lru": radix_lru,
+    "kv-session": session,
+    "kv-lookahead": lookahead,
     "kv-lfu": lfu,
     "kv-prefix-lru": prefix_lru,
     "kv-gdsf": gdsf,
     "kv-knapsack": knapsack,
 }
+
+
+def make_evictor(name: str, **params: Any) -> Evictor:
+    """A fresh simulator evictor by name: ``"lru"``, ``"knapsack"``, ... (the replay names)
+    or the same with a ``"kv-"`` prefix; ``params`` go to its factory."""
+    key = name if name.startswith("kv-") else f"kv-{name}"
+    if key not in EVICTORS:
+        raise KeyError(f"unknown evictor {name!r}; known: "
+                       f"{sorted(k[3:] for k in EVICTORS)}")
+    return EVICTORS[key](**params)

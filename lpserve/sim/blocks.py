@@ -52,6 +52,16 @@ class BlockManager:
         self.hits = np.zeros(self.total, np.int64)
         self.depth = np.zeros(self.total, np.int64)
         self.has_key = np.zeros(self.total, bool)
+        # radix structure and session signal for the evictors (EvictorView.children/
+        # parent/turn_gap_s): each cached block's parent key and slot, the cached child keys
+        # of every key (kept by key, so they survive the parent's own eviction) and their
+        # count per cached slot, and the inter-turn gap of the returning request that last
+        # touched the block (0 if that request was not a returning session)
+        self.parent_key: list[Hashable | None] = [None] * self.total
+        self.child_keys: dict[Hashable, set] = {}
+        self.parent_slot = np.full(self.total, -1, np.int64)
+        self.n_children = np.zeros(self.total, np.int64)
+        self.turn_gap_s = np.zeros(self.total)
         self._free_slots = list(range(self.total - 1, -1, -1))
 
     # ------------------------------------------------------------------ queries
@@ -80,8 +90,9 @@ class BlockManager:
         return np.flatnonzero(self.has_key & (self.ref == 0)).astype(np.int64)
 
     # ------------------------------------------------------------------ operations
-    def acquire(self, slots: Sequence[int], now_s: float) -> None:
-        """Take a reference on cached blocks found by :meth:`match` (a prefix hit)."""
+    def acquire(self, slots: Sequence[int], now_s: float, turn_gap_s: float = 0.0) -> None:
+        """Take a reference on cached blocks found by :meth:`match` (a prefix hit) for a
+        request whose inter-turn gap is ``turn_gap_s`` (0 if it is not a returning session)."""
         for s in slots:
             if not self.has_key[s]:
                 raise BlockError(f"acquire of slot {s} that holds no cached block")
@@ -91,6 +102,7 @@ class BlockManager:
             self.ref[s] += 1
             self.hits[s] += 1
             self.last_access_s[s] = now_s
+            self.turn_gap_s[s] = turn_gap_s
 
     def take_anon(self, n: int) -> None:
         """Take ``n`` plain free blocks as anonymous used blocks."""
@@ -99,8 +111,10 @@ class BlockManager:
         self.plain_free -= n
         self.anon_used += n
 
-    def take_hashed(self, key: Hashable, depth: int, now_s: float) -> int:
-        """Take one plain free block for a full prompt block with content ``key``.
+    def take_hashed(self, key: Hashable, depth: int, now_s: float,
+                    parent_key: Hashable | None = None, turn_gap_s: float = 0.0) -> int:
+        """Take one plain free block for a full prompt block with content ``key`` whose
+        prefix chain ends in ``parent_key`` (None for a prompt's first block).
 
         Returns the slot, or -1 when the block stays anonymous (caching off, or the key is
         already cached by a request that computed it concurrently).
@@ -121,6 +135,19 @@ class BlockManager:
         self.depth[s] = depth
         self.created_s[s] = now_s
         self.last_access_s[s] = now_s
+        self.turn_gap_s[s] = turn_gap_s
+        self.parent_key[s] = parent_key
+        k2s = self.key_to_slot
+        if parent_key is not None:
+            self.child_keys.setdefault(parent_key, set()).add(key)
+            ps = k2s.get(parent_key, -1)
+            self.parent_slot[s] = ps
+            if ps >= 0:
+                self.n_children[ps] += 1
+        kids = self.child_keys.get(key, ())
+        self.n_children[s] = len(kids)
+        for ck in kids:  # cached children that outlived this block's previous copy
+            self.parent_slot[k2s[ck]] = s
         return s
 
     def release(self, slots: Sequence[int], n_anon: int, now_s: float) -> None:
@@ -152,7 +179,20 @@ class BlockManager:
             self.plain_free += 1
 
     def _drop(self, s: int) -> None:
-        del self.key_to_slot[self.slot_key[s]]
+        key, p = self.slot_key[s], self.parent_key[s]
+        if p is not None:
+            kids = self.child_keys[p]
+            kids.discard(key)
+            if not kids:
+                del self.child_keys[p]
+            if self.parent_slot[s] >= 0:
+                self.n_children[self.parent_slot[s]] -= 1
+            self.parent_key[s] = None
+        for ck in self.child_keys.get(key, ()):
+            self.parent_slot[self.key_to_slot[ck]] = -1
+        self.parent_slot[s] = -1
+        self.n_children[s] = 0
+        del self.key_to_slot[key]
         self.slot_key[s] = None
         self.has_key[s] = False
         self._free_slots.append(s)
@@ -171,3 +211,9 @@ class BlockManager:
                              f"{self.hashed_used} hashed used")
         if int(np.sum(self.has_key & (self.ref == 0))) != self.evictable:
             raise BlockError("evictable count does not match ref == 0 slots")
+        keyed_slots = np.flatnonzero(self.has_key)
+        if keyed_slots.size:
+            ps = self.parent_slot[keyed_slots]
+            count = np.bincount(ps[ps >= 0], minlength=self.total)
+            if not np.array_equal(count[keyed_slots], self.n_children[keyed_slots]):
+                raise BlockError("cached children per block do not match the parent links")

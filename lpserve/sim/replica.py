@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _BIG = 1 << 62
 PREFIX_ESTIMATE_MAX = 256  # waiting candidates whose cached prefix is estimated per step
+SESSION_MIN_HIT_TOKENS = 1024  # a request hitting this many cached tokens is a returning
+# session (two 512-token blocks, the rule of the replay's session evictor)
 
 
 class Replica:
@@ -56,6 +58,7 @@ class Replica:
         self._ranks: dict[int, float] | None = None
         self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
         self._resumed = False
+        self._turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
         # EngineConfig.budget_controller: sets decode-first budgets, observes iterations
         self.ctl = self.eng.budget_controller
         self.ctl_state = None if self.ctl is None else self.ctl.start(self)
@@ -165,10 +168,19 @@ class Replica:
         """Reclaim ``need`` evictable blocks chosen by the policy's evictor."""
         bm = self.bm
         slots = bm.evictable_slots()
+        pslot = bm.parent_slot[slots]
+        parent = np.searchsorted(slots, pslot)  # slots ascending: position of the parent
+        ok = (pslot >= 0) & (parent < slots.size)
+        ok[ok] = slots[parent[ok]] == pslot[ok]
+        parent = np.where(ok, parent, -1).astype(np.int64)
         view = EvictorView(now_s=self.now, replica=self.index, block=_ro(slots),
                            last_access_s=_ro(bm.last_access_s[slots]),
                            hits=_ro(bm.hits[slots]), depth=_ro(bm.depth[slots]),
-                           created_s=_ro(bm.created_s[slots]))
+                           created_s=_ro(bm.created_s[slots]),
+                           children=_ro(bm.n_children[slots]), parent=_ro(parent),
+                           turn_gap_s=_ro(bm.turn_gap_s[slots]),
+                           queued=_ro(np.isin(slots, self._queued_slots()))
+                           if getattr(self.sim.policy.evictor, "reads_queue", False) else None)
         pos = np.asarray(self.sim.policy.evictor.evict(view, int(need)))
         name = self.sim.role_name("evictor")
         if pos.shape != (need,) or pos.dtype.kind not in "iu":
@@ -179,6 +191,14 @@ class Replica:
             raise PolicyError(f"{name}: evict() returned out-of-range or repeated positions "
                               f"(candidates: {slots.size})")
         bm.evict(slots[pos].tolist())
+
+    def _queued_slots(self) -> np.ndarray:
+        """Cached slots the first ``PREFIX_ESTIMATE_MAX`` waiting requests would hit."""
+        S, out = self.S, []
+        for i in self.waiting[:PREFIX_ESTIMATE_MAX]:
+            if not S.swapped[i] and not S.kv_remote[i]:
+                out.extend(self.bm.match(S.block_keys(i, self.bt)))
+        return np.asarray(out, np.int64)
 
     def _make_room(self, need: int) -> bool:
         """Ensure ``need`` plain free blocks, evicting cached ones; False if impossible."""
@@ -204,8 +224,9 @@ class Replica:
             n_keyed = max(0, min(target_blocks, int(S.prompt[i]) // self.bt) - held)
         if n_keyed:
             keys = S.block_keys(i, self.bt)
+            gap = self._turn_gap.get(i, 0.0)
             for j in range(held, held + n_keyed):
-                s = self.bm.take_hashed(keys[j], j, self.now)
+                s = self.bm.take_hashed(keys[j], j, self.now, keys[j - 1] if j else None, gap)
                 if s < 0:  # the key is cached already: this block and the rest anonymous
                     n_keyed = j - held + 1
                     S.anon[i] += 1
@@ -219,6 +240,7 @@ class Replica:
 
     def _release_request(self, i: int) -> None:
         S = self.S
+        self._turn_gap.pop(i, None)
         self.bm.release(S.slots[i], int(S.anon[i]), self.now)
         S.slots[i] = []
         S.nslots[i] = 0
@@ -376,7 +398,11 @@ class Replica:
                 n_hit_free = int(np.sum(bm.ref[hits] == 0)) if hits else 0
                 if bm.available - n_hit_free - (target - len(hits)) < self.wm_blocks:
                     break
-                bm.acquire(hits, self.now)
+                gap = 0.0
+                if len(hits) * bt >= SESSION_MIN_HIT_TOKENS:
+                    gap = self.now - float(bm.last_access_s[hits[-1]])
+                    self._turn_gap[i] = gap
+                bm.acquire(hits, self.now, gap)
                 S.slots[i] = list(hits)
                 S.nslots[i] = len(hits)
                 S.computed[i] = cached

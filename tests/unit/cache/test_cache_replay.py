@@ -11,7 +11,7 @@ from lpserve.cachesim import cache_replay, policy_names, replay_accesses
 from lpserve.opt import cache_flow as cf
 from lpserve.opt import kv_knapsack as kk
 from lpserve.policies import _evict_kernels as K
-from lpserve.policies.evictors_kv import EVICTORS, SPECS
+from lpserve.policies.evictors_kv import make_evictor, EVICTORS, SPECS
 from lpserve.policy import EvictorView
 from lpserve.trace import Trace, TraceError
 
@@ -137,12 +137,49 @@ def test_knapsack_dp_equals_brute_force_and_lp_bounds_it():
         assert sol.info["value_lp"] >= opt - 1e-7 >= sol.info["value_rounded"] - 1e-6
 
 
+def _view(**kw):
+    # two chains: 0 <- 1 <- 2 and 3 <- 4, plus 5 whose cached child is in use
+    base = dict(now_s=10.0, replica=0, block=np.arange(6), last_access_s=np.arange(6.0),
+                hits=np.array([0, 5, 0, 1, 2, 0]), depth=np.array([0, 1, 2, 0, 1, 3]),
+                created_s=np.zeros(6), children=np.array([1, 1, 0, 1, 0, 1]),
+                parent=np.array([-1, 0, 1, -1, 3, -1]), turn_gap_s=np.zeros(6),
+                queued=np.zeros(6, bool))
+    base.update(kw)
+    return EvictorView(**base)
+
+
 def test_simulator_adapters_choose_distinct_positions():
-    v = EvictorView(now_s=10.0, replica=0, block=np.arange(6), last_access_s=np.arange(6.0),
-                    hits=np.array([0, 5, 0, 1, 2, 0]), depth=np.array([0, 1, 2, 0, 1, 3]),
-                    created_s=np.zeros(6))
+    v = _view()
     for name, factory in EVICTORS.items():
         ev = factory()
         out = ev.evict(v, 3)
         assert out.dtype == np.int64 and len(set(out.tolist())) == 3, name
+        assert len(set(ev.evict(v, 6).tolist())) == 6, name
     assert EVICTORS["kv-lru"]().evict(v, 2).tolist() == [0, 1]
+
+
+def test_radix_lru_evicts_leaves_only_and_exposes_parents():
+    v = _view()
+    ev = make_evictor("radix-lru")
+    # leaves are 2 (t=2) and 4 (t=4); evicting 2 makes 1 a leaf (t=1), then 0
+    assert ev.evict(v, 3).tolist() == [2, 1, 0]
+    # 5 is pinned by a child in use: chosen only once everything else is gone
+    assert ev.evict(v, 6).tolist()[-1] == 5
+    with pytest.raises(ValueError, match="children/parent"):
+        ev.evict(_view(children=None), 1)
+
+
+def test_session_and_lookahead_adapters():
+    gap = np.array([100.0, 0, 0, 0, 0, 0])
+    # block 0 (last touched at t=0 by a returning session, gap 100 s) is kept
+    assert make_evictor("session", credit_s=50).evict(_view(turn_gap_s=gap), 5).tolist() == \
+        [1, 2, 3, 4, 5]
+    # the credit is capped at credit_s: 0 + 3 ties block 3 (t=3)
+    assert make_evictor("session", credit_s=3).evict(_view(turn_gap_s=gap), 5).tolist() == \
+        [1, 2, 0, 3, 4]
+    q = np.array([True, False, False, False, False, False])
+    assert make_evictor("lookahead").evict(_view(queued=q), 5).tolist() == [1, 2, 3, 4, 5]
+    with pytest.raises(KeyError, match="unknown evictor 'nope'"):
+        make_evictor("nope")
+    with pytest.raises(ValueError, match="credit_s"):
+        make_evictor("session", credit_s=-1)
