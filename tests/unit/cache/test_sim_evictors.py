@@ -10,7 +10,7 @@ from lpserve import generate as g
 from lpserve.policies.evictors_kv import EVICTORS, make_evictor
 
 
-def _instance(kv_fraction: float = 0.16) -> lp.Instance:
+def _instance(kv_fraction: float = 0.18) -> lp.Instance:
     tr = g.sessions(40, session_arrivals=g.Poisson(2.0), turns=g.Uniform(2, 5),
                     first_prompt=g.Uniform(200, 1500), turn_prompt=g.Uniform(20, 200),
                     output=g.Uniform(10, 120), think_time_s=5.0, block_tokens=16, seed=3)
@@ -45,5 +45,5 @@ def test_leaf_evictor_only_frees_leaves_when_it_can():
         return out
 
     ev.evict = spy
-    lp.simulate(_instance(0.16), lp.make_policy("vllm", evictor=ev), seed=1, check=True)
+    lp.simulate(_instance(), lp.make_policy("vllm", evictor=ev), seed=1, check=True)
     assert sum(seen) > 0
