@@ -161,5 +161,7 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "kv_utilization": util,
         "wall_s": info["wall_s"],
     }
+    if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
+        stats["speculation"] = sim.spec.summary()
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
                   seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s))

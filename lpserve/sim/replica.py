@@ -59,6 +59,8 @@ class Replica:
         # EngineConfig.budget_controller: sets decode-first budgets, observes iterations
         self.ctl = self.eng.budget_controller
         self.ctl_state = None if self.ctl is None else self.ctl.start(self)
+        # EngineConfig.speculation: pure-decode steps become speculative steps
+        self.spec = None if sim.spec is None else sim.spec.start(self)
 
     # =============================================================== public
     @property
@@ -240,6 +242,7 @@ class Replica:
             self.n_swaps += 1
         else:
             S.computed[v] = 0
+            S.draft_computed[v] = 0
             S.kv_remote[v] = False
         self._release_request(v)
         S.preempt[v] += 1
@@ -468,6 +471,8 @@ class Replica:
         if chunks or self._swap_blocks or self._resumed or self.role == "prefill" or \
                 not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
+        if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
+            return self.spec.step(decodes)
         return self._decode_run(decodes, stop)
 
     def _iterate(self, chunks: list, decodes: list[int]) -> bool:
@@ -478,7 +483,7 @@ class Replica:
         dc = S.computed[np.asarray(decodes, np.int64)] if decodes else np.zeros(0, np.int64)
         dt = float(iteration_time(self.params, pt, pc, dc))
         if self._swap_blocks:
-            dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt)
+            dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt) * self.sim.kv_scale
             self._swap_blocks = 0
         self.now += dt
         self.used_block_s += self.bm.used * dt
