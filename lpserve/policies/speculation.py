@@ -22,10 +22,10 @@ index``, ``observe(state, ctx, arm, reward)``; ``state`` is per replica and per 
 - :class:`FixedSpeculation` -- always ``k`` drafts from draft 0 (``k <= max_k``).
 - :class:`UCBSpeculation` -- UCB1 per context (:class:`lpserve.speculation.SpeculationBandit`),
   context = (request class of the batch, batch-size bucket); reward = emitted tokens /
-  step time / ``U`` where ``U`` bounds the tokens/s of any arm (eq. (8) of the model).
+  step time / ``U`` where ``U`` bounds the tokens/s of any arm (eq. (10) of the model).
 - :class:`OracleSpeculation` -- clairvoyant: knows every request's true acceptance rate
   and picks the arm maximizing expected tokens/s of this step (the per-step analogue of
-  :func:`lpserve.speculation.optimal_k`, eq. (7)).
+  :func:`lpserve.speculation.optimal_k`, eq. (11)).
 """
 from __future__ import annotations
 
@@ -56,9 +56,9 @@ class StepContext:
         rates: ``(batch_size, n_drafts)`` true per-token acceptance rates of the batch,
             given only to clairvoyant deciders (``meta.clairvoyant``), else ``None``.
 
-    ``time_s(j)`` is the step time (s) of arm ``j`` for this batch (eq. (4)-(5) of
+    ``time_s(j)`` is the step time (s) of arm ``j`` for this batch (eq. (5)-(6) of
     ``models/speculative-decoding.md``, computed on first use); ``reward_bound`` is
-    ``U = max_j batch_size (k_j + 1) / time_s(j)`` (tokens/s), eq. (8).
+    ``U = max_j batch_size (k_j + 1) / time_s(j)`` (tokens/s), eq. (10).
     """
 
     def __init__(self, key: Hashable, batch_size: int, arms: tuple[Arm, ...], timer: Any,
@@ -220,7 +220,7 @@ _REGRET = Claim("UCB1 per context: expected regret <= sum_x [sum 8 ln n_x / gap 
 class UCBSpeculation(SpeculationDecider):
     """UCB1 over the arms, run independently per context and per replica.
 
-    The reward of a step is ``min(1, tokens / time_s / U)`` (eq. (8)): emitted tokens of
+    The reward of a step is ``min(1, tokens / time_s / U)`` (eq. (10)): emitted tokens of
     the whole batch over the step's seconds, normalized by the context's bound ``U``.
     """
 
@@ -243,7 +243,7 @@ class OracleSpeculation(SpeculationDecider):
     """Clairvoyant: the arm maximizing expected tokens/s of the step with the true rates.
 
     ``argmax_j sum_i E[tokens](a_i, k_j) / time_s(j)`` over the batch's sequences ``i``
-    (eq. (7); ties toward the smaller arm index). It knows the acceptance rates, not the
+    (eq. (11); ties toward the smaller arm index). It knows the acceptance rates, not the
     draws, and ignores that a request near its end keeps fewer tokens.
     """
 

@@ -96,8 +96,8 @@ class SpecRunner:
         """Counters of the run: steps, speculative steps, drafted/accepted/emitted tokens,
         ``accepted_fraction`` (accepted / drafted) and ``tokens_per_sequence_step``."""
         c = dict(self.counts)
-        c["accepted_fraction"] = (c["accepted_tokens"] / c["draft_tokens"] if c["draft_tokens"]
-                           else float("nan"))
+        c["accepted_fraction"] = (c["accepted_tokens"] / c["draft_tokens"]
+                                  if c["draft_tokens"] else float("nan"))
         c["tokens_per_sequence_step"] = (c["emitted_tokens"] / c["sequence_steps"]
                                           if c["sequence_steps"] else float("nan"))
         return c
