@@ -482,6 +482,8 @@ class Replica:
         pc = np.array([h for _, _, h in chunks], np.int64)
         dc = S.computed[np.asarray(decodes, np.int64)] if decodes else np.zeros(0, np.int64)
         dt = float(iteration_time(self.params, pt, pc, dc))
+        if self.spec is not None:  # the draft prefills the chunks too (speculative.py)
+            dt += self.spec.prefill_s(chunks)
         if self._swap_blocks:
             dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt) * self.sim.kv_scale
             self._swap_blocks = 0
@@ -578,7 +580,7 @@ class Replica:
         self.running.remove(i)
         start = max(self.now, self.link_free_s)
         end = start + float(self.sim.cost.transfer_time_s(int(S.computed[i]),
-                                                          self.sim.link_gbps))
+                                                          self.sim.link_gbps)) * self.sim.kv_scale
         self.link_free_s = end
         heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))
         S.slots[i] = []

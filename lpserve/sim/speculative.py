@@ -10,8 +10,8 @@ sequence keeps its accepted prefix plus one target token. Each step is a decisio
 in Python; with speculation off nothing here runs and the fast path is unchanged.
 
 Equations (cited as ``(n)``) are those of ``models/speculative-decoding.md``: draft
-memory (1)-(3), draft lag (4), step time (5)-(6), blocks (7), tokens (8)-(9), decider
-rewards (10)-(11).
+memory (1)-(3), draft prefill and lag (4), step time (5)-(6), blocks (7), tokens (8)-(9),
+decider rewards (10)-(11).
 """
 from __future__ import annotations
 
@@ -83,6 +83,9 @@ class SpecRunner:
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
         self.seed = sim.seed
+        self.state = S
+        # (4) a decider that may speculate has the draft prefill with the target
+        self.eager = dec.max_k >= 1
         self.counts = {"steps": 0, "speculative_steps": 0, "draft_tokens": 0,
                        "accepted_tokens": 0, "emitted_tokens": 0, "sequence_steps": 0}
 
@@ -91,6 +94,18 @@ class SpecRunner:
         rng = np.random.default_rng([self.seed, 0x5BEC, _ROLE_CODE[replica.role],
                                      replica.index])
         return ReplicaSpeculation(self, replica, rng, self.decider.start())
+
+    def prefill_s(self, chunks: list) -> float:
+        """Seconds the drafts add to an iteration with these prefill chunks ``(request,
+        tokens, cached)``, eq. (4); records the drafts' KV as caught up with the chunks."""
+        if not self.eager or not chunks:
+            return 0.0
+        pt = np.array([c for _, c, _ in chunks], np.int64)
+        pc = np.array([h for _, _, h in chunks], np.int64)
+        t = sum(float(iteration_time(D, pt, pc, _EMPTY)) for D in self.draft_params)
+        idx = np.array([i for i, _, _ in chunks], np.int64)
+        self.state.draft_computed[idx] = pc + pt
+        return t
 
     def summary(self) -> dict[str, Any]:
         """Counters of the run: steps, speculative steps, drafted/accepted/emitted tokens,
@@ -149,6 +164,10 @@ class ReplicaSpeculation:
         self.r = replica
         self.rng = rng
         self.state = state
+
+    def prefill_s(self, chunks: list) -> float:
+        """See :meth:`SpecRunner.prefill_s`."""
+        return self.runner.prefill_s(chunks)
 
     def step(self, decodes: list[int]) -> bool:
         """One speculative step of the decode batch ``decodes`` (blocks for one token each

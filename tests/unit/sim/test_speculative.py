@@ -230,3 +230,21 @@ def test_invalid_run_configurations_name_the_cause():
     unit = _inst(tr).with_(cost=UnitRoundCost(memory_tokens=4000))
     with pytest.raises(ValueError, match="needs an analytic cost model"):
         lp.simulate(unit, "spec-ucb")
+
+
+def test_step_and_prefill_times_follow_the_model_by_hand():
+    """models/speculative-decoding.md (4)-(6) for one request with nothing accepted: TTFT is
+    the target's plus the draft's prefill, each later step is SpeculationCost.step_time_s."""
+    from lpserve.speculation import speculation_cost
+
+    tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[500], output_tokens=[4])
+    inst = _inst(tr, llm="llama-2-13b")
+    res = lp.simulate(inst, lp.make_policy("spec-fixed", k=2, draft="tinyllama-1.1b",
+                                           acceptance=0.0, prefix_caching=False), check=True)
+    sc = speculation_cost("llama-2-13b", "tinyllama-1.1b", gpu="a100-80gb", tp=1)
+    prefill = sc.target.batch_time_s(prefill_tokens=[500]) + \
+        sc.drafts[0].batch_time_s(prefill_tokens=[500])
+    a = res.arrays
+    assert a["first_token_s"][0] == pytest.approx(prefill, rel=1e-12)
+    steps = sum(sc.step_time_s(2, [c]) for c in (500, 501, 502))
+    assert a["finish_s"][0] - a["first_token_s"][0] == pytest.approx(steps, rel=1e-9)
