@@ -3,15 +3,16 @@
 Llama-2-70B on 4 x A100-80GB (TP4) with vLLM's engine, drafted by Llama-2-7B (TP4 on the
 same GPUs; its weights and KV share shrink the KV pool, models/speculative-decoding.md
 (1)-(3)). The first requests of the bundled Azure conversation trace (real prompt and
-output lengths) are split at random into two request classes (tenants) with per-token
-acceptance rates 0.8 and 0.4, and replayed at several arrival rates. Deciders: no draft
-at all (``off``), the draft loaded but never used (``never``), fixed k = 2 and k = 4,
-UCB1 per (class, batch bucket) over k in 0..4, and the clairvoyant per-step oracle over
-the same arms. Printed per load and decider: output tokens/s (generated tokens of the
+output lengths; prompts within vLLM's 4096-token budget) are split at random into two
+request classes (tenants) with per-token acceptance rates 0.8 and 0.4, and replayed at
+several arrival rates. Deciders: no draft at all (``off``), the draft loaded but never
+used (``never``: no draft prefill either, eq. (4)), fixed k = 2 and k = 4, UCB1 per
+(class, batch bucket) over k in 0..4, and the clairvoyant per-step oracle over the same
+arms; all but ``off`` and ``never`` pay the draft's prefill. Printed per load and decider: output tokens/s (generated tokens of the
 run over its makespan), TPOT p50 and p99, mean end-to-end latency, mean tokens per
 sequence per step and the share of steps that speculated.
 
-Usage: python benchmarks/speculation_sim.py [--requests 300] [--loads 0.25,1,3] [--seed 0]
+Usage: python benchmarks/speculation_sim.py [--requests 500] [--loads 0.25,1,2,4] [--seed 0]
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def deciders() -> dict[str, object]:
 
 
 def workload(n_requests: int, seed: int) -> lp.Trace:
-    tr = lp.bundled_trace().head(n_requests)
+    tr = lp.bundled_trace()
+    tr = tr.take(np.flatnonzero(tr.prompt_tokens <= 4096)[:n_requests])  # vLLM's token budget
     tenant = np.random.default_rng(seed).integers(0, 2, len(tr))
     return lp.Trace.from_arrays(arrival_s=tr.arrival_s, prompt_tokens=tr.prompt_tokens,
                                 output_tokens=tr.output_tokens, tenant=tenant,
@@ -50,8 +52,8 @@ def workload(n_requests: int, seed: int) -> lp.Trace:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--loads", default="0.25,1,3", help="arrival rates (requests/s)")
+    ap.add_argument("--requests", type=int, default=500)
+    ap.add_argument("--loads", default="0.25,1,2,4", help="arrival rates (requests/s)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     base = workload(args.requests, args.seed)
