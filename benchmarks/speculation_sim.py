@@ -8,9 +8,10 @@ request classes (tenants) with per-token acceptance rates 0.8 and 0.4, and repla
 several arrival rates. Deciders: no draft at all (``off``), the draft loaded but never
 used (``never``: no draft prefill either, eq. (4)), fixed k = 2 and k = 4, UCB1 per
 (class, batch bucket) over k in 0..4, and the clairvoyant per-step oracle over the same
-arms; all but ``off`` and ``never`` pay the draft's prefill. Printed per load and decider: output tokens/s (generated tokens of the
-run over its makespan), TPOT p50 and p99, mean end-to-end latency, mean tokens per
-sequence per step and the share of steps that speculated.
+arms; all but ``off`` and ``never`` pay the draft's prefill. Printed per load and
+decider: output tokens/s (generated tokens of the run over its makespan), TPOT p50 and
+p99, mean end-to-end latency, mean tokens per sequence per step and the share of steps
+that speculated.
 
 Usage: python benchmarks/speculation_sim.py [--requests 500] [--loads 0.25,1,2,4] [--seed 0]
 """

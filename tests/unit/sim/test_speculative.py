@@ -185,7 +185,7 @@ def test_meta_and_registry():
     for name in ("spec-never", "spec-fixed", "spec-ucb"):
         p = lp.make_policy(name)
         assert not p.meta.clairvoyant and p.meta.engines == ("lpserve",)
-    assert lp.make_policy("spec-ucb").meta.claims
+    assert not lp.make_policy("spec-ucb").meta.claims  # the bound assumes stationarity
     assert lp.make_policy("sarathi", speculation=UCBSpeculation()).engine.batching == \
         "decode-first"
 
@@ -201,10 +201,14 @@ def test_compiled_loop_is_off_with_speculation():
 
 # ------------------------------------------------------------------ errors
 @pytest.mark.parametrize("make, match", [
-    (lambda: UCBSpeculation(draft="no-such-llm"), r"UCBSpeculation\.draft: unknown LLM 'no-such-llm'"),
-    (lambda: UCBSpeculation(acceptance=1.0), r"UCBSpeculation\.acceptance must be in \[0, 1\), got 1\.0"),
+    (lambda: UCBSpeculation(draft="no-such-llm"),
+     r"UCBSpeculation\.draft: unknown LLM 'no-such-llm'"),
+    (lambda: UCBSpeculation(acceptance=1.0),
+     r"UCBSpeculation\.acceptance must be in \[0, 1\), got 1\.0"),
     (lambda: UCBSpeculation(acceptance=-0.1), r"UCBSpeculation\.acceptance must be in \[0, 1\)"),
-    (lambda: OracleSpeculation(acceptance={0: 0.5, 3: 1.2}), r"acceptance\[3\] must be in \[0, 1\)"),
+    (lambda: OracleSpeculation(acceptance={0: 0.5, 3: 1.2}),
+     r"acceptance\[3\] must be in \[0, 1\)"),
+    (lambda: UCBSpeculation(acceptance={"chat": 0.5}), r"tenant ids must be integers"),
     (lambda: UCBSpeculation(max_k=-1), r"UCBSpeculation\.max_k must be >= 0, got -1"),
     (lambda: FixedSpeculation(k=5, max_k=3), r"FixedSpeculation\.k=5 exceeds max_k=3"),
     (lambda: UCBSpeculation(draft=["llama-68m"], acceptance=[0.5, 0.6]),
