@@ -37,7 +37,9 @@ class Result:
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
-            ``kv_utilization``, ``total_blocks``, ``wall_s``).
+            ``kv_utilization``, ``total_blocks``, ``wall_s``); with speculative decoding
+            also ``speculation`` (steps, speculative steps, drafted, accepted and emitted
+            tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
