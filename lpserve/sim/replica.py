@@ -3,7 +3,8 @@
 The replica keeps its own clock ``now`` (end of its last iteration) and is advanced lazily:
 ``advance(t)`` runs every iteration that starts before ``t``. Python plans one iteration
 per event (admission, prefill chunk, preemption, eviction, completion); runs of
-pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_advance`.
+pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_advance`
+(with ``EngineConfig.speculation``, one speculative step: ``lpserve/sim/speculative.py``).
 In reference mode the planner runs before every iteration instead. The semantics are
 written down in ``models/simulator.md``.
 """
