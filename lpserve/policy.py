@@ -479,6 +479,11 @@ class EngineConfig:
             running requests whose rank is strictly worse than that of a better-ranked
             waiting request that cannot be admitted (batch full or KV memory short);
             needed by preemptive schedulers (SRPT, LAS, MLFQ, round robin).
+        speculation: ``None`` or a speculation decider
+            (:class:`lpserve.policies.speculation.SpeculationDecider`): speculative
+            decoding with a draft model on every pure-decode step (lpserve's simulator
+            only; ``models/speculative-decoding.md``). Not combinable with
+            ``budget_controller``.
     """
 
     batching: str = "prefill-first"
@@ -493,6 +498,7 @@ class EngineConfig:
     evict_batch_blocks: int = 32
     budget_controller: Any = None
     priority_preemption: bool = False
+    speculation: Any = None
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_MODES:
@@ -516,6 +522,15 @@ class EngineConfig:
                                                                   BudgetController):
             raise ValueError("EngineConfig.budget_controller must be None or a "
                              f"BudgetController, got {self.budget_controller!r}")
+        if self.speculation is not None:
+            from lpserve.policies.speculation import SpeculationDecider
+
+            if not isinstance(self.speculation, SpeculationDecider):
+                raise ValueError("EngineConfig.speculation must be None or a "
+                                 f"SpeculationDecider, got {self.speculation!r}")
+            if self.budget_controller is not None:
+                raise ValueError("EngineConfig.speculation cannot be combined with "
+                                 "EngineConfig.budget_controller")
         if self.chunked_prefill and self.batching != "decode-first":
             raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
                              f"got {self.batching!r}")
@@ -551,17 +566,19 @@ class Policy:
                 object.__setattr__(self, role, lifter(v))
         if not isinstance(self.engine, EngineConfig):
             raise ValueError(f"Policy.engine must be an EngineConfig, got {self.engine!r}")
-        if self.meta is None:
-            roles = self.roles()
+        if self.meta is None:  # from the roles and the engine's speculation decider
+            metas = [r.meta for r in self.roles()]
+            if self.engine.speculation is not None:
+                metas.append(self.engine.speculation.meta)
             engines = set(ENGINES)
-            for r in roles:
-                engines &= set(r.meta.engines)
+            for m in metas:
+                engines &= set(m.engines)
             object.__setattr__(self, "meta", Meta(
-                online=all(r.meta.online for r in roles),
-                clairvoyant=any(r.meta.clairvoyant for r in roles),
-                stochastic=any(r.meta.stochastic for r in roles),
+                online=all(m.online for m in metas),
+                clairvoyant=any(m.clairvoyant for m in metas),
+                stochastic=any(m.stochastic for m in metas),
                 engines=tuple(e for e in ENGINES if e in engines),
-                claims=tuple(c for r in roles for c in r.meta.claims),
+                claims=tuple(c for m in metas for c in m.claims),
             ))
 
     def roles(self) -> tuple[Router, Scheduler, Evictor, Router]:

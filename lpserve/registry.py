@@ -10,6 +10,7 @@ from lpserve.policies import lyapunov as LY
 from lpserve.policies import mlfq as MQ
 from lpserve.policies import programs as PG
 from lpserve.policies import schedulers as SC
+from lpserve.policies import speculation as SP
 from lpserve.policy import Policy
 
 # the round model of MC-SF / A_max / A_min: new requests join the running batch (mixed)
@@ -55,6 +56,11 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     # drift-plus-penalty prefill control (lpserve/policies/lyapunov.py, disagg.py)
     "lyapunov": LY.lyapunov,
     "lyapunov-disagg": DG.lyapunov_disagg,
+    # speculative decoding with a draft model (lpserve/policies/speculation.py)
+    "spec-never": SP.speculative("never", "spec-never"),
+    "spec-fixed": SP.speculative("fixed", "spec-fixed"),
+    "spec-ucb": SP.speculative("ucb", "spec-ucb"),
+    "spec-oracle": SP.speculative("oracle", "spec-oracle"),
 }
 
 

@@ -37,7 +37,9 @@ class Result:
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
-            ``kv_utilization``, ``total_blocks``, ``wall_s``).
+            ``kv_utilization``, ``total_blocks``, ``wall_s``); with speculative decoding
+            also ``speculation`` (steps, speculative steps, drafted, accepted and emitted
+            tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
@@ -161,5 +163,7 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "kv_utilization": util,
         "wall_s": info["wall_s"],
     }
+    if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
+        stats["speculation"] = sim.spec.summary()
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
                   seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s))

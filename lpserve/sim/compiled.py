@@ -1,9 +1,9 @@
 """A replica whose whole event loop runs in numba (``_kernels.replica_advance``).
 
 Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
-``rank_key``, e.g. FCFS ranks by ``arrival_s``), prefix caching is off, preemption is by
-recompute (or there is no host memory to swap to), the cluster is colocated and the
-trace has no ``parent`` dependencies. It has
+``rank_key``, e.g. FCFS ranks by ``arrival_s``), speculation is off, prefix caching is
+off, preemption is by recompute (or there is no host memory to swap to), the cluster is
+colocated and the trace has no ``parent`` dependencies. It has
 the same interface as :class:`~lpserve.sim.replica.Replica` and gives the same results as
 the reference mode, which plans every iteration in Python.
 """
@@ -32,6 +32,7 @@ def eligible(sim: "Simulation") -> bool:
     p = sim.policy
     eng = p.engine
     return (not sim.reference and not sim.cluster.disaggregated
+            and eng.speculation is None
             and not has_dependencies(sim.state.trace)
             and getattr(p.scheduler, "rank_key", None) in RANK_KEYS
             and p.scheduler.quantum_s is None and not eng.prefix_caching

@@ -48,11 +48,17 @@ class Simulation:
         self.block_tokens = int(cl.block_tokens)
         self.total_blocks = int(self.cost.kv_capacity_blocks(
             block_tokens=self.block_tokens, gpu_memory_fraction=cl.gpu_memory_fraction))
+        block_bytes = float(self.cost.kv_bytes_per_token) * self.block_tokens
+        self.host_blocks = int(cl.host_memory_gb * 1e9 // block_bytes) if block_bytes > 0 else 0
+        self.kv_scale = 1.0  # KV bytes per token over the target's (> 1 with a draft model)
+        self.spec = None
+        if policy.engine.speculation is not None:  # draft memory resizes the KV pool
+            from lpserve.sim.speculative import SpecRunner
+
+            self.spec = SpecRunner(self)
         if self.total_blocks < 1:
             raise ValueError(f"cluster {cl.gpu}/{cl.llm} tp={cl.tp}: no room for KV blocks "
                              f"(kv_capacity_blocks = {self.total_blocks})")
-        block_bytes = float(self.cost.kv_bytes_per_token) * self.block_tokens
-        self.host_blocks = int(cl.host_memory_gb * 1e9 // block_bytes) if block_bytes > 0 else 0
         self.link_gbps = cl.link_gbps
         self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
         from lpserve.sim import compiled

@@ -3,7 +3,8 @@
 The replica keeps its own clock ``now`` (end of its last iteration) and is advanced lazily:
 ``advance(t)`` runs every iteration that starts before ``t``. Python plans one iteration
 per event (admission, prefill chunk, preemption, eviction, completion); runs of
-pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_advance`.
+pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_advance`
+(with ``EngineConfig.speculation``, one speculative step: ``lpserve/sim/speculative.py``).
 In reference mode the planner runs before every iteration instead. The semantics are
 written down in ``models/simulator.md``.
 """
@@ -62,6 +63,8 @@ class Replica:
         # EngineConfig.budget_controller: sets decode-first budgets, observes iterations
         self.ctl = self.eng.budget_controller
         self.ctl_state = None if self.ctl is None else self.ctl.start(self)
+        # EngineConfig.speculation: pure-decode steps become speculative steps
+        self.spec = None if sim.spec is None else sim.spec.start(self)
 
     # =============================================================== public
     @property
@@ -262,6 +265,7 @@ class Replica:
             self.n_swaps += 1
         else:
             S.computed[v] = 0
+            S.draft_computed[v] = 0
             S.kv_remote[v] = False
         self._release_request(v)
         S.preempt[v] += 1
@@ -494,6 +498,8 @@ class Replica:
         if chunks or self._swap_blocks or self._resumed or self.role == "prefill" or \
                 not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
+        if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
+            return self.spec.step(decodes)
         return self._decode_run(decodes, stop)
 
     def _iterate(self, chunks: list, decodes: list[int]) -> bool:
@@ -503,8 +509,10 @@ class Replica:
         pc = np.array([h for _, _, h in chunks], np.int64)
         dc = S.computed[np.asarray(decodes, np.int64)] if decodes else np.zeros(0, np.int64)
         dt = float(iteration_time(self.params, pt, pc, dc))
+        if self.spec is not None:  # the draft prefills the chunks too (speculative.py)
+            dt += self.spec.prefill_s(chunks)
         if self._swap_blocks:
-            dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt)
+            dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt) * self.sim.kv_scale
             self._swap_blocks = 0
         self.now += dt
         self.used_block_s += self.bm.used * dt
@@ -599,7 +607,7 @@ class Replica:
         self.running.remove(i)
         start = max(self.now, self.link_free_s)
         end = start + float(self.sim.cost.transfer_time_s(int(S.computed[i]),
-                                                          self.sim.link_gbps))
+                                                          self.sim.link_gbps)) * self.sim.kv_scale
         self.link_free_s = end
         heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))
         S.slots[i] = []

@@ -32,6 +32,8 @@ class State:
         self.prompt = np.asarray(trace.prompt_tokens, np.int64)
         self.out = np.asarray(trace.output_tokens, np.int64)
         self.computed = np.zeros(n, np.int64)
+        # tokens of the context in the draft model's KV (speculative decoding only)
+        self.draft_computed = np.zeros(n, np.int64)
         self.gen = np.zeros(n, np.int64)
         self.anon = np.zeros(n, np.int64)
         self.nslots = np.zeros(n, np.int64)

@@ -1,0 +1,243 @@
+"""Speculative decoding inside the simulator (``EngineConfig.speculation``).
+
+When a policy's engine has a speculation decider (:mod:`lpserve.policies.speculation`),
+every pure-decode step of a colocated or decode replica runs here instead of a run of
+decode iterations in :func:`lpserve.sim._kernels.decode_advance`: the decider picks an arm
+``(k, draft)``, the draft proposes ``k`` tokens per sequence (``k`` draft iterations over
+the batch), the target verifies ``k + 1`` positions per sequence in one iteration, and each
+sequence keeps its accepted prefix plus one target token. Each step is a decision point
+(the decider may choose differently at the next one), so steps are planned one at a time
+in Python; with speculation off nothing here runs and the fast path is unchanged.
+
+Equations (cited as ``(n)``) are those of ``models/speculative-decoding.md``: draft
+memory (1)-(3), draft prefill and lag (4), step time (5)-(6), blocks (7), tokens (8)-(9),
+decider rewards (10)-(11).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lpserve.cost._kernels import iteration_time
+from lpserve.policy import PolicyError
+from lpserve.speculation import batch_bucket
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lpserve.sim.engine import Simulation
+    from lpserve.sim.replica import Replica
+
+_EMPTY = np.zeros(0, np.int64)
+_ROLE_CODE = {"colocated": 0, "prefill": 1, "decode": 2}
+
+
+class SpecRunner:
+    """Speculative decoding of one run: draft cost models, KV sizing, acceptance rates.
+
+    Sets ``sim.total_blocks``, ``sim.host_blocks`` and ``sim.kv_scale`` from the target
+    and draft memory footprints (eq. (1)-(3)). ``rates`` has shape ``(n_requests,
+    n_drafts)``; ``draft_computed`` (int64 ``(n_requests,)``, in ``sim.state``) counts the
+    tokens of each request's context that the draft has in its KV.
+    """
+
+    def __init__(self, sim: "Simulation") -> None:
+        from lpserve.cost import cost_model
+
+        dec = sim.policy.engine.speculation
+        self.decider = dec
+        target = sim.cost
+        name = f"policy {sim.policy.name!r}: EngineConfig.speculation"
+        if not hasattr(target, "weight_bytes_per_gpu") or not hasattr(target, "gpu"):
+            raise ValueError(f"{name} needs an analytic cost model (weights and KV bytes "
+                             f"per GPU); the instance's cost model is {type(target).__name__}")
+        drafts = []
+        for d in dec.drafts:
+            try:
+                drafts.append(cost_model(gpu=target.gpu, llm=d, tp=target.tp))
+            except ValueError as exc:
+                raise ValueError(f"{name}: draft {d!r} does not fit: {exc}") from None
+        self.drafts = drafts
+        self.target_params = sim.params
+        self.draft_params = [np.ascontiguousarray(d.params, dtype=np.float64) for d in drafts]
+        cl = sim.cluster
+        f = float(cl.gpu_memory_fraction)
+        # (1) bytes left for KV on one GPU: the target's and every draft's weights loaded
+        free = f * target.gpu.memory_bytes - target.weight_bytes_per_gpu \
+            - sum(d.weight_bytes_per_gpu for d in drafts)
+        # (2) KV bytes per token per GPU: the target's plus every draft's (lockstep)
+        kv = target.kv_bytes_per_token_per_gpu + sum(d.kv_bytes_per_token_per_gpu
+                                                     for d in drafts)
+        if free <= 0:
+            raise ValueError(f"{name}: target {target.llm.key} and draft(s) "
+                             f"{list(dec.drafts)} weights exceed gpu_memory_fraction={f} of "
+                             f"{target.gpu.key} at tp={target.tp}")
+        # (3) blocks of b tokens, each holding target and draft KV of its positions
+        sim.total_blocks = int(int(free // kv) // sim.block_tokens)
+        self.kv_scale = kv / target.kv_bytes_per_token_per_gpu
+        sim.kv_scale = self.kv_scale
+        block_bytes = float(target.kv_bytes_per_token) * self.kv_scale * sim.block_tokens
+        sim.host_blocks = int(cl.host_memory_gb * 1e9 // block_bytes)
+        S = sim.state
+        try:
+            self.rates = dec.rates_for(S.tenant)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        self.seed = sim.seed
+        self.state = S
+        # (4) a decider that may speculate has the draft prefill with the target
+        self.eager = dec.max_k >= 1
+        self.counts = {"steps": 0, "speculative_steps": 0, "draft_tokens": 0,
+                       "accepted_tokens": 0, "emitted_tokens": 0, "sequence_steps": 0}
+
+    def start(self, replica: "Replica") -> "ReplicaSpeculation":
+        """The speculation state of one replica (its own generator and decider state)."""
+        rng = np.random.default_rng([self.seed, 0x5BEC, _ROLE_CODE[replica.role],
+                                     replica.index])
+        return ReplicaSpeculation(self, replica, rng, self.decider.start())
+
+    def prefill_s(self, chunks: list) -> float:
+        """Seconds the drafts add to an iteration with these prefill chunks ``(request,
+        tokens, cached)``, eq. (4); records the drafts' KV as caught up with the chunks."""
+        if not self.eager or not chunks:
+            return 0.0
+        pt = np.array([c for _, c, _ in chunks], np.int64)
+        pc = np.array([h for _, _, h in chunks], np.int64)
+        t = sum(float(iteration_time(D, pt, pc, _EMPTY)) for D in self.draft_params)
+        idx = np.array([i for i, _, _ in chunks], np.int64)
+        self.state.draft_computed[idx] = pc + pt
+        return t
+
+    def summary(self) -> dict[str, Any]:
+        """Counters of the run: steps, speculative steps, drafted/accepted/emitted tokens,
+        ``accepted_fraction`` (accepted / drafted) and ``tokens_per_sequence_step``."""
+        c = dict(self.counts)
+        c["accepted_fraction"] = (c["accepted_tokens"] / c["draft_tokens"]
+                                  if c["draft_tokens"] else float("nan"))
+        c["tokens_per_sequence_step"] = (c["emitted_tokens"] / c["sequence_steps"]
+                                          if c["sequence_steps"] else float("nan"))
+        return c
+
+    # ------------------------------------------------------------------ step time
+    def step_timer(self, c: np.ndarray, lag: np.ndarray):
+        """``arm -> seconds`` of one step for contexts ``c`` and draft lags ``lag``."""
+        P = self.target_params
+        memo: dict[tuple[int, int], float] = {}
+
+        def draft_iter_s(d: int, i: int) -> float:
+            key = (d, i)
+            t = memo.get(key)
+            if t is None:
+                D = self.draft_params[d]
+                if i == 0 and lag.any():  # (5) catch-up: lag + 1 tokens on the draft's KV
+                    late = lag > 0
+                    t = float(iteration_time(D, lag[late] + 1, c[late] - lag[late], c[~late]))
+                else:
+                    t = float(iteration_time(D, _EMPTY, _EMPTY, c + i))
+                memo[key] = t
+            return t
+
+        def timer(arm: Any) -> float:
+            if arm.k == 0:  # plain decoding, the iteration the fast path would run
+                return float(iteration_time(P, _EMPTY, _EMPTY, c))
+            t = 0.0
+            for i in range(arm.k):
+                t += draft_iter_s(arm.draft, i)
+            # (6) verification: a chunk of k + 1 tokens on top of each context
+            return t + float(iteration_time(P, np.full(c.size, arm.k + 1, np.int64), c,
+                                            _EMPTY))
+
+        return timer
+
+
+def batch_class(tenant: np.ndarray) -> int:
+    """The request class of a batch: its most common tenant (ties: the smallest id)."""
+    vals, counts = np.unique(np.asarray(tenant, np.int64), return_counts=True)
+    return int(vals[int(np.argmax(counts))])
+
+
+class ReplicaSpeculation:
+    """Speculative decode steps of one replica (see the module docstring)."""
+
+    def __init__(self, runner: SpecRunner, replica: "Replica", rng: np.random.Generator,
+                 state: Any) -> None:
+        self.runner = runner
+        self.r = replica
+        self.rng = rng
+        self.state = state
+
+    def prefill_s(self, chunks: list) -> float:
+        """See :meth:`SpecRunner.prefill_s`."""
+        return self.runner.prefill_s(chunks)
+
+    def step(self, decodes: list[int]) -> bool:
+        """One speculative step of the decode batch ``decodes`` (blocks for one token each
+        already allocated by the planner). Returns True (an iteration ran)."""
+        run, r = self.runner, self.r
+        S, bm, bt, dec = r.S, r.bm, r.bt, run.decider
+        idx = np.asarray(decodes, np.int64)
+        m = idx.size
+        c = S.computed[idx].copy()
+        lag = c - S.draft_computed[idx]  # (4)
+        held0 = S.anon[idx] + S.nslots[idx]
+        rates = run.rates[idx]
+        from lpserve.policies.speculation import StepContext
+
+        ctx = StepContext((batch_class(S.tenant[idx]), batch_bucket(m, dec.bucket_edges)),
+                          m, dec.arms, run.step_timer(c, lag),
+                          rates if dec.meta.clairvoyant else None)
+        j = dec.choose(self.state, ctx)
+        if isinstance(j, bool) or not isinstance(j, (int, np.integer)) \
+                or not 0 <= j < len(dec.arms):
+            raise PolicyError(f"policy {r.sim.policy.name!r} (speculation {dec.name!r}): "
+                              f"choose() returned {j!r}, expected an arm index in "
+                              f"[0, {len(dec.arms)})")
+        arm = dec.arms[int(j)]
+        k, d = arm.k, max(arm.draft, 0)
+        # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
+        grow = np.zeros(m, np.int64)
+        while k > 0:
+            grow = np.maximum(-(-(c + k + 1) // bt) - held0, 0)
+            need = int(grow.sum())
+            if need == 0 or r._make_room(need):
+                break
+            k -= 1
+            grow = np.zeros(m, np.int64)
+        j = dec.arm_index(k, d)
+        if grow.any():
+            bm.take_anon(int(grow.sum()))
+            S.anon[idx] += grow
+        dt = ctx.time_s(j)
+        r.now += dt
+        r.used_block_s += bm.used * dt
+        r.n_iters += 1
+        r.n_decode_iters += 1
+        # (8) accepted drafts: the leading run of i.i.d. Bernoulli(a_i) acceptances
+        if k:
+            acc = self.rng.random((m, k)) < rates[:, d][:, None]
+            accepted = np.cumprod(acc, axis=1).sum(axis=1)
+        else:
+            accepted = np.zeros(m, np.int64)
+        # (9) tokens emitted: accepted + 1, never past the request's output
+        emit = np.minimum(accepted + 1, S.out[idx] - S.gen[idx])
+        new_c = c + emit
+        S.computed[idx] = new_c
+        S.gen[idx] += emit
+        if k:
+            S.draft_computed[idx] = np.minimum(c + k, new_c)
+        # blocks of rejected positions go back: keep max(planned, ceil(new context / b))
+        trim = held0 + grow - np.maximum(held0, -(-new_c // bt))
+        if trim.any():
+            S.anon[idx] -= trim
+            bm.release([], int(trim.sum()), r.now)
+        if dec.learns:  # (10) normalized reward in [0, 1]
+            dec.observe(self.state, ctx, j, min(1.0, float(emit.sum()) / dt / ctx.reward_bound))
+        cnt = run.counts
+        cnt["steps"] += 1
+        cnt["speculative_steps"] += int(k > 0)
+        cnt["draft_tokens"] += k * m
+        cnt["accepted_tokens"] += int(accepted.sum())
+        cnt["emitted_tokens"] += int(emit.sum())
+        cnt["sequence_steps"] += m
+        for i in idx[S.gen[idx] >= S.out[idx]].tolist():
+            r._finish(i)
+        return True
