@@ -35,6 +35,7 @@ def eligible(sim: "Simulation") -> bool:
             and not has_dependencies(sim.state.trace)
             and getattr(p.scheduler, "rank_key", None) in RANK_KEYS
             and p.scheduler.quantum_s is None and not eng.prefix_caching
+            and eng.preemption_decider is None
             and (eng.preemption == "recompute" or sim.host_blocks == 0))
 
 
