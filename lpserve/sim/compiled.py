@@ -3,8 +3,9 @@
 Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
 ``rank_key``, e.g. FCFS ranks by ``arrival_s``), prefix caching is off, preemption is by
 recompute (or there is no host memory to swap to) with no per-victim decider, the cluster
-is colocated and the trace has no ``parent`` dependencies. It has the same interface as :class:`~lpserve.sim.replica.Replica` and gives the same results as
-the reference mode, which plans every iteration in Python.
+is colocated and the trace has no ``parent`` dependencies. It has the same interface as
+:class:`~lpserve.sim.replica.Replica` and gives the same results as the reference mode,
+which plans every iteration in Python.
 """
 from __future__ import annotations
 
