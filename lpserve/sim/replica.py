@@ -53,13 +53,10 @@ class Replica:
         self.n_iters = 0
         self.n_decode_iters = 0
         self.used_block_s = 0.0
-        self.n_swaps = 0
-        self.n_compressed_swaps = 0  # swap-outs that were compressed (counted in n_swaps)
-        self.n_recomputes = 0
-        self.compressed_tokens = 0  # context tokens swapped out compressed
-        self.swap_wait_s = 0.0  # iteration time spent on swaps (PCIe and (de)quantize)
-        self.busy_s = 0.0  # time spent in iterations
-        self._swap_s = 0.0  # seconds of compressed swaps since the last iteration
+        # preemptions (n_swaps counts compressed ones too) and the context tokens swapped
+        # compressed; time in iterations, of it on swaps; compressed swaps not yet priced
+        self.n_swaps = self.n_compressed_swaps = self.n_recomputes = self.compressed_tokens = 0
+        self.busy_s = self.swap_wait_s = self._swap_s = 0.0
         self._ranks: dict[int, float] | None = None
         self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
         self._resumed = False
