@@ -480,8 +480,8 @@ class Replica:
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
         if not chunks and not decodes:
             return self._resumed  # a resumed request decodes next step; otherwise idle
-        if chunks or self._swap_blocks or self._swap_s or self._resumed or self.role == "prefill" or \
-                not S.gen[np.asarray(decodes, np.int64)].all():
+        if chunks or self._swap_blocks or self._swap_s or self._resumed or \
+                self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
         return self._decode_run(decodes, stop)
 

@@ -24,14 +24,15 @@ def tight_host_cases(draw):
     seed = draw(st.integers(0, 10_000))
     rng = np.random.default_rng(seed)
     # bursts of long-running requests on a small KV pool: preemptions are frequent
-    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, draw(st.sampled_from(
-                                  [0.3, 2.0])), n)),
+    span_s = draw(st.sampled_from([0.3, 2.0]))
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, span_s, n)),
                               prompt_tokens=rng.integers(16, 700, n),
                               output_tokens=rng.integers(1, 150, n))
     # 0.01 GB holds one 16-token block of llama-2-7b (8.4 MB); 0.2 GB about 23
     host_gb = draw(st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.2, 0.2, 64.0]))
+    frac = draw(st.sampled_from([0.16, 0.171, 0.171]))  # 31 or 144 KV blocks
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(
-        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=draw(st.sampled_from([0.16, 0.171, 0.171])),
+        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=frac,
         host_memory_gb=host_gb, replicas=draw(st.integers(1, 2))))
     name = draw(st.sampled_from(ENGINES))
     kw = dict(preemption=draw(st.sampled_from(["compress-swap", "swap"])),
