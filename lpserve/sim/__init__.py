@@ -37,7 +37,12 @@ class Result:
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
-            ``kv_utilization``, ``total_blocks``, ``wall_s``).
+            ``kv_utilization``, ``total_blocks``, ``wall_s``) and, for preemption
+            (models/kv-compression-swap.md): ``compressed_swaps`` (of ``swaps``),
+            ``compressed_tokens`` (context tokens swapped compressed),
+            ``compression_quality_loss`` (``compression_accuracy_cost`` x those tokens),
+            ``swap_wait_s`` and ``busy_s`` (seconds of iterations spent on swaps, and in
+            iterations; ``busy_s`` is NaN for the compiled loop, which never swaps).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
