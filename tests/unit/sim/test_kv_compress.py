@@ -145,3 +145,12 @@ def test_bad_decider_input_and_output():
                                                     gpu_memory_fraction=0.171))
     with pytest.raises(PolicyError, match="preemption_decider 'bad'.*'drop'"):
         lp.simulate(inst, lp.make_policy("vllm", preemption_decider=Bad()))
+
+
+def test_instance_digest_sees_the_swap_bandwidth():
+    tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[10], output_tokens=[2])
+    cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b")
+    d = {e: lp.Instance(trace=tr, cluster=cl, cost=lp.cost_model(pcie_efficiency=e)).digest()
+         for e in (1.0, 0.5, 0.25)}
+    assert len(set(d.values())) == 3
+    assert d[1.0] == lp.Instance(trace=tr, cluster=cl, cost=lp.cost_model()).digest()
