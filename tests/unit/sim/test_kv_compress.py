@@ -154,3 +154,22 @@ def test_instance_digest_sees_the_swap_bandwidth():
          for e in (1.0, 0.5, 0.25)}
     assert len(set(d.values())) == 3
     assert d[1.0] == lp.Instance(trace=tr, cluster=cl, cost=lp.cost_model()).digest()
+
+
+def test_compressed_victims_come_back_with_their_context():
+    """Every preemption a compressed swap (ample host memory): no request is prefilled
+    again (``seen_tokens`` counts the tokens of each fresh admission), unlike recompute."""
+    rng = np.random.default_rng(1)
+    n = 12
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 0.5, n)),
+                              prompt_tokens=rng.integers(400, 700, n),
+                              output_tokens=rng.integers(40, 80, n))
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(
+        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.171, host_memory_gb=64.0))
+    comp = lp.simulate(inst, lp.make_policy("fastserve", preemption="compress-swap"),
+                       check=True)
+    a = comp.arrays
+    assert comp.stats["compressed_swaps"] == comp.summary()["preemptions"] > 0
+    assert np.array_equal(a["seen_tokens"], a["prompt_tokens"])
+    rec = lp.simulate(inst, lp.make_policy("fastserve", preemption="recompute"), check=True)
+    assert np.any(rec.arrays["seen_tokens"] > rec.arrays["prompt_tokens"])
