@@ -449,7 +449,7 @@ class EngineConfig:
             or ``"compress-swap"`` (quantize the KV by ``compression_ratio`` on the GPU,
             then swap the smaller copy; models/kv-compression-swap.md).
         compression_ratio: full / compressed KV bytes of ``"compress-swap"`` (4.0: FP16
-            KV to INT4); finite and > 1.
+            KV, the cost model's default KV dtype, to INT4; 2.0 from FP8 KV); finite, > 1.
         compression_accuracy_cost: quality loss per context token swapped compressed, a
             stated parameter (>= 0) that is reported, not simulated: timing ignores it.
         preemption_decider: ``None`` or a :class:`lpserve.preemption.PreemptionDecider`
