@@ -97,4 +97,9 @@ class Instance:
             params = getattr(self.cost, "params", None)
             if params is not None:
                 h.update(np.ascontiguousarray(params, dtype=np.float64).tobytes())
+            # swap bandwidth is not in params; hashed only when overridden, so digests of
+            # instances at the default stay as they were
+            pcie = getattr(self.cost, "pcie_efficiency", 1.0)
+            if pcie != 1.0:
+                h.update(f"pcie_efficiency={float(pcie)!r}".encode())
         return h.hexdigest()

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
-PREEMPTION_MODES = ("recompute", "swap")
+PREEMPTION_MODES = ("recompute", "swap", "compress-swap")
 ENGINES = ("lpserve", "vidur", "vllm")
 
 
@@ -461,8 +461,16 @@ class EngineConfig:
         max_num_seqs: most requests in the running batch.
         max_num_batched_tokens: token budget of one iteration (prefill tokens + decodes).
         chunked_prefill: split prompts into chunks to fit the token budget (decode-first).
-        preemption: ``"recompute"`` (drop KV, re-prefill later) or ``"swap"`` (copy KV to
-            host memory over PCIe, priced by the cost model; recompute when host is full).
+        preemption: ``"recompute"`` (drop KV, re-prefill later), ``"swap"`` (copy KV to
+            host memory over PCIe, priced by the cost model; recompute when host is full)
+            or ``"compress-swap"`` (quantize the KV by ``compression_ratio`` on the GPU,
+            then swap the smaller copy; models/kv-compression-swap.md).
+        compression_ratio: full / compressed KV bytes of ``"compress-swap"`` (4.0: FP16
+            KV, the cost model's default KV dtype, to INT4; 2.0 from FP8 KV); finite, > 1.
+        compression_accuracy_cost: quality loss per context token swapped compressed, a
+            stated parameter (>= 0) that is reported, not simulated: timing ignores it.
+        preemption_decider: ``None`` or a :class:`lpserve.preemption.PreemptionDecider`
+            choosing recompute, swap or compress-swap per victim (replacing ``preemption``).
         reserve_tokens: ``None`` allocates KV blocks as tokens are produced; an integer
             reserves blocks for that many tokens at admission (Orca / static: the maximum
             sequence length).
@@ -499,8 +507,24 @@ class EngineConfig:
     budget_controller: Any = None
     priority_preemption: bool = False
     speculation: Any = None
+    compression_ratio: float = 4.0
+    compression_accuracy_cost: float = 0.0
+    preemption_decider: Any = None
 
     def __post_init__(self) -> None:
+        from lpserve.cost.base import check_ratio
+        from lpserve.preemption import PreemptionDecider
+
+        check_ratio(self.compression_ratio, "EngineConfig.compression_ratio")
+        c = self.compression_accuracy_cost
+        if isinstance(c, bool) or not isinstance(c, (int, float, np.number)) or \
+                not (np.isfinite(c) and c >= 0):
+            raise ValueError("EngineConfig.compression_accuracy_cost must be a finite number "
+                             f">= 0, got {c!r}")
+        if self.preemption_decider is not None and not isinstance(self.preemption_decider,
+                                                                   PreemptionDecider):
+            raise ValueError("EngineConfig.preemption_decider must be None or a "
+                             f"PreemptionDecider, got {self.preemption_decider!r}")
         if self.batching not in BATCHING_MODES:
             raise ValueError(f"EngineConfig.batching must be one of {BATCHING_MODES}, "
                              f"got {self.batching!r}")

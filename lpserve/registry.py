@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from lpserve.policies import baselines as B
 from lpserve.policies import disagg as DG
+from lpserve.policies import kvcompress as KC
 from lpserve.policies import lyapunov as LY
 from lpserve.policies import mlfq as MQ
 from lpserve.policies import programs as PG
@@ -27,6 +28,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "vllm+least-kv": B.routed("least-kv"),
     "vllm+power-of-two": B.routed("power-of-two"),
     "vllm+prefix-affinity": B.routed("prefix-affinity"),
+    # per-victim preemption: compressed swaps and the cost-based decider (kvcompress.py)
+    "vllm-compress-swap": KC.vllm_compress_swap,
+    "vllm-preempt-decider": KC.vllm_preempt_decider,
     # competitive schedulers (lpserve/policies/schedulers.py, mlfq.py, programs.py)
     "sjf-oracle": SC.scheduled(SC.SJFOracle, "sjf-oracle", remaining=False),
     "srpt-oracle": SC.scheduled(SC.SJFOracle, "srpt-oracle", preemptive=True),

@@ -126,7 +126,7 @@ def sim_instances(draw, *, max_size: int = 24, disaggregated: bool | None = None
     params: dict = {"router": draw(st.sampled_from(["round-robin", "least-outstanding",
                                                     "power-of-two", "prefix-affinity"]))}
     if engine in ("vllm", "vllm-chunked", "sarathi"):
-        params["preemption"] = draw(st.sampled_from(["recompute", "swap"]))
+        params["preemption"] = draw(st.sampled_from(["recompute", "swap", "compress-swap"]))
         params["max_num_seqs"] = draw(st.integers(1, 8))
         params["max_num_batched_tokens"] = draw(st.sampled_from([64, 256, 512, 4096]))
         params["prefix_caching"] = draw(st.booleans())

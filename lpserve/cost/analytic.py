@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.cost import _kernels as K
-from lpserve.cost.base import ArrayLike, CostModel, check_batch
+from lpserve.cost.base import ArrayLike, CostModel, check_batch, check_ratio
 from lpserve.cost.catalog import GPUSpec, LLMSpec, get_gpu, get_llm
 
 VALID_TP = (1, 2, 4, 8)
@@ -174,6 +174,18 @@ class AnalyticCost(CostModel):
         b = self._check_count(block_tokens, "block_tokens")
         bw = self.gpu.pcie_gbps / 2.0 * 1e9 * self.pcie_efficiency
         return n * b * self.kv_bytes_per_token_per_gpu / bw
+
+    def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
+                           compression_ratio: float = 4.0) -> float:
+        """models/kv-compression-swap.md (3): seconds to quantize (or dequantize) the KV of
+        ``n_blocks`` blocks on the GPU by ``compression_ratio``; memory-bound, each GPU
+        reads and writes its shard (full plus compressed bytes) at the KV bandwidth
+        (peak HBM x ``eff_kv``)."""
+        n = self._check_count(n_blocks, "n_blocks")
+        b = self._check_count(block_tokens, "block_tokens")
+        r = check_ratio(compression_ratio)
+        bw = self.gpu.hbm_gbps * 1e9 * self.values["eff_kv"]
+        return n * b * self.kv_bytes_per_token_per_gpu * (1.0 + 1.0 / r) / bw
 
     def default_link_gbps(self) -> float:
         """One-way GB/s between replicas: NVLink (else PCIe) of each of the tp GPUs."""

@@ -41,6 +41,17 @@ def check_batch(prefill_tokens: Any, prefill_cached: Any,
     return pt, pc, dc
 
 
+def check_ratio(compression_ratio: Any, field: str = "compression_ratio") -> float:
+    """``compression_ratio`` as a float, finite and > 1 (full KV bytes / compressed bytes)."""
+    try:
+        r = float(compression_ratio)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field} must be a number > 1, got {compression_ratio!r}") from None
+    if isinstance(compression_ratio, bool) or not np.isfinite(r) or r <= 1.0:
+        raise ValueError(f"{field} must be a finite number > 1, got {compression_ratio!r}")
+    return r
+
+
 class CostModel(ABC):
     """Per-iteration time of a batch on one replica, and KV-cache sizes and transfers.
 
@@ -119,6 +130,15 @@ class CostModel(ABC):
     @abstractmethod
     def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
         """Seconds to move ``n_blocks`` KV blocks between GPU and host memory (one way)."""
+
+    def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
+                           compression_ratio: float = 4.0) -> float:
+        """Seconds to quantize (or dequantize) ``n_blocks`` KV blocks on the GPU by
+        ``compression_ratio`` (models/kv-compression-swap.md (3)). Cost models without a
+        memory bandwidth cannot price it and raise a ValueError naming themselves."""
+        raise ValueError(f"cost model {type(self).__name__} has no KV quantize time; "
+                         "preemption='compress-swap' needs one (AnalyticCost, TableCost "
+                         "and UnitRoundCost give it)")
 
     @abstractmethod
     def transfer_time_s(self, n_tokens: int, link_gbps: float | None = None) -> float:

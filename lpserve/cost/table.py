@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lpserve.cost import _kernels as K
-from lpserve.cost.base import ArrayLike, CostModel, check_batch
+from lpserve.cost.base import ArrayLike, CostModel, check_batch, check_ratio
 
 Table = tuple[Sequence[float], Sequence[float]]
 
@@ -141,6 +141,10 @@ class TableCost(CostModel):
     def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
         return self.sizes.swap_time_s(n_blocks, block_tokens)
 
+    def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
+                           compression_ratio: float = 4.0) -> float:
+        return self.sizes.kv_quantize_time_s(n_blocks, block_tokens, compression_ratio)
+
     def transfer_time_s(self, n_tokens: int, link_gbps: float | None = None) -> float:
         return self.sizes.transfer_time_s(n_tokens, link_gbps)
 
@@ -186,6 +190,14 @@ class UnitRoundCost(CostModel):
     def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
         self._check_count(n_blocks, "n_blocks")
         self._check_count(block_tokens, "block_tokens")
+        return 0.0
+
+    def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
+                           compression_ratio: float = 4.0) -> float:
+        """0.0: the abstract model prices no memory traffic (as its swaps)."""
+        self._check_count(n_blocks, "n_blocks")
+        self._check_count(block_tokens, "block_tokens")
+        check_ratio(compression_ratio)
         return 0.0
 
     def transfer_time_s(self, n_tokens: int, link_gbps: float | None = None) -> float:

@@ -15,7 +15,10 @@ candidates per running request), so promotions stay rare when the queue is long.
 Proactive KV swapping is delegated to the engine: the factories in
 :mod:`lpserve.registry` pair MLFQ with ``priority_preemption`` and ``preemption="swap"``,
 so lower-priority running requests are swapped to host memory when better-ranked ones
-need their place.
+need their place (swaps are priced in the next iteration and do not overlap compute).
+``preemption="compress-swap"`` or a ``preemption_decider`` quantizes the swapped KV first
+(models/kv-compression-swap.md; ``benchmarks/swap_tipping_point.py`` finds the PCIe
+bandwidth below which this swapping loses to recompute).
 
 :func:`iteration_toy` runs any scheduler on FastServe's toy model (batch size 1, the first
 iteration of job ``j`` takes ``first_iter_s[j]``, later ones 1 s).

@@ -37,9 +37,14 @@ class Result:
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
-            ``kv_utilization``, ``total_blocks``, ``wall_s``); with speculative decoding
-            also ``speculation`` (steps, speculative steps, drafted, accepted and emitted
-            tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`).
+            ``kv_utilization``, ``total_blocks``, ``wall_s``); for preemption
+            (models/kv-compression-swap.md): ``compressed_swaps`` (of ``swaps``),
+            ``compressed_tokens`` (context tokens swapped compressed),
+            ``compression_quality_loss`` (``compression_accuracy_cost`` x those tokens),
+            ``swap_wait_s`` and ``busy_s`` (seconds of iterations spent on swaps, and in
+            iterations; ``busy_s`` is NaN for the compiled loop, which never swaps); with
+            speculative decoding also ``speculation`` (steps, speculative steps, drafted,
+            accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
@@ -158,6 +163,15 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "iterations": int(sum(r.n_iters for r in reps)),
         "decode_iterations": int(sum(r.n_decode_iters for r in reps)),
         "swaps": int(sum(r.n_swaps for r in reps)),
+        # compressed swaps and swap time (models/kv-compression-swap.md); 0 in the
+        # compiled loop, which runs only without swaps
+        "compressed_swaps": int(sum(getattr(r, "n_compressed_swaps", 0) for r in reps)),
+        "compressed_tokens": int(sum(getattr(r, "compressed_tokens", 0) for r in reps)),
+        "compression_quality_loss": float(policy.engine.compression_accuracy_cost * sum(
+            getattr(r, "compressed_tokens", 0) for r in reps)),
+        "swap_wait_s": float(sum(getattr(r, "swap_wait_s", 0.0) for r in reps)),
+        "busy_s": (float("nan") if sim.compiled
+                   else float(sum(r.busy_s for r in reps))),
         "total_blocks": sim.total_blocks,
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,

@@ -2,10 +2,10 @@
 
 Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
 ``rank_key``, e.g. FCFS ranks by ``arrival_s``), speculation is off, prefix caching is
-off, preemption is by recompute (or there is no host memory to swap to), the cluster is
-colocated and the trace has no ``parent`` dependencies. It has
-the same interface as :class:`~lpserve.sim.replica.Replica` and gives the same results as
-the reference mode, which plans every iteration in Python.
+off, preemption is by recompute (or by swap with no host memory to swap to) with no
+per-victim decider, the cluster is colocated and the trace has no ``parent``
+dependencies. It has the same interface as :class:`~lpserve.sim.replica.Replica` and
+gives the same results as the reference mode, which plans every iteration in Python.
 """
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ def eligible(sim: "Simulation") -> bool:
             and not has_dependencies(sim.state.trace)
             and getattr(p.scheduler, "rank_key", None) in RANK_KEYS
             and p.scheduler.quantum_s is None and not eng.prefix_caching
-            and (eng.preemption == "recompute" or sim.host_blocks == 0))
+            and eng.preemption_decider is None
+            and (eng.preemption == "recompute"
+                 or (eng.preemption == "swap" and sim.host_blocks == 0)))
 
 
 class _Pool:

@@ -130,6 +130,40 @@ class Simulation:
                 raise InvariantError(f"replica {r.index}: a request ran before it arrived")
             if np.any(S.status[idx] != RUNNING):
                 raise InvariantError(f"replica {r.index}: running list holds non-running ids")
+        self._check_host(r)
+
+    def _check_host(self, r: Replica) -> None:
+        """Host memory: free >= 0 and free + blocks of the replica's swapped requests is the
+        host capacity; a swapped request holds ceil(GPU blocks / ratio) host blocks when
+        compressed (models/kv-compression-swap.md (2)), its GPU blocks otherwise, and those
+        GPU blocks cover its whole context."""
+        from lpserve.preemption import compressed_host_blocks
+
+        S = self.state
+        if r.host_free < 0:
+            raise InvariantError(f"replica {r.index}: host_free = {r.host_free} < 0")
+        sw = [i for i in r.waiting if S.swapped[i]]
+        held = int(S.host_blocks[sw].sum()) if sw else 0
+        if r.host_free + held != self.host_blocks:
+            raise InvariantError(f"replica {r.index}: host_free {r.host_free} + swapped "
+                                 f"{held} != host capacity {self.host_blocks}")
+        ratio = self.policy.engine.compression_ratio
+        for i in sw:
+            g = int(S.swap_gpu_blocks[i])
+            want = compressed_host_blocks(g, ratio) if S.compressed[i] else g
+            if int(S.host_blocks[i]) != want or int(S.computed[i]) > g * r.bt:
+                raise InvariantError(f"replica {r.index}: swapped request {i} holds "
+                                     f"{int(S.host_blocks[i])} host blocks for {g} GPU "
+                                     f"blocks and {int(S.computed[i])} tokens")
+
+    def check_final(self) -> None:
+        """After the run: every request still swapped out is labelled with a reason."""
+        S = self.state
+        bad = np.flatnonzero(S.swapped & ((S.status != WAITING) | (S.reason == "")))
+        if bad.size:
+            i = int(bad[0])
+            raise InvariantError(f"request {i} ended swapped out with status {S.status[i]} "
+                                 f"and no reason")
 
     # ------------------------------------------------------------------ routing
     def _route(self, pool: list[Replica], req: list[int], t: float, phase: str) -> list[int]:
@@ -219,6 +253,9 @@ class Simulation:
         t0 = time.perf_counter()
         S = self.state
         self.policy.reset(self.cluster, np.random.default_rng(self.seed))
+        if self.policy.engine.preemption_decider is not None:
+            self.policy.engine.preemption_decider.reset(
+                self.cluster, np.random.default_rng([self.seed, 11]))
         if self.predictor is not None:
             self.predictor.reset(np.random.default_rng([self.seed, 7]))
         arr = S.arrival
@@ -257,6 +294,8 @@ class Simulation:
         self._label_unfinished()
         if self.deps is not None:
             self.deps.label()
+        if self.check and not self.compiled:
+            self.check_final()
         return {"wall_s": time.perf_counter() - t0}
 
     def _label_unfinished(self) -> None:

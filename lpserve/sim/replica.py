@@ -19,6 +19,7 @@ import numpy as np
 from lpserve.cost._kernels import iteration_time
 from lpserve.policy import EvictorView, PolicyError, SchedulerView
 from lpserve.sim import _kernels as K
+from lpserve.sim import swapping
 from lpserve.sim.blocks import BlockManager
 from lpserve.sim.state import FINISHED, REJECTED, RUNNING, TRANSFER, WAITING
 
@@ -55,7 +56,10 @@ class Replica:
         self.n_iters = 0
         self.n_decode_iters = 0
         self.used_block_s = 0.0
-        self.n_swaps = 0
+        # preemptions (n_swaps counts compressed ones too) and the context tokens swapped
+        # compressed; time in iterations, of it on swaps; compressed swaps not yet priced
+        self.n_swaps = self.n_compressed_swaps = self.n_recomputes = self.compressed_tokens = 0
+        self.busy_s = self.swap_wait_s = self._swap_s = 0.0
         self._ranks: dict[int, float] | None = None
         self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
         self._resumed = False
@@ -257,16 +261,22 @@ class Replica:
     def _preempt(self, v: int) -> None:
         S = self.S
         held = int(S.anon[v] + S.nslots[v])
-        if self.eng.preemption == "swap" and held <= self.host_free:
+        mode = (self.eng.preemption if self.eng.preemption_decider is None
+                else swapping.decide(self, v, held))
+        if mode == "swap" and held <= self.host_free:
             self.host_free -= held
             S.host_blocks[v] = held
+            S.swap_gpu_blocks[v] = held
             S.swapped[v] = True
             self._swap_blocks += held
             self.n_swaps += 1
+        elif mode == "compress-swap" and swapping.compress_out(self, v, held):
+            pass
         else:
             S.computed[v] = 0
             S.draft_computed[v] = 0
             S.kv_remote[v] = False
+            self.n_recomputes += 1
         self._release_request(v)
         S.preempt[v] += 1
         S.status[v] = WAITING
@@ -286,7 +296,7 @@ class Replica:
         """KV blocks waiting request ``i`` needs to be admitted (its whole context)."""
         S, bt = self.S, self.bt
         if S.swapped[i]:
-            return int(S.host_blocks[i])
+            return int(S.swap_gpu_blocks[i])
         if S.kv_remote[i]:
             return -(-int(S.computed[i]) // bt)
         full = self.reserve_blocks or -(-int(S.prompt[i] + S.gen[i]) // bt)
@@ -369,16 +379,21 @@ class Replica:
                 break
             L = int(S.prompt[i] + S.gen[i])
             if S.swapped[i] or S.kv_remote[i]:
-                n = int(S.host_blocks[i]) if S.swapped[i] else -(-int(S.computed[i]) // bt)
+                n = int(S.swap_gpu_blocks[i]) if S.swapped[i] else -(-int(S.computed[i]) // bt)
                 if bm.available - n < self.wm_blocks:
                     break
                 self._make_room(n)
                 bm.take_anon(n)
                 S.anon[i] = n
                 if S.swapped[i]:
-                    self.host_free += n
-                    self._swap_blocks += n
+                    self.host_free += int(S.host_blocks[i])
+                    if S.compressed[i]:  # dequantize pass and compressed PCIe bytes
+                        self._swap_s += swapping.one_way_s(self, n, "compress-swap")
+                        S.compressed[i] = False
+                    else:
+                        self._swap_blocks += n
                     S.host_blocks[i] = 0
+                    S.swap_gpu_blocks[i] = 0
                     S.swapped[i] = False
                 S.kv_remote[i] = False
                 self._resumed = True
@@ -495,8 +510,8 @@ class Replica:
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
         if not chunks and not decodes:
             return self._resumed  # a resumed request decodes next step; otherwise idle
-        if chunks or self._swap_blocks or self._resumed or self.role == "prefill" or \
-                not S.gen[np.asarray(decodes, np.int64)].all():
+        if chunks or self._swap_blocks or self._swap_s or self._resumed or \
+                self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
             return self.spec.step(decodes)
@@ -512,9 +527,16 @@ class Replica:
         if self.spec is not None:  # the draft prefills the chunks too (speculative.py)
             dt += self.spec.prefill_s(chunks)
         if self._swap_blocks:
-            dt += self.sim.cost.swap_time_s(self._swap_blocks, self.bt) * self.sim.kv_scale
+            sw = self.sim.cost.swap_time_s(self._swap_blocks, self.bt) * self.sim.kv_scale
+            dt += sw
+            self.swap_wait_s += sw
             self._swap_blocks = 0
+        if self._swap_s:
+            dt += self._swap_s
+            self.swap_wait_s += self._swap_s
+            self._swap_s = 0.0
         self.now += dt
+        self.busy_s += dt
         self.used_block_s += self.bm.used * dt
         self.n_iters += 1
         if not chunks:
@@ -571,6 +593,7 @@ class Replica:
         S.anon[idx] += held - held0
         S.computed[idx] = ctx
         S.gen[idx] = gen
+        self.busy_s += float(now) - self.now
         self.now = float(now)
         self.used_block_s += area
         self.n_iters += n

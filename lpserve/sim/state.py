@@ -17,7 +17,9 @@ class State:
     tokens produced); a request's sequence length is ``prompt + gen`` and it produces a
     token in the iteration that makes ``computed == prompt + gen``. Blocks held on the
     current replica: ``anon`` anonymous blocks plus ``slots[i]`` hashed prefix slots
-    (``nslots`` their count). ``host_blocks``: blocks swapped out to host memory.
+    (``nslots`` their count). ``host_blocks``: host blocks held by a swapped-out request
+    (fewer than its GPU blocks when ``compressed``); ``swap_gpu_blocks``: GPU blocks it
+    takes back on swap-in (its whole context).
     """
 
     def __init__(self, trace: Trace) -> None:
@@ -39,7 +41,9 @@ class State:
         self.nslots = np.zeros(n, np.int64)
         self.slots: list[list[int]] = [[] for _ in range(n)]
         self.host_blocks = np.zeros(n, np.int64)
+        self.swap_gpu_blocks = np.zeros(n, np.int64)
         self.swapped = np.zeros(n, bool)
+        self.compressed = np.zeros(n, bool)
         self.kv_remote = np.zeros(n, bool)
         self.status = np.zeros(n, np.int8)
         self.first_sched = np.full(n, np.nan)

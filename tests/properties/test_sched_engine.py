@@ -15,7 +15,8 @@ PREEMPTIVE = ["srpt-oracle", "las", "rr-sched", "mlfq", "fastserve", "fastserve-
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(PREEMPTIVE), st.sampled_from(["swap", "recompute"]),
+@given(st.integers(0, 10_000), st.sampled_from(PREEMPTIVE),
+       st.sampled_from(["swap", "recompute", "compress-swap"]),
        st.sampled_from(["prefill-first", "decode-first", "mixed"]))
 # found by search: a waiting request that outranks a running one preempts once free KV
 # drops below its need (1979), or once a prefix-cache eviction raised its need (4853);
