@@ -29,6 +29,7 @@ index``, ``observe(state, ctx, arm, reward)``; ``state`` is per replica and per 
 """
 from __future__ import annotations
 
+import abc
 from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -83,7 +84,7 @@ class StepContext:
         return max(self.batch_size * (a.k + 1) / self.time_s(j) for j, a in enumerate(self.arms))
 
 
-class SpeculationDecider:
+class SpeculationDecider(abc.ABC):
     """Base class: draft models, acceptance rates, ``max_k`` and the decision interface.
 
     Args:
@@ -167,9 +168,9 @@ class SpeculationDecider:
         """Fresh per-replica state for one run (learned statistics live here)."""
         return None
 
+    @abc.abstractmethod
     def choose(self, state: Any, ctx: StepContext) -> int:
         """Index into ``ctx.arms`` of the arm to play at this step."""
-        raise NotImplementedError(f"{type(self).__name__} must implement choose()")
 
     def observe(self, state: Any, ctx: StepContext, arm: int, reward: float) -> None:
         """Told after the step: the arm actually played and its reward in ``[0, 1]``."""
