@@ -9,6 +9,7 @@ from lpserve.policies import disagg as DG
 from lpserve.policies import lyapunov as LY
 from lpserve.policies import mlfq as MQ
 from lpserve.policies import programs as PG
+from lpserve.policies import rebalancers as RB
 from lpserve.policies import schedulers as SC
 from lpserve.policy import Policy
 
@@ -55,6 +56,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     # drift-plus-penalty prefill control (lpserve/policies/lyapunov.py, disagg.py)
     "lyapunov": LY.lyapunov,
     "lyapunov-disagg": DG.lyapunov_disagg,
+    # live migration between replicas (lpserve/policies/rebalancers.py)
+    "rebalance-llumnix": RB.rebalanced("llumnix"),
+    "rebalance-lp": RB.rebalanced("lp"),
 }
 
 

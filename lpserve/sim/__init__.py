@@ -37,7 +37,9 @@ class Result:
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
-            ``kv_utilization``, ``total_blocks``, ``wall_s``).
+            ``kv_utilization``, ``total_blocks``, ``wall_s``; with a rebalancer also
+            ``migrations``, ``migrated_gb`` and ``migration_s``, the summed copy time).
+            ``arrays["migrations"]`` counts each request's live migrations.
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
@@ -73,6 +75,9 @@ class Result:
         s["reasons"] = {str(k): int(v) for k, v in zip(*np.unique(reasons, return_counts=True))} \
             if reasons.size else {}
         s["preemptions"] = int(a["preemptions"].sum())
+        if "migrations" in self.stats:  # a policy with a rebalancer
+            s["migrations"] = int(self.stats["migrations"])
+            s["migrated_gb"] = float(self.stats["migrated_gb"])
         return s
 
     def digest(self) -> str:
@@ -141,6 +146,7 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "output_tokens": S.out.copy(),
         "generated_tokens": S.gen,
         "preemptions": S.preempt,
+        "migrations": S.migrations,
         "cached_prompt_tokens": S.cached_tok,
         "seen_tokens": S.seen_tok,
         "replica": S.replica,
@@ -161,5 +167,7 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "kv_utilization": util,
         "wall_s": info["wall_s"],
     }
+    if sim.migrator is not None:  # migrations, migrated_gb, migration_s (transfer time)
+        stats.update(sim.migrator.stats())
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
                   seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s))

@@ -44,6 +44,7 @@ class State:
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.preempt = np.zeros(n, np.int64)
+        self.migrations = np.zeros(n, np.int64)  # live migrations (lpserve.sim.migration)
         self.cached_tok = np.zeros(n, np.int64)
         self.seen_tok = np.zeros(n, np.int64)
         self.replica = np.full(n, -1, np.int64)
