@@ -39,7 +39,9 @@ class Result:
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
             ``kv_utilization``, ``total_blocks``, ``wall_s``; with a rebalancer also
             ``migrations``, ``migrated_gb`` and ``migration_s``, the summed copy time).
-            ``arrays["migrations"]`` counts each request's live migrations.
+            ``arrays["migrations"]`` counts each request's live migrations and
+            ``arrays["migrated_to"]`` is its last destination (-1: never migrated;
+            ``replica`` stays the router's choice).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
@@ -147,6 +149,7 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "generated_tokens": S.gen,
         "preemptions": S.preempt,
         "migrations": S.migrations,
+        "migrated_to": S.migrated_to,
         "cached_prompt_tokens": S.cached_tok,
         "seen_tokens": S.seen_tok,
         "replica": S.replica,

@@ -204,7 +204,8 @@ class Migrator:
         """Reserve ``i``'s blocks on ``dest``, take it off its replica, start the copy."""
         sim, S, bt = self.sim, self.S, self.sim.block_tokens
         name = sim.role_name("rebalancer")
-        src = int(S.decode_replica[i] if self.decode_pool else S.replica[i])
+        src = int(S.migrated_to[i]) if S.migrations[i] else \
+            int(S.decode_replica[i] if self.decode_pool else S.replica[i])
         A, B = self.pool[src], self.pool[dest]
         ctx = int(S.computed[i])
         nb = -(-ctx // bt)
@@ -254,10 +255,7 @@ class Migrator:
         S.anon[i] = nb
         S.status[i] = RUNNING
         S.migrations[i] += 1
-        if self.decode_pool:
-            S.decode_replica[i] = dest
-        else:
-            S.replica[i] = dest
+        S.migrated_to[i] = dest
         B.running.append(i)
         self.sim.check_replica(B)
 
