@@ -73,7 +73,8 @@ class LlumnixFreeness(Rebalancer):
         return (free - head) / np.maximum(running, 1)
 
     def migrate(self, view: RebalanceView) -> np.ndarray:
-        free = view.free_blocks.astype(np.float64)
+        free = view.free_blocks.astype(np.float64)   # for freeness: after the copies land
+        room = view.free_blocks.astype(np.float64)   # for capacity: blocks free now
         running = view.running.astype(np.float64)
         seats = view.seats.copy()
         moved: set[int] = set()
@@ -84,7 +85,7 @@ class LlumnixFreeness(Rebalancer):
             if F[d] - F[s] <= self.threshold_blocks or F[s] >= self.source_below_blocks:
                 break
             cand = [k for k in np.flatnonzero(view.replica == s).tolist()
-                    if int(view.request[k]) not in moved and view.blocks[k] <= free[d]]
+                    if int(view.request[k]) not in moved and view.blocks[k] <= room[d]]
             if not cand or seats[d] < 1:
                 break
             k = min(cand, key=lambda k: (int(view.blocks[k]), int(view.request[k])))
@@ -92,7 +93,8 @@ class LlumnixFreeness(Rebalancer):
             out.append((i, d))
             moved.add(i)
             free[d] -= b
-            free[s] += b  # freed once the copy lands
+            room[d] -= b
+            free[s] += b  # freed once the copy lands, not before
             running[d] += 1
             running[s] -= 1
             seats[d] -= 1

@@ -110,9 +110,10 @@ class Migrator:
             sim._flush_kv(t)
         for r in self.pool:
             r.advance(t)
-        view = self.view(t)
-        if len(view) == 0:
+        cand = self._candidates()
+        if not cand:
             return
+        view = self.view(t, cand)
         moves = self._validate(self.rb.migrate(view), view)
         for i, d in moves:
             self.start(i, d)
@@ -126,10 +127,11 @@ class Migrator:
                     out.append((i, k))
         return out
 
-    def view(self, t: float) -> RebalanceView:
-        """The read-only :class:`~lpserve.policy.RebalanceView` of the pool at ``t``."""
+    def view(self, t: float, cand: list[tuple[int, int]] | None = None) -> RebalanceView:
+        """The read-only :class:`~lpserve.policy.RebalanceView` of the pool at ``t``
+        (``cand``: the (request, replica) candidates, computed when ``None``)."""
         sim, S, bt = self.sim, self.S, self.sim.block_tokens
-        cand = self._candidates()
+        cand = self._candidates() if cand is None else cand
         idx = np.array([i for i, _ in cand], np.int64)
         src = np.array([k for _, k in cand], np.int64)
         ctx = S.computed[idx]

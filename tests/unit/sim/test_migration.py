@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policy import PolicyError, Rebalancer
+from lpserve.policy import PolicyError, Rebalancer, as_router
 from lpserve.policies.rebalancers import (AssignmentRebalancer, LlumnixFreeness,
                                           NoMigration)
 from lpserve.sim.engine import Simulation
@@ -125,7 +125,7 @@ def test_bad_moves_raise_errors_naming_the_value(rows, match):
     tr = lp.Trace.from_arrays(arrival_s=[0.0, 0.0, 0.5], prompt_tokens=[300, 300, 300],
                               output_tokens=[400, 400, 400])
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(**A100, replicas=2))
-    router = lp.policy.as_router(lambda v: np.zeros(len(v), np.int64), name="zero")
+    router = as_router(lambda v: np.zeros(len(v), np.int64), name="zero")
     pol = lp.make_policy("vllm", router=router).with_(rebalancer=_Scripted(rows))
     with pytest.raises(PolicyError, match=match):
         lp.simulate(inst, pol)
