@@ -4,7 +4,7 @@ At one decision time, binary ``x[r, d]`` moves running request ``r`` from its re
 replica ``d``; binary ``y[s, k]`` says the ``k``-th waiting request of replica ``s`` (in
 queue order) fits once the blocks of the requests moved out of ``s`` are freed. The
 objective is the expected latency reduction (request-seconds) minus the migration cost;
-the equations are ``models/rebalancing.md`` (1)–(9), cited below. :func:`solve_rebalance`
+the equations are ``models/rebalancing.md`` (1)–(15), cited below. :func:`solve_rebalance`
 solves it with HiGHS; :func:`brute_force_rebalance` enumerates small instances.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ class RebalanceModel:
         phi_s: float64 (N + 1,) convex decode cost ``Phi(0..N)`` of a replica running
             ``0..N`` requests (3), request-seconds; ``N >= running.sum()``.
         capacity_blocks: int64 (R,) blocks a replica may take in (``C_d``, (8)).
-        seats: int64 (R,) requests a replica may take in (``Q_d``).
+        seats: int64 (R,) requests a replica may take in (``Q_d``, (12)).
         deficit_blocks: per replica, int64 (K_s,) blocks that must be freed to admit its
             first ``k`` blocked waiting requests (``D_sk``, (6)), nondecreasing, > 0.
         wait_s: per replica, float64 (K_s,) wait saved by admitting the ``k``-th blocked
@@ -152,8 +152,8 @@ def build_rebalance(view: Any, *, default_remaining_tokens: float = 128.0,
 
 
 def rebalance_objective(model: RebalanceModel, destination: np.ndarray) -> float:
-    """Objective (9) of ``destination`` (int64 (n,), -1 = stay) with the best ``y``
-    for it, or ``-inf`` when it violates (10)–(12)."""
+    """Objective (9) of ``destination`` (int64 (n,), -1 = stay) with the best ``y`` and
+    ``z_d = Phi(n'_d)`` for it, or ``-inf`` when it violates (10)–(12)."""
     dest = np.asarray(destination, np.int64)
     R = model.n_replicas
     moved = dest >= 0

@@ -102,7 +102,7 @@ class LlumnixFreeness(Rebalancer):
 
 
 class AssignmentRebalancer(Rebalancer):
-    """Solves ``models/rebalancing.md`` (9)–(13) at every decision; migrates the moves of
+    """Solves ``models/rebalancing.md`` (9)–(15) at every decision; migrates the moves of
     the optimum when its value exceeds ``min_gain_s`` request-seconds.
 
     ``info``: the last solve's status, objective and wall time (for inspection).

@@ -14,9 +14,9 @@ first-token and arrival times are carried over.
 
 Stop-and-copy, not Llumnix's pre-copy: the request does not decode during the copy, so
 the whole transfer time is its downtime. This is the conservative (slower) end of live
-migration and it is what ``models/rebalancing.md`` (7) prices; pre-copy would shorten the
+migration and it is what ``models/rebalancing.md`` (5) prices; pre-copy would shorten the
 downtime to the copy of the tokens produced during the first stage but needs a second
-reservation protocol. The semantics are in ``models/simulator.md`` (migration).
+reservation protocol. The semantics are ``models/simulator.md`` (24)–(25).
 """
 from __future__ import annotations
 
