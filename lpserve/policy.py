@@ -356,6 +356,7 @@ class Rebalancer(_Role):
     """
 
     period_s: float = 1.0
+    meta: Meta = Meta(engines=("lpserve",))  # live migration exists in lpserve's simulator
 
     @abc.abstractmethod
     def migrate(self, view: RebalanceView) -> np.ndarray:
