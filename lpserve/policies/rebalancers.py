@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.policy import Policy, Rebalancer, RebalanceView
+from lpserve.policy import Policy
+from lpserve.rebalancer import Rebalancer, RebalanceView
 
 __all__ = ["NoMigration", "LlumnixFreeness", "AssignmentRebalancer", "rebalanced"]
 

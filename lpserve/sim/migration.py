@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lpserve.policy import PolicyError, RebalanceView
+from lpserve.policy import PolicyError
+from lpserve.rebalancer import RebalanceView
 from lpserve.sim.state import RUNNING, TRANSFER
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
-from lpserve.policy import Meta, Rebalancer
+from lpserve.policy import Meta
+from lpserve.rebalancer import Rebalancer
 from tests.strategies import sim_instances
 
 FIELDS = ("first_scheduled_s", "first_token_s", "finish_s", "preemptions",

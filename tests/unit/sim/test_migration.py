@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policy import PolicyError, Rebalancer, as_router
+from lpserve.policy import PolicyError, as_router
+from lpserve.rebalancer import Rebalancer
 from lpserve.policies.rebalancers import (AssignmentRebalancer, LlumnixFreeness,
                                           NoMigration)
 from lpserve.sim.engine import Simulation
