@@ -38,7 +38,8 @@ class Result:
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
             ``kv_utilization``, ``total_blocks``, ``wall_s``; with a rebalancer also
-            ``migrations``, ``migrated_gb`` and ``migration_s``, the summed copy time).
+            ``migrations``, ``migrated_gb`` and ``migration_s``, the summed copy time,
+            counted when a copy starts).
             ``arrays["migrations"]`` counts each request's live migrations and
             ``arrays["migrated_to"]`` is its last destination (-1: never migrated;
             ``replica`` stays the router's choice).

@@ -89,11 +89,14 @@ class Migrator:
             e = self.next_event_s()
             if e == math.inf or e >= horizon:
                 return
-            if not self.heap and not self._busy(e):
-                return
+            if not self.heap:
+                self._advance_to(e)
+                if not self._busy(e):
+                    return
             self.run_until(e)
 
     def _busy(self, t: float) -> bool:
+        """Whether the pool (advanced to ``t``) may still have candidates after ``t``."""
         sim = self.sim
         if self.decode_pool and (sim.kv_heap or any(r.running or r.waiting or r.releases
                                                     for r in sim.front)):
@@ -103,7 +106,9 @@ class Migrator:
                    for r in self.pool)
 
     # ------------------------------------------------------------------ decisions
-    def _tick(self, t: float) -> None:
+    def _advance_to(self, t: float) -> None:
+        """Bring the pool to ``t`` (in a disaggregated cluster after the prefill pool and
+        the KV handovers ready by ``t``, in the order of the main loop)."""
         sim = self.sim
         if self.decode_pool:
             for r in sim.front:
@@ -111,6 +116,9 @@ class Migrator:
             sim._flush_kv(t)
         for r in self.pool:
             r.advance(t)
+
+    def _tick(self, t: float) -> None:
+        self._advance_to(t)
         cand = self._candidates()
         if not cand:
             return
@@ -232,6 +240,8 @@ class Migrator:
         S.nslots[i] = 0
         S.anon[i] = 0
         S.status[i] = TRANSFER
+        S.migrations[i] += 1  # counted when the copy starts (one cut by the horizon counts)
+        S.migrated_to[i] = dest
         self.seq += 1
         heapq.heappush(self.heap, (end, self.seq, i, dest, int(S.gen[i])))
         self.n_migrations += 1
@@ -257,8 +267,6 @@ class Migrator:
                                      f"blocks {nb})")
         S.anon[i] = nb
         S.status[i] = RUNNING
-        S.migrations[i] += 1
-        S.migrated_to[i] = dest
         B.running.append(i)
         self.sim.check_replica(B)
 

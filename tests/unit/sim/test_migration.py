@@ -190,3 +190,60 @@ def test_assignment_rebalancer_reports_its_solve():
     rb = AssignmentRebalancer(period_s=0.5)
     lp.simulate(inst, lp.make_policy("vllm").with_(rebalancer=rb))
     assert rb.info["status"] == "optimal"
+
+
+def test_a_copy_cut_by_the_horizon_is_counted_and_reported():
+    tr = lp.Trace.from_arrays(arrival_s=[0.0, 0.0], prompt_tokens=[300, 300],
+                              output_tokens=[400, 400])
+    inst = lp.Instance(trace=tr, horizon_s=1.0,
+                       cluster=lp.Cluster(**A100, replicas=2, link_gbps=1e-3))
+    router = as_router(lambda v: np.zeros(len(v), np.int64), name="zero")
+    pol = lp.make_policy("vllm", router=router).with_(rebalancer=_Scripted([[0, 1]]))
+    res = lp.simulate(inst, pol, check=True)
+    a = res.arrays
+    assert (a["status"][0], a["reason"][0]) == ("transfer", "horizon")
+    assert a["migrations"][0] == 1 and a["migrated_to"][0] == 1
+    assert res.stats["migrations"] == 1 and res.stats["migration_s"] > 1.0
+
+
+def _view(free, running_src, blocks, waiting, ctx=None, seats=None):
+    R = len(free)
+    n = len(running_src)
+    ctx = np.full(n, 500) if ctx is None else np.asarray(ctx)
+    ro = lambda a, t=np.int64: np.asarray(a, t)  # noqa: E731
+    from lpserve.rebalancer import RebalanceView
+
+    return RebalanceView(
+        now_s=1.0, block_tokens=16, free_blocks=ro(free), total_blocks=ro([100] * R),
+        running=ro(np.bincount(running_src, minlength=R)),
+        waiting=ro([len(w) for w in waiting]),
+        seats=ro(seats if seats is not None else [8] * R),
+        waiting_blocks=tuple(ro(w) for w in waiting), request=ro(np.arange(n) + 10),
+        replica=ro(running_src), prompt_tokens=ro(ctx - 5), generated_tokens=ro([6] * n),
+        context_tokens=ro(ctx), blocks=ro(blocks), migration_s=np.full(n, 0.01),
+        predicted_lo=None, predicted_hi=None, output_tokens=None,
+        decode_iteration_s=lambda c: 0.01 + 1e-6 * float(np.sum(c)))
+
+
+def test_llumnix_moves_the_cheapest_request_from_least_to_most_free():
+    # replica 0: full, a waiting head of 20 blocks; replica 1: 60 blocks free
+    v = _view(free=[2, 60], running_src=[0, 0, 0], blocks=[30, 10, 20], waiting=[[20], []])
+    moves = LlumnixFreeness(threshold_blocks=5, source_below_blocks=0).migrate(v)
+    assert moves.tolist()[0] == [11, 1]          # request 11 holds the fewest blocks
+    quiet = LlumnixFreeness(threshold_blocks=1000).migrate(v)
+    assert quiet.shape == (0, 2)
+
+
+def test_assignment_model_data_follow_the_equations():
+    from lpserve.opt.rebalance import build_rebalance
+
+    # replica 0: requests of 30 and 10 blocks, a queue of 20 + 15 blocks and 5 free
+    v = _view(free=[5, 60], running_src=[0, 0], blocks=[30, 10], waiting=[[20, 15], []])
+    m = build_rebalance(v, default_remaining_tokens=100)
+    assert m.deficit_blocks[0].tolist() == [15, 30] and m.deficit_blocks[1].size == 0  # (6)
+    tau1 = v.decode_iteration_s(np.full(2, 500))
+    # (7): the 10-block request finishes first (ties: index order), both after 100 tokens
+    assert m.wait_s[0] == pytest.approx([100 * tau1, 100 * tau1])
+    assert m.capacity_blocks.tolist() == [0, 60]                                       # (8)
+    assert m.cost_s == pytest.approx([0.01 * 3, 0.01 * 3])                             # (5)
+    assert m.phi_s[2] == pytest.approx(2 * 100 * v.decode_iteration_s(np.full(2, 500)))
