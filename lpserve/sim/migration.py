@@ -70,6 +70,9 @@ class Migrator:
     def run_until(self, t: float) -> None:
         """Process every landing and tick at or before ``t`` (and before the horizon)."""
         horizon = self.sim.horizon_s
+        if not self.heap and math.isfinite(t) and self._idle():
+            # nothing runs before t: the ticks before it would find no candidates
+            self.n_ticks = max(self.n_ticks, math.ceil(t / self.period_s))
         while True:
             land = self.heap[0][0] if self.heap else math.inf
             tick = self.next_tick_s
@@ -95,15 +98,19 @@ class Migrator:
                     return
             self.run_until(e)
 
+    def _replicas(self) -> list["Replica"]:
+        return self.sim.front + self.sim.back if self.decode_pool else self.pool
+
+    def _idle(self) -> bool:
+        """No request in the pool (nor, disaggregated, in the prefill pool or in flight)."""
+        return not self.sim.kv_heap and not any(r.running or r.waiting or r.releases
+                                                for r in self._replicas())
+
     def _busy(self, t: float) -> bool:
-        """Whether the pool (advanced to ``t``) may still have candidates after ``t``."""
-        sim = self.sim
-        if self.decode_pool and (sim.kv_heap or any(r.running or r.waiting or r.releases
-                                                    for r in sim.front)):
-            return True
-        # a replica that idles before t with requests waiting holds them back for good
-        return any(r.running or r.releases or (r.waiting and r.now >= t)
-                   for r in self.pool)
+        """Whether the replicas (advanced to ``t``) may still have candidates after ``t``;
+        a replica that idles before ``t`` with requests waiting holds them back for good."""
+        return bool(self.sim.kv_heap) or any(
+            r.running or r.releases or (r.waiting and r.now >= t) for r in self._replicas())
 
     # ------------------------------------------------------------------ decisions
     def _advance_to(self, t: float) -> None:
