@@ -107,23 +107,35 @@ class AssignmentRebalancer(Rebalancer):
     the optimum when its value exceeds ``min_gain_s`` request-seconds.
 
     ``info``: the last solve's status, objective and wall time (for inspection).
+    ``time_limit_s`` (default ``None``: solve to optimality) makes decisions depend on the
+    machine's speed when it binds, so runs are reproducible only without it.
     """
 
     name = "assignment-lp"
 
     def __init__(self, period_s: float = 0.5, cost_weight: float = 1.0,
                  min_gain_s: float = 0.0, default_remaining_tokens: float = 128.0,
-                 max_candidates: int = 64, time_limit_s: float = 5.0) -> None:
+                 max_candidates: int = 64, time_limit_s: float | None = None) -> None:
         self.period_s = _period(period_s)
         if not isinstance(max_candidates, int) or max_candidates < 1:
             raise ValueError(f"max_candidates must be a positive integer, got "
                              f"{max_candidates!r}")
+        if not cost_weight >= 0:
+            raise ValueError(f"cost_weight must be >= 0, got {cost_weight!r}")
+        if not default_remaining_tokens >= 1:
+            raise ValueError(f"default_remaining_tokens must be >= 1, got "
+                             f"{default_remaining_tokens!r}")
         self.cost_weight = float(cost_weight)
         self.min_gain_s = float(min_gain_s)
         self.default_remaining_tokens = float(default_remaining_tokens)
         self.max_candidates = max_candidates
-        self.time_limit_s = float(time_limit_s)
+        if time_limit_s is not None and not time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be None or > 0, got {time_limit_s!r}")
+        self.time_limit_s = time_limit_s
         self.info: dict[str, Any] = {}
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        self.info = {}
 
     def migrate(self, view: RebalanceView) -> np.ndarray:
         from lpserve.opt.rebalance import build_rebalance, solve_rebalance

@@ -247,3 +247,28 @@ def test_assignment_model_data_follow_the_equations():
     assert m.capacity_blocks.tolist() == [0, 60]                                       # (8)
     assert m.cost_s == pytest.approx([0.01 * 3, 0.01 * 3])                             # (5)
     assert m.phi_s[2] == pytest.approx(2 * 100 * v.decode_iteration_s(np.full(2, 500)))
+
+
+class _Inspector(Rebalancer):
+    """Records whether every array of every view is read-only; never moves."""
+
+    name = "inspector"
+    period_s = 0.1
+
+    def __init__(self):
+        self.views = 0
+        self.writeable = []
+
+    def migrate(self, view):
+        self.views += 1
+        arrays = [(k, v) for k, v in vars(view).items() if isinstance(v, np.ndarray)]
+        arrays += [("waiting_blocks", w) for w in view.waiting_blocks]
+        self.writeable += [k for k, v in arrays if v.flags.writeable]
+        assert view.output_tokens is None  # a non-clairvoyant policy never sees lengths
+        return None
+
+
+def test_views_are_read_only_and_carry_no_output_lengths():
+    rb = _Inspector()
+    lp.simulate(_bursty(40), lp.make_policy("vllm").with_(rebalancer=rb))
+    assert rb.views > 0 and rb.writeable == []
