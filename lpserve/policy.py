@@ -512,8 +512,9 @@ class Policy:
     """One router, scheduler and evictor plus the engine they drive.
 
     ``decode_router`` routes the decode phase of disaggregated clusters (defaults to a
-    fresh round robin). ``rebalancer`` (``None``: no migration) moves decoding requests
-    between replicas of the decoding pool. ``meta`` is derived from the roles when not given: clairvoyant or
+    fresh round robin). ``rebalancer`` (``None``: no migration), a
+    :class:`lpserve.rebalancer.Rebalancer`, moves decoding requests between replicas of
+    the decoding pool. ``meta`` is derived from the roles when not given: clairvoyant or
     stochastic if any role is.
     """
 
