@@ -5,6 +5,9 @@
   ``+inf`` holds a candidate back.
 * :class:`Evictor` — ``evict(view, need_blocks) -> int64 (need_blocks,)`` distinct positions
   (into the view's candidate arrays) of the cached blocks to give up.
+* :class:`~lpserve.rebalancer.Rebalancer` (optional, in :mod:`lpserve.rebalancer`) —
+  ``migrate(view) -> int64 (n_moves, 2)`` rows of ``(request, destination replica)``: live
+  migrations of decoding requests, asked every ``period_s`` of simulated time.
 
 Every role has ``reset(cluster, rng)``, called once per simulation before the first
 decision. Views are read-only numpy arrays aligned with the candidates. A view handed to a
@@ -565,7 +568,9 @@ class Policy:
     """One router, scheduler and evictor plus the engine they drive.
 
     ``decode_router`` routes the decode phase of disaggregated clusters (defaults to a
-    fresh round robin). ``meta`` is derived from the roles when not given: clairvoyant or
+    fresh round robin). ``rebalancer`` (``None``: no migration), a
+    :class:`lpserve.rebalancer.Rebalancer`, moves decoding requests between replicas of
+    the decoding pool. ``meta`` is derived from the roles when not given: clairvoyant or
     stochastic if any role is.
     """
 
@@ -576,6 +581,7 @@ class Policy:
     decode_router: Router = field(default_factory=RoundRobin)
     name: str = "custom"
     meta: Meta | None = None
+    rebalancer: Any = None  # a lpserve.rebalancer.Rebalancer
 
     def __post_init__(self) -> None:
         for role, cls in (("router", Router), ("scheduler", Scheduler),
@@ -590,8 +596,16 @@ class Policy:
                 object.__setattr__(self, role, lifter(v))
         if not isinstance(self.engine, EngineConfig):
             raise ValueError(f"Policy.engine must be an EngineConfig, got {self.engine!r}")
-        if self.meta is None:  # from the roles and the engine's speculation decider
+        from lpserve.rebalancer import Rebalancer
+
+        rb = self.rebalancer
+        if rb is not None and not (isinstance(rb, Rebalancer) and float(rb.period_s) > 0):
+            raise ValueError(f"Policy.rebalancer must be None or a Rebalancer with period_s "
+                             f"> 0, got {rb!r} (period_s={getattr(rb, 'period_s', None)!r})")
+        if self.meta is None:  # from the roles, the rebalancer and the speculation decider
             metas = [r.meta for r in self.roles()]
+            if rb is not None:
+                metas.append(rb.meta)
             if self.engine.speculation is not None:
                 metas.append(self.engine.speculation.meta)
             engines = set(ENGINES)
@@ -621,3 +635,5 @@ class Policy:
         """Reset every role, each with its own child generator of ``rng``."""
         for role, child in zip(self.roles(), rng.spawn(4)):
             role.reset(cluster, child)
+        if self.rebalancer is not None:  # spawned after the four, which stay unchanged
+            self.rebalancer.reset(cluster, rng.spawn(1)[0])

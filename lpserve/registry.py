@@ -10,6 +10,7 @@ from lpserve.policies import kvcompress as KC
 from lpserve.policies import lyapunov as LY
 from lpserve.policies import mlfq as MQ
 from lpserve.policies import programs as PG
+from lpserve.policies import rebalancers as RB
 from lpserve.policies import schedulers as SC
 from lpserve.policies import speculation as SP
 from lpserve.policy import Policy
@@ -65,6 +66,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "spec-fixed": SP.speculative("fixed", "spec-fixed"),
     "spec-ucb": SP.speculative("ucb", "spec-ucb"),
     "spec-oracle": SP.speculative("oracle", "spec-oracle"),
+    # live migration between replicas (lpserve/policies/rebalancers.py)
+    "rebalance-llumnix": RB.rebalanced("llumnix"),
+    "rebalance-lp": RB.rebalanced("lp"),
 }
 
 

@@ -153,12 +153,13 @@ def highs_status(h: Any, *, has_integers: bool) -> tuple[Status, float, float, s
 
 def highs_model(*, col_cost: np.ndarray, col_lower: np.ndarray, col_upper: np.ndarray,
                 row_lower: np.ndarray, row_upper: np.ndarray, a_start: np.ndarray,
-                a_index: np.ndarray, a_value: np.ndarray, integer: bool = False,
+                a_index: np.ndarray, a_value: np.ndarray, integer: Any = False,
                 time_limit_s: float | None = None, seed: int = 0,
                 options: dict[str, Any] | None = None) -> Any:
     """A silent ``highspy.Highs`` holding the column-wise (CSC) model
     ``min c'x  s.t.  row_lower <= A x <= row_upper,  col_lower <= x <= col_upper``
-    (all integer when ``integer``). Arrays: ``col_*`` shape (n_col,), ``row_*`` (n_row,),
+    (all integer when ``integer`` is True; a bool array (n_col,) marks the integer
+    columns). Arrays: ``col_*`` shape (n_col,), ``row_*`` (n_row,),
     ``a_start`` (n_col + 1,), ``a_index``/``a_value`` (nnz,)."""
     import highspy
 
@@ -174,7 +175,13 @@ def highs_model(*, col_cost: np.ndarray, col_lower: np.ndarray, col_upper: np.nd
     lp.a_matrix_.start_ = np.ascontiguousarray(a_start, dtype=np.int32)
     lp.a_matrix_.index_ = np.ascontiguousarray(a_index, dtype=np.int32)
     lp.a_matrix_.value_ = np.ascontiguousarray(a_value, dtype=np.float64)
-    if integer:
+    if isinstance(integer, np.ndarray):
+        if integer.shape != (lp.num_col_,):
+            raise ValueError(f"integer must be a bool or a ({lp.num_col_},) bool array, got "
+                             f"shape {integer.shape}")
+        V = highspy.HighsVarType
+        lp.integrality_ = [V.kInteger if b else V.kContinuous for b in integer.tolist()]
+    elif integer:
         lp.integrality_ = [highspy.HighsVarType.kInteger] * lp.num_col_
     h = new_highs()
     h.setOptionValue("random_seed", int(seed))

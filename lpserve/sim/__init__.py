@@ -44,7 +44,12 @@ class Result:
             ``swap_wait_s`` and ``busy_s`` (seconds of iterations spent on swaps, and in
             iterations; ``busy_s`` is NaN for the compiled loop, which never swaps); with
             speculative decoding also ``speculation`` (steps, speculative steps, drafted,
-            accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`).
+            accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`);
+            with a rebalancer also ``migrations``, ``migrated_gb`` and ``migration_s``, the
+            summed copy time, counted when a copy starts).
+            ``arrays["migrations"]`` counts each request's live migrations and
+            ``arrays["migrated_to"]`` is its last destination (-1: never migrated;
+            ``replica`` stays the router's choice).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
     """
 
@@ -80,6 +85,9 @@ class Result:
         s["reasons"] = {str(k): int(v) for k, v in zip(*np.unique(reasons, return_counts=True))} \
             if reasons.size else {}
         s["preemptions"] = int(a["preemptions"].sum())
+        if "migrations" in self.stats:  # a policy with a rebalancer
+            s["migrations"] = int(self.stats["migrations"])
+            s["migrated_gb"] = float(self.stats["migrated_gb"])
         return s
 
     def digest(self) -> str:
@@ -148,6 +156,8 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
         "output_tokens": S.out.copy(),
         "generated_tokens": S.gen,
         "preemptions": S.preempt,
+        "migrations": S.migrations,
+        "migrated_to": S.migrated_to,
         "cached_prompt_tokens": S.cached_tok,
         "seen_tokens": S.seen_tok,
         "replica": S.replica,
@@ -179,5 +189,7 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
     }
     if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
         stats["speculation"] = sim.spec.summary()
+    if sim.migrator is not None:  # migrations, migrated_gb, migration_s (transfer time)
+        stats.update(sim.migrator.stats())
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
                   seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s))

@@ -66,7 +66,12 @@ class Simulation:
         from lpserve.sim.dependencies import DependencyLoop, has_dependencies
 
         self.deps = DependencyLoop(self) if has_dependencies(tr) else None
-        self.compiled = compiled.eligible(self) and policy.engine.budget_controller is None and not policy.engine.priority_preemption
+        if policy.rebalancer is not None and self.deps is not None:
+            raise ValueError(f"policy {policy.name!r}: a rebalancer cannot run on a trace with "
+                             "parent dependencies")
+        self.compiled = (compiled.eligible(self) and policy.engine.budget_controller is None
+                         and not policy.engine.priority_preemption
+                         and policy.rebalancer is None)
         if self.compiled:
             self.front = [compiled.CompiledReplica(self, k) for k in range(cl.replicas)]
             self.back = []
@@ -78,6 +83,11 @@ class Simulation:
             self.back = []
         self.kv_heap: list[tuple[float, int]] = []
         self._last_now = {}
+        self.migrator = None
+        if policy.rebalancer is not None:
+            from lpserve.sim.migration import Migrator
+
+            self.migrator = Migrator(self)
 
     # ------------------------------------------------------------------ callbacks
     def role_name(self, role: str) -> str:
@@ -111,7 +121,8 @@ class Simulation:
         if r.now < last:
             raise InvariantError(f"replica {r.index}: time went back {last} -> {r.now}")
         self._last_now[id(r)] = r.now
-        anon = int(S.anon[r.running].sum()) + sum(a for *_, a in r.releases)
+        anon = int(S.anon[r.running].sum()) + sum(a for *_, a in r.releases) + \
+            sum(r.inbound.values())
         if anon != r.bm.anon_used:
             raise InvariantError(f"replica {r.index}: anonymous blocks of requests {anon} != "
                                  f"pool {r.bm.anon_used}")
@@ -270,6 +281,8 @@ class Simulation:
             j = i + 1
             while j < n and arr[j] == t:
                 j += 1
+            if self.migrator is not None:  # landings and rebalancing ticks up to t
+                self.migrator.run_until(t)
             if self.back:
                 for r in self.front:
                     r.advance(t)
@@ -281,6 +294,8 @@ class Simulation:
                                              else "colocated")):
                 self.front[r].enqueue(k, t)
             i = j
+        if self.migrator is not None:
+            self.migrator.drain()
         for r in self.front:
             r.advance(math.inf)
         if self.back:

@@ -51,6 +51,7 @@ class Replica:
         self.waiting: list[int] = []
         self.running: list[int] = []
         self.releases: list[tuple[float, int, list[int], int]] = []
+        self.inbound: dict[int, int] = {}  # migrating request -> blocks reserved here
         self.now = 0.0
         self.link_free_s = 0.0
         self.n_iters = 0

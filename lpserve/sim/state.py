@@ -50,6 +50,10 @@ class State:
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.preempt = np.zeros(n, np.int64)
+        # live migrations (lpserve.sim.migration): count and last destination (-1: none);
+        # ``replica``/``decode_replica`` keep the router's choice
+        self.migrations = np.zeros(n, np.int64)
+        self.migrated_to = np.full(n, -1, np.int64)
         self.cached_tok = np.zeros(n, np.int64)
         self.seen_tok = np.zeros(n, np.int64)
         self.replica = np.full(n, -1, np.int64)

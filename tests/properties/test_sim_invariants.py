@@ -5,8 +5,11 @@ import math
 
 import numpy as np
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lpserve as lp
+from lpserve.policy import Meta
+from lpserve.rebalancer import Rebalancer
 from tests.strategies import sim_instances
 
 FIELDS = ("first_scheduled_s", "first_token_s", "finish_s", "preemptions",
@@ -48,3 +51,56 @@ def test_fast_equals_reference_and_invariants_hold(case):
     assert s["n_finished"] + s["n_rejected"] + s["n_unfinished"] == s["n_requests"]
     util = fast.stats["kv_utilization"]
     assert math.isnan(util) or 0.0 <= util <= 1.0 + 1e-9
+
+
+class _RandomMover(Rebalancer):
+    """Moves each decoding request with probability 1/3 to a random replica with room
+    (stresses live migration: copies in flight, reservations, moves of moved requests)."""
+
+    name = "random-mover"
+    meta = Meta(stochastic=True)
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.rng = None
+
+    def reset(self, cluster, rng) -> None:
+        self.rng = rng
+
+    def migrate(self, view):
+        free, seats, out = view.free_blocks.copy(), view.seats.copy(), []
+        for k in range(len(view)):
+            d = int(self.rng.integers(0, view.n_replicas))
+            if (self.rng.random() < 1 / 3 and d != view.replica[k]
+                    and view.blocks[k] <= free[d] and seats[d] >= 1):
+                out.append((int(view.request[k]), d))
+                free[d] -= view.blocks[k]
+                seats[d] -= 1
+        return np.array(out, np.int64).reshape(-1, 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sim_instances(), st.sampled_from([0.05, 0.3, 2.0]),
+       st.sampled_from(["random", "llumnix", "lp"]))
+def test_fast_equals_reference_with_live_migration(case, period_s, kind):
+    from lpserve.policies.rebalancers import AssignmentRebalancer, LlumnixFreeness
+
+    inst, policy = case
+    rb = {"random": lambda: _RandomMover(period_s),
+          "llumnix": lambda: LlumnixFreeness(period_s, threshold_blocks=0.0,
+                                             source_below_blocks=1e9),
+          "lp": lambda: AssignmentRebalancer(period_s)}[kind]()
+    policy = policy.with_(rebalancer=rb)
+    fast = lp.simulate(inst, policy, seed=3, check=True)
+    ref = lp.simulate(inst, policy, seed=3, reference=True, check=True)
+    assert fast.digest() == ref.digest()
+    assert np.array_equal(fast.arrays["migrations"], ref.arrays["migrations"])
+    a = fast.arrays
+    st_ = a["status"]
+    assert np.all((st_ == "finished") | (a["reason"] != ""))
+    if inst.horizon_s is None:
+        assert np.all((st_ == "finished") | (st_ == "rejected")), set(a["reason"])
+    fin = st_ == "finished"
+    assert np.all(a["generated_tokens"][fin] == a["output_tokens"][fin])
+    assert np.all(a["finish_s"][fin] >= a["first_token_s"][fin])
+    assert fast.stats["migrations"] == int(a["migrations"].sum())
