@@ -17,19 +17,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lpserve.cost._kernels import iteration_time
-from lpserve.policy import EvictorView, PolicyError, SchedulerView
+from lpserve.policy import PolicyError, SchedulerView
 from lpserve.sim import _kernels as K
-from lpserve.sim import swapping
+from lpserve.sim import eviction, priority, swapping
 from lpserve.sim.blocks import BlockManager
+from lpserve.sim.eviction import PREFIX_ESTIMATE_MAX
 from lpserve.sim.state import FINISHED, REJECTED, RUNNING, TRANSFER, WAITING
 
 if TYPE_CHECKING:  # pragma: no cover
     from lpserve.sim.engine import Simulation
 
 _BIG = 1 << 62
-PREFIX_ESTIMATE_MAX = 256  # waiting candidates whose cached prefix is estimated per step
-SESSION_MIN_HIT_TOKENS = 1024  # a request hitting this many cached tokens is a returning
-# session (two 512-token blocks, the rule of the replay's session evictor)
 
 
 class Replica:
@@ -174,39 +172,7 @@ class Replica:
     # =============================================================== memory
     def _evict(self, need: int) -> None:
         """Reclaim ``need`` evictable blocks chosen by the policy's evictor."""
-        bm = self.bm
-        slots = bm.evictable_slots()
-        pslot = bm.parent_slot[slots]
-        parent = np.searchsorted(slots, pslot)  # slots ascending: position of the parent
-        ok = (pslot >= 0) & (parent < slots.size)
-        ok[ok] = slots[parent[ok]] == pslot[ok]
-        parent = np.where(ok, parent, -1).astype(np.int64)
-        view = EvictorView(now_s=self.now, replica=self.index, block=_ro(slots),
-                           last_access_s=_ro(bm.last_access_s[slots]),
-                           hits=_ro(bm.hits[slots]), depth=_ro(bm.depth[slots]),
-                           created_s=_ro(bm.created_s[slots]),
-                           children=_ro(bm.n_children[slots]), parent=_ro(parent),
-                           turn_gap_s=_ro(bm.turn_gap_s[slots]),
-                           queued=_ro(np.isin(slots, self._queued_slots()))
-                           if getattr(self.sim.policy.evictor, "reads_queue", False) else None)
-        pos = np.asarray(self.sim.policy.evictor.evict(view, int(need)))
-        name = self.sim.role_name("evictor")
-        if pos.shape != (need,) or pos.dtype.kind not in "iu":
-            raise PolicyError(f"{name}: evict() returned shape {pos.shape} dtype {pos.dtype}, "
-                              f"expected ({need},) integer positions")
-        if pos.size and (pos.min() < 0 or pos.max() >= slots.size
-                         or np.unique(pos).size != pos.size):
-            raise PolicyError(f"{name}: evict() returned out-of-range or repeated positions "
-                              f"(candidates: {slots.size})")
-        bm.evict(slots[pos].tolist())
-
-    def _queued_slots(self) -> np.ndarray:
-        """Cached slots the first ``PREFIX_ESTIMATE_MAX`` waiting requests would hit."""
-        S, out = self.S, []
-        for i in self.waiting[:PREFIX_ESTIMATE_MAX]:
-            if not S.swapped[i] and not S.kv_remote[i]:
-                out.extend(self.bm.match(S.block_keys(i, self.bt)))
-        return np.asarray(out, np.int64)
+        eviction.evict(self, need)
 
     def _make_room(self, need: int) -> bool:
         """Ensure ``need`` plain free blocks, evicting cached ones; False if impossible."""
@@ -305,53 +271,6 @@ class Replica:
             full -= len(self.bm.match(S.block_keys(i, bt)))
         return max(full, 0)
 
-    def _priority_preempt(self) -> None:
-        """``EngineConfig.priority_preemption``: for each waiting request in rank order that
-        cannot be admitted (batch full or KV short), preempt the worst-ranked running
-        requests while their rank is strictly worse than the waiting one's."""
-        eng, bm = self.eng, self.bm
-        ranks = self._rank_all()
-        order = sorted((ranks[i], pos, i) for pos, i in enumerate(self.waiting)
-                       if ranks[i] != math.inf)
-        seats = eng.max_num_seqs - len(self.running)
-        mem = bm.available - self.wm_blocks
-        floor = math.inf  # best rank among requests preempted here
-        for r, _, w in order:
-            if r >= floor:
-                break
-            need = self._admit_need(w)
-            if need > bm.total - self.wm_blocks:
-                continue
-            while seats < 1 or mem < need:
-                v = self._victim()
-                if v < 0 or ranks.get(v, math.inf) <= r:
-                    return
-                before = bm.available
-                self._preempt(v)
-                floor = min(floor, ranks.get(v, math.inf))
-                seats += 1
-                mem += bm.available - before
-            seats -= 1
-            mem -= need
-
-    def _preempt_free_cap(self) -> int:
-        """Most blocks a decode run may take before ``_priority_preempt`` could act: the
-        waiting requests that outrank a running one take free KV in rank order, and a
-        preemption fires once it no longer covers their needs, which the reference mode
-        checks every iteration. Conservative (all their needs together), so a run only
-        ever stops early, never late; the needs do not change within a run (the run takes
-        only plain free blocks, so no cached prefix is evicted). Negative when the
-        planner's blocks for the run's first iteration already crossed it: then only that
-        iteration may run."""
-        ranks = self._rank_all()
-        worst = max((ranks.get(i, math.inf) for i in self.running), default=-math.inf)
-        total = self.bm.total - self.wm_blocks
-        needs = [n for n in (self._admit_need(w) for w in self.waiting
-                             if ranks[w] != math.inf and ranks[w] < worst) if n <= total]
-        if not needs:
-            return _BIG
-        return self.bm.available - self.wm_blocks - sum(needs)
-
     def _decode_need(self, decodes: list[int]) -> int:
         if not decodes:
             return 0
@@ -419,7 +338,7 @@ class Replica:
                 if bm.available - n_hit_free - (target - len(hits)) < self.wm_blocks:
                     break
                 gap = 0.0
-                if len(hits) * bt >= SESSION_MIN_HIT_TOKENS:
+                if len(hits) * bt >= eviction.SESSION_MIN_HIT_TOKENS:
                     gap = self.now - float(bm.last_access_s[hits[-1]])
                     self._turn_gap[i] = gap
                 bm.acquire(hits, self.now, gap)
@@ -455,7 +374,7 @@ class Replica:
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
         if admit_ok and eng.priority_preemption and self.running:
             n_run = len(self.running)
-            self._priority_preempt()
+            priority.preempt_outranked(self)
             # the candidates changed after this step's ranking: as in the reference
             # mode, the scheduler sees the new set after one iteration, not a whole run
             self._resumed = len(self.running) < n_run
@@ -579,7 +498,7 @@ class Replica:
                 min(max_iters, int((S.out[idx] - gen).min())))
         free = self.bm.plain_free
         if self.eng.priority_preemption and self.waiting:
-            cap = self._preempt_free_cap()
+            cap = priority.free_cap(self)
             free = min(free, max(cap, 0))
             if cap < 0:
                 max_iters = 1

@@ -1,0 +1,203 @@
+"""Read-only views the policy roles decide on (layer 3 of the policy contract).
+
+Each view holds numpy arrays aligned with the candidates of one decision, all read-only;
+fields a policy may not see (true output lengths for a non-clairvoyant policy) are
+``None``. The roles themselves are in :mod:`lpserve.policy`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def _ro(a: Any, dtype: Any) -> np.ndarray:
+    arr = np.array(a, dtype=dtype, copy=True)
+    arr.setflags(write=False)
+    return arr
+
+
+def _ro_view(a: Any, dtype: Any) -> np.ndarray:
+    """A read-only view of ``a`` (no copy when it already has ``dtype``)."""
+    arr = np.asarray(a)
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    else:
+        arr = arr.view()
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class SchedulerView:
+    """Candidates of one replica at one scheduling point (all arrays shape ``(n,)``).
+
+    Attributes:
+        now_s: simulated time of the decision (s).
+        replica: replica index.
+        request: request index in the trace (int64).
+        arrival_s: arrival time (s).
+        prompt_tokens: prompt length (tokens).
+        generated_tokens: output tokens produced so far.
+        computed_tokens: tokens whose KV is currently computed on this replica.
+        cached_tokens: prompt tokens found in this replica's prefix cache (admission
+            estimate; computed for the first 256 waiting candidates, 0 for the others).
+        running: True for requests in the running batch, False for waiting ones.
+        swapped: True for requests whose KV sits in host memory.
+        preemptions: times the request was preempted so far.
+        first_scheduled_s: when the request first ran (NaN if never).
+        tenant, session_id: trace ids or -1; predicted_lo, predicted_hi: predicted output
+            interval (tokens) or ``None`` if the trace has none.
+        output_tokens: true output lengths, only for clairvoyant policies (else ``None``).
+        free_blocks, total_blocks, block_tokens: the replica's KV state (blocks; tokens per block).
+        program_id, parent: agentic program id and parent call (trace index, -1 for a root)
+            of each candidate, or ``None`` if the trace has none.
+    """
+
+    now_s: float
+    replica: int
+    request: np.ndarray
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    generated_tokens: np.ndarray
+    computed_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    running: np.ndarray
+    swapped: np.ndarray
+    preemptions: np.ndarray
+    first_scheduled_s: np.ndarray
+    tenant: np.ndarray
+    session_id: np.ndarray
+    predicted_lo: np.ndarray | None
+    predicted_hi: np.ndarray | None
+    output_tokens: np.ndarray | None
+    free_blocks: int
+    total_blocks: int
+    block_tokens: int
+    program_id: np.ndarray | None = None
+    parent: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.request.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class EvictorView:
+    """Evictable cached KV blocks of one replica (all arrays shape ``(n,)``).
+
+    Attributes:
+        now_s: simulated time (s); replica: replica index.
+        block: physical block slot ids (int64).
+        last_access_s: last time the block was used by a request (s).
+        hits: times the block was found in the cache.
+        depth: position of the block in its prefix chain (0 = first block of a prompt).
+        created_s: when the block was filled (s).
+        children: cached blocks that extend this one's prefix by one block, in use or not
+            (int64; 0 = a radix-tree leaf).
+        parent: position in this view of the block's cached parent, -1 if the parent is
+            not evictable or not cached (int64).
+        turn_gap_s: for blocks last touched by a returning session (a request that hit at
+            least ``SESSION_MIN_HIT_TOKENS`` cached tokens), the time between that turn and
+            the previous touch of its deepest hit block (s); 0 otherwise.
+        queued: True where a waiting request on this replica (the first
+            ``PREFIX_ESTIMATE_MAX`` of the queue) would hit the block; filled only for
+            evictors whose ``reads_queue`` attribute is True (matching the queue against
+            the cache costs a lookup per queued block), else None.
+
+    The simulator fills the other fields; views built by hand may leave the last four None.
+    """
+
+    now_s: float
+    replica: int
+    block: np.ndarray
+    last_access_s: np.ndarray
+    hits: np.ndarray
+    depth: np.ndarray
+    created_s: np.ndarray
+    children: np.ndarray | None = None
+    parent: np.ndarray | None = None
+    turn_gap_s: np.ndarray | None = None
+    queued: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.block.shape[0])
+
+
+class RouterView:
+    """Requests arriving now and the replicas they can go to.
+
+    Request arrays have shape ``(n_arriving,)``: ``request``, ``arrival_s``,
+    ``prompt_tokens``, ``tenant``, ``session_id``, ``predicted_lo``/``predicted_hi`` (or
+    ``None``), ``output_tokens`` (clairvoyant policies only, else ``None``), and
+    ``block_keys`` (a tuple of int64 arrays: chained content hashes of each prompt's
+    prefix blocks; empty without block ids). ``block_tokens`` is the replicas' KV block
+    size (tokens). ``phase`` is ``"prefill"`` (or
+    ``"colocated"``) at arrival and ``"decode"`` when a disaggregated request's KV is ready.
+
+    Replica arrays have shape ``(n_replicas,)`` and are computed on first access (the
+    simulator brings every replica up to ``now_s`` for them): ``outstanding`` (requests
+    routed and not finished), ``waiting``, ``running``, ``used_blocks``, ``total_blocks``.
+    """
+
+    _REPLICA_FIELDS = ("outstanding", "waiting", "running", "used_blocks", "total_blocks")
+
+    def __init__(self, *, now_s: float, n_replicas: int, phase: str, request: np.ndarray,
+                 arrival_s: np.ndarray, prompt_tokens: np.ndarray, tenant: np.ndarray,
+                 session_id: np.ndarray, predicted_lo: np.ndarray | None,
+                 predicted_hi: np.ndarray | None, output_tokens: np.ndarray | None,
+                 block_keys: tuple[np.ndarray, ...] | Callable[[], tuple[np.ndarray, ...]],
+                 replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray],
+                 block_tokens: int = 16):
+        self.now_s = float(now_s)
+        self.block_tokens = int(block_tokens)
+        self.n_replicas = int(n_replicas)
+        self.phase = phase
+        # request arrays are wrapped read-only on first access (most routers read few)
+        self._src = {"request": request, "arrival_s": arrival_s,
+                     "prompt_tokens": prompt_tokens, "tenant": tenant,
+                     "session_id": session_id, "predicted_lo": predicted_lo,
+                     "predicted_hi": predicted_hi, "output_tokens": output_tokens}
+        self._n = int(len(request))
+        self._keys = block_keys
+        self._state_fn = replica_state
+        self._state: dict[str, np.ndarray] | None = None
+
+    @property
+    def block_keys(self) -> tuple[np.ndarray, ...]:
+        """Per arriving request, the chained hashes of its prefix blocks (int64 arrays)."""
+        if callable(self._keys):
+            self._keys = tuple(_ro(k, np.int64) for k in self._keys())
+        return self._keys
+
+    _DTYPES = {"request": np.int64, "arrival_s": np.float64, "prompt_tokens": np.int64,
+               "tenant": np.int64, "session_id": np.int64, "predicted_lo": np.int64,
+               "predicted_hi": np.int64, "output_tokens": np.int64}
+
+    def __getattr__(self, name: str) -> Any:
+        src = self.__dict__.get("_src")
+        if src is None or name not in src:
+            raise AttributeError(f"RouterView has no field {name!r}")
+        v = src[name]
+        v = None if v is None else _ro_view(v, self._DTYPES[name])
+        self.__dict__[name] = v
+        return v
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _replica(self, name: str) -> np.ndarray:
+        if self._state is None:
+            raw = self._state_fn() if callable(self._state_fn) else self._state_fn
+            self._state = {k: _ro(raw[k], np.int64) for k in self._REPLICA_FIELDS}
+            self._state_fn = None  # never keep the simulator alive through a stored view
+        return self._state[name]
+
+    outstanding = property(lambda self: self._replica("outstanding"))
+    waiting = property(lambda self: self._replica("waiting"))
+    running = property(lambda self: self._replica("running"))
+    used_blocks = property(lambda self: self._replica("used_blocks"))
+    total_blocks = property(lambda self: self._replica("total_blocks"))
+
+
+# ===================================================================================== roles
