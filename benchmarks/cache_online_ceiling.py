@@ -1,0 +1,120 @@
+"""How far online signals can take a KV evictor on the Mooncake slice: hindsight-tuned
+time-to-live per reuse class.
+
+A TTL policy keeps a block for ``T_c`` seconds after each touch, ``c`` its class at that
+touch; a touch within ``T_c`` of the previous one is a hit. With the time-average
+occupancy held to the capacity (the characteristic-time approximation of an LRU-like
+cache of that size, Che et al. 2002), the best ``T_c`` per class are picked **with
+hindsight** on the same trace (a Lagrangian sweep over a grid of TTLs: maximise
+hits - lambda x occupancy per class, then the smallest lambda whose occupancy fits). Prefix
+closure is ignored (a deep block can hit without its parents), which only helps. Classes
+use signals an online evictor has: touches so far, whether the block is a prompt's
+partial last block, its depth, and the share of the request's blocks already seen.
+
+The printed figures bound what *that family* of evictors (recency plus class credit, as
+the session, prefix, knapsack and GDSF rules are) can reach on this trace; it is not a
+bound on every online algorithm. Compare with LRU, Belady and the online evictors of
+``lpserve cache`` at the same capacity.
+
+Run: ``python benchmarks/cache_online_ceiling.py [--capacity-blocks 5859]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+
+import lpserve as lp
+from lpserve.cachesim import cache_replay
+from lpserve.opt import cache_flow as cf
+
+SHARED = Path(os.environ.get("LPSERVE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SLICE = SHARED / "traces" / "mooncake_fast25_conversation_first30min.jsonl.gz"
+GRID_S = np.array([0, 5, 10, 20, 30, 45, 60, 75, 90, 105, 120, 150, 180, 210, 240, 300,
+                   400, 500, 600, 900, 1200, 1800, 3600], float)
+
+
+def access_features(trace: lp.Trace) -> dict[str, np.ndarray]:
+    """Per block access (shape (A,)): time to the next touch of the same block (inf if
+    none), touches before it, partial-last-block flag, depth, request's seen share."""
+    acc = cf.block_accesses(trace)
+    req = np.asarray(acc.request)
+    key = np.asarray(acc.key)
+    off = np.asarray(acc.offsets)
+    t = np.asarray(trace.arrival_s)[req]
+    n = key.size
+    order = np.lexsort((np.arange(n), key))  # by key, then access order
+    same = key[order][1:] == key[order][:-1]
+    gap = np.full(n, np.inf)
+    gap[order[:-1][same]] = t[order[1:][same]] - t[order[:-1][same]]
+    touches = np.zeros(n, np.int64)
+    run_start = np.r_[0, np.flatnonzero(~same) + 1]
+    idx = np.arange(n) - np.repeat(run_start, np.diff(np.r_[run_start, n]))
+    touches[order] = idx
+    last = np.zeros(n, bool)
+    last[off[1:] - 1] = True
+    partial = (np.asarray(trace.prompt_tokens) % acc.block_tokens) != 0
+    last &= partial[req]
+    seen_share = np.bincount(req, weights=touches > 0, minlength=trace.n) / np.diff(off)
+    return {"gap_s": gap, "touches": touches, "last": last, "depth": np.asarray(acc.depth),
+            "seen_share": seen_share[req], "span_s": float(t.max() - t.min())}
+
+
+def best_ttl(cls: np.ndarray, gap: np.ndarray, span_s: float, capacity: float
+             ) -> tuple[float, float]:
+    """Hit rate and occupancy of the hindsight-best TTL per class at mean occupancy <=
+    ``capacity``, interpolating between the two Lagrangian points around it."""
+    k = int(cls.max()) + 1
+    H = np.zeros((k, GRID_S.size))
+    O = np.zeros((k, GRID_S.size))
+    for c in range(k):
+        g = gap[cls == c]
+        H[c] = (g[None, :] <= GRID_S[:, None]).sum(1)
+        O[c] = np.minimum(g[None, :], GRID_S[:, None]).sum(1) / span_s
+    pts = []
+    for lam in np.geomspace(1e-2, 1e6, 2000):
+        pick = (H - lam * O).argmax(1)
+        pts.append((O[np.arange(k), pick].sum(), H[np.arange(k), pick].sum()))
+    pts = sorted(set(pts))
+    below = max((p for p in pts if p[0] <= capacity), key=lambda p: p[1])
+    above = [p for p in pts if p[0] > capacity]
+    if not above:
+        return below[1] / gap.size, below[0]
+    hi = min(above, key=lambda p: p[0])
+    w = (capacity - below[0]) / (hi[0] - below[0])
+    return (below[1] + w * (hi[1] - below[1])) / gap.size, capacity
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--capacity-blocks", type=int, default=5859)
+    a = ap.parse_args()
+    tr = lp.load_trace(SLICE) if SLICE.exists() else lp.bundled_trace("mooncake-conv-5min")
+    f = access_features(tr)
+    gap, C = f["gap_s"], a.capacity_blocks
+    tc = np.minimum(f["touches"], 4)
+    depth_b = np.digitize(f["depth"], [1, 4, 16, 64])
+    share_b = np.digitize(f["seen_share"], [0.1, 0.5, 0.9])
+    families = {
+        "one TTL for all (LRU-like)": np.zeros(gap.size, np.int64),
+        "touches (0-4+)": tc,
+        "touches x partial last block": tc * 2 + f["last"],
+        "touches x last x depth (5 bins)": (tc * 2 + f["last"]) * 5 + depth_b,
+        "touches x last x depth x seen share (4 bins)":
+            ((tc * 2 + f["last"]) * 5 + depth_b) * 4 + share_b,
+    }
+    print(f"{tr.name}: {gap.size} block accesses, capacity {C} blocks; "
+          f"infinite cache {100 * np.isfinite(gap).mean():.2f} %")
+    for name in ("lru", "belady", "knapsack", "session", "gdsf"):
+        print(f"  replay {name:<10} {100 * cache_replay(tr, C, name).hit_rate:6.2f} %")
+    print("hindsight-best TTL per class (occupancy <= capacity):")
+    for name, cls in families.items():
+        _, cls = np.unique(cls, return_inverse=True)
+        h, occ = best_ttl(cls, gap, f["span_s"], C)
+        print(f"  {name:<46} {int(cls.max()) + 1:4d} classes  hit {100 * h:6.2f} %")
+
+
+if __name__ == "__main__":
+    main()
