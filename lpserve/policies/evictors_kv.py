@@ -205,7 +205,8 @@ def lru() -> Evictor:
 
 
 def lfu() -> Evictor:
-    return ScoreEvictor("kv-lfu", _lfu)
+    """Least touched radix leaf first, then least recent (as the replay rule)."""
+    return LeafEvictor("kv-lfu", _lfu)
 
 
 def prefix_lru(credit_s: float = 300.0, protect_depth: int = 2) -> Evictor:
@@ -213,7 +214,10 @@ def prefix_lru(credit_s: float = 300.0, protect_depth: int = 2) -> Evictor:
 
 
 def gdsf(age_s: float = 60.0, depth_scale: float = 64.0) -> Evictor:
-    return ScoreEvictor("kv-gdsf", _gdsf, age_s=age_s, depth_scale=depth_scale)
+    """Greedy-Dual-Size-Frequency on radix leaves (as the replay rule): a block's value
+    grows with its depth (recompute cost) and hits. Leaves only, since a deep block is
+    worth nothing once a block before it is gone."""
+    return LeafEvictor("kv-gdsf", _gdsf, age_s=age_s, depth_scale=depth_scale)
 
 
 def knapsack(credit_s: float = 1200.0) -> Evictor:
