@@ -16,6 +16,10 @@ the session, prefix, knapsack and GDSF rules are) can reach on this trace; it is
 bound on every online algorithm. Compare with LRU, Belady and the online evictors of
 ``lpserve cache`` at the same capacity.
 
+It also prints, for the blocks seen for the first time, how well each request-level
+signal separates those that come back from those that do not (the area under the ROC
+curve; 0.5 = no information).
+
 Run: ``python benchmarks/cache_online_ceiling.py [--capacity-blocks 5859]``.
 """
 from __future__ import annotations
@@ -109,6 +113,21 @@ def main() -> None:
           f"infinite cache {100 * np.isfinite(gap).mean():.2f} %")
     for name in ("lru", "belady", "knapsack", "session", "gdsf"):
         print(f"  replay {name:<10} {100 * cache_replay(tr, C, name).hit_rate:6.2f} %")
+    # does anything known online tell which new blocks come back? (AUC 0.5: nothing)
+    from scipy.stats import mannwhitneyu
+
+    acc_req = np.asarray(cf.block_accesses(tr).request)
+    new = (f["touches"] == 0) & ~f["last"]
+    back = np.isfinite(gap)[new]
+    print(f"new full blocks: {int(new.sum())}, {100 * back.mean():.1f} % come back; AUC of "
+          f"each signal for 'comes back' (0.5 = no information):")
+    for name, x in (("prompt tokens", tr.prompt_tokens[acc_req]),
+                    ("output tokens", tr.output_tokens[acc_req]),
+                    ("share of the request already seen", f["seen_share"]),
+                    ("depth", f["depth"])):
+        u = mannwhitneyu(np.asarray(x, float)[new][back],
+                         np.asarray(x, float)[new][~back]).statistic
+        print(f"  {name:<36} {u / (back.sum() * (~back).sum()):.3f}")
     print("hindsight-best TTL per class (occupancy <= capacity):")
     for name, cls in families.items():
         _, cls = np.unique(cls, return_inverse=True)
