@@ -35,6 +35,7 @@ import numpy as np
 
 import lpserve as lp
 from lpserve.policies.kvcompress import CostBasedDecider
+from lpserve.preemption import tipping_bandwidth_gbps
 
 EFFS = (1.0, 0.5, 0.3, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.005)
 MODES = ("swap", "compress-swap", "decider", "decider-b0")
@@ -63,19 +64,6 @@ def run(inst: lp.Instance, name: str, mode: str) -> dict:
             "share": st["swap_wait_s"] / st["busy_s"], "swaps": st["swaps"],
             "comp": st["compressed_swaps"], "ctok": st["compressed_tokens"],
             "pre": s["preemptions"]}
-
-
-def tipping_gbps(bw: list[float], mean: list[float], rec: float) -> float:
-    """Bandwidth (GB/s) where ``mean`` crosses ``rec`` going down in bandwidth (log-linear
-    interpolation); ``inf`` if never better than recompute, 0 if never worse."""
-    if mean[0] >= rec:
-        return math.inf
-    for k in range(1, len(bw)):
-        if mean[k] >= rec:
-            a, b = math.log(bw[k - 1]), math.log(bw[k])
-            f = (rec - mean[k - 1]) / (mean[k] - mean[k - 1])
-            return math.exp(a + f * (b - a))
-    return 0.0
 
 
 def predicted_gbps(ctx: int, ratio: float | None) -> float:
@@ -115,7 +103,7 @@ def main() -> None:
             print(f"{b:9.2f} | " + " | ".join(cells))
         full = rows["compress-swap"][0]
         ctx = int(round(full["ctok"] / full["comp"])) if full["comp"] else 1024
-        tips = {m: tipping_gbps(bw, [r["mean"] for r in rows[m]], rec["mean"])
+        tips = {m: tipping_bandwidth_gbps(bw, [r["mean"] for r in rows[m]], rec["mean"])
                 for m in ("swap", "compress-swap")}
         pred = {"swap": predicted_gbps(ctx, None), "compress-swap": predicted_gbps(ctx, RATIO)}
         for m in ("swap", "compress-swap"):

@@ -47,6 +47,29 @@ def swap_one_way_s(cost: Any, held_blocks: int, block_tokens: int, mode: str,
     raise ValueError(f"mode must be 'swap' or 'compress-swap', got {mode!r}")
 
 
+def tipping_bandwidth_gbps(bandwidth_gbps: Any, mean_latency_s: Any,
+                           recompute_mean_s: float) -> float:
+    """The bandwidth where a swap mode's measured mean latency crosses recompute's.
+
+    ``bandwidth_gbps`` (descending) and ``mean_latency_s`` are a sweep of the same length;
+    the crossing is interpolated log-linearly in bandwidth between the two sweep points
+    around it. ``inf`` if the mode is never better than recompute, 0 if never worse.
+    """
+    bw = [float(b) for b in bandwidth_gbps]
+    mean = [float(m) for m in mean_latency_s]
+    if len(bw) != len(mean) or not bw:
+        raise ValueError(f"tipping_bandwidth_gbps: {len(bw)} bandwidths but {len(mean)} "
+                         f"latencies")
+    if mean[0] >= recompute_mean_s:
+        return math.inf
+    for k in range(1, len(bw)):
+        if mean[k] >= recompute_mean_s:
+            a, b = math.log(bw[k - 1]), math.log(bw[k])
+            f = (recompute_mean_s - mean[k - 1]) / (mean[k] - mean[k - 1])
+            return math.exp(a + f * (b - a))
+    return 0.0
+
+
 @dataclass(frozen=True)
 class PreemptionView:
     """One victim about to be preempted, with the cost model's prices of each choice.

@@ -47,6 +47,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import lpserve as lp
+from lpserve.preemption import tipping_bandwidth_gbps
 
 # %% [markdown]
 # ## 1. Speculative decoding
@@ -187,19 +188,8 @@ for m, rows in sweep.items():
 print(f"recompute: {recompute_mean:.1f} s")
 
 
-def tipping(mean):
-    """Bandwidth where the mean latency crosses recompute's (log-linear)."""
-    if mean[0] >= recompute_mean:
-        return math.inf
-    for k in range(1, len(bw)):
-        if mean[k] >= recompute_mean:
-            a, b = math.log(bw[k - 1]), math.log(bw[k])
-            f = (recompute_mean - mean[k - 1]) / (mean[k] - mean[k - 1])
-            return math.exp(a + f * (b - a))
-    return 0.0
-
-
-tips = {m: tipping([r[0] for r in rows]) for m, rows in sweep.items()}
+tips = {m: tipping_bandwidth_gbps(bw, [r[0] for r in rows], recompute_mean)
+        for m, rows in sweep.items()}
 print({m: round(t, 2) for m, t in tips.items()})
 
 # %%

@@ -139,3 +139,32 @@ def sim_instances(draw, *, max_size: int = 24, disaggregated: bool | None = None
     inst = Instance(trace=trace, cluster=cl, cost=cost,
                     horizon_s=draw(st.sampled_from([None, None, 5.0, 500.0])))
     return inst, policy
+
+
+# ----------------------------------------------------------------------------- results
+#: per-request result fields that must agree between fast and reference simulations
+RESULT_FIELDS = ("first_scheduled_s", "first_token_s", "finish_s", "preemptions",
+                 "cached_prompt_tokens", "replica", "decode_replica", "status", "reason",
+                 "generated_tokens")
+
+
+def same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal arrays (NaN equal to NaN for floats, element-wise for object arrays)."""
+    if a.dtype == object:
+        return list(a) == list(b)
+    return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+def preempting_instance(seed: int, host_memory_gb: float):
+    """Twelve requests of 400-700 prompt tokens within 0.5 s on a Llama-2-7B replica with
+    a tight KV pool (gpu_memory_fraction 0.171): FastServe preempts often."""
+    import lpserve as lp
+
+    rng = np.random.default_rng(seed)
+    n = 12
+    tr = Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 0.5, n)),
+                           prompt_tokens=rng.integers(400, 700, n),
+                           output_tokens=rng.integers(40, 80, n))
+    return lp.Instance(trace=tr, cluster=lp.Cluster(
+        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.171,
+        host_memory_gb=host_memory_gb))

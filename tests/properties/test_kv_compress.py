@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.policies.kvcompress import CostBasedDecider
 from lpserve.preemption import PreemptionView, compressed_host_blocks
+from tests.strategies import preempting_instance
 
 ENGINES = ["vllm", "vllm-chunked", "fastserve", "las", "srpt-oracle", "mlfq"]
 
@@ -74,13 +75,7 @@ def test_compress_swap_never_exceeds_host_memory_and_never_loses_a_request(case)
 def test_compressed_swaps_happen_where_full_swaps_do_not_fit():
     """Host memory for a few compressed victims but not one full one: compress-swap
     swaps, swap falls back to recompute; both lose nothing."""
-    rng = np.random.default_rng(0)
-    n = 12
-    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 0.5, n)),
-                              prompt_tokens=rng.integers(400, 700, n),
-                              output_tokens=rng.integers(40, 80, n))
-    inst = lp.Instance(trace=tr, cluster=lp.Cluster(
-        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.171, host_memory_gb=0.2))
+    inst = preempting_instance(0, host_memory_gb=0.2)
     out = {}
     for mode in ("swap", "compress-swap"):
         r = lp.simulate(inst, lp.make_policy("fastserve", preemption=mode), check=True)

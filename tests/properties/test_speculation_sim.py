@@ -9,17 +9,7 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.policies.speculation import (FixedSpeculation, NeverSpeculate, OracleSpeculation,
                                           UCBSpeculation)
-from tests.strategies import SIM_ENGINES, sim_traces
-
-FIELDS = ("first_scheduled_s", "first_token_s", "finish_s", "preemptions",
-          "cached_prompt_tokens", "replica", "decode_replica", "status", "reason",
-          "generated_tokens")
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.dtype == object:
-        return list(a) == list(b)
-    return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+from tests.strategies import RESULT_FIELDS, SIM_ENGINES, sim_traces, same_array
 
 
 @st.composite
@@ -83,8 +73,8 @@ def test_speculation_fast_equals_reference_and_invariants_hold(case):
     inst, policy = case
     fast = lp.simulate(inst, policy, seed=5, check=True)
     ref = lp.simulate(inst, policy, seed=5, reference=True, check=True)
-    for f in FIELDS:
-        assert _same(fast.arrays[f], ref.arrays[f]), f
+    for f in RESULT_FIELDS:
+        assert same_array(fast.arrays[f], ref.arrays[f]), f
     assert fast.digest() == ref.digest()
     counters = ("steps", "speculative_steps", "draft_tokens", "accepted_tokens",
                 "emitted_tokens", "sequence_steps")

@@ -12,6 +12,7 @@ from lpserve.policies.kvcompress import CostBasedDecider
 from lpserve.policy import EngineConfig, PolicyError
 from lpserve.preemption import (PreemptionDecider, PreemptionView, compressed_host_blocks,
                                 swap_one_way_s)
+from tests.strategies import preempting_instance
 
 
 def test_quantize_time_is_a_memory_bound_pass_over_full_and_compressed_bytes():
@@ -73,13 +74,7 @@ def test_decider_clear_cut_cases():
 
 
 def test_decider_in_the_engine_and_reported_quality_loss():
-    rng = np.random.default_rng(0)
-    n = 12
-    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 0.5, n)),
-                              prompt_tokens=rng.integers(400, 700, n),
-                              output_tokens=rng.integers(40, 80, n))
-    inst = lp.Instance(trace=tr, cluster=lp.Cluster(
-        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.171, host_memory_gb=0.2))
+    inst = preempting_instance(0, host_memory_gb=0.2)
     # host memory holds no full victim: the decider compresses (or recomputes)
     r = lp.simulate(inst, lp.make_policy("fastserve", compression_accuracy_cost=0.01,
                                          preemption_decider=CostBasedDecider()), check=True)
@@ -159,13 +154,7 @@ def test_instance_digest_sees_the_swap_bandwidth():
 def test_compressed_victims_come_back_with_their_context():
     """Every preemption a compressed swap (ample host memory): no request is prefilled
     again (``seen_tokens`` counts the tokens of each fresh admission), unlike recompute."""
-    rng = np.random.default_rng(1)
-    n = 12
-    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 0.5, n)),
-                              prompt_tokens=rng.integers(400, 700, n),
-                              output_tokens=rng.integers(40, 80, n))
-    inst = lp.Instance(trace=tr, cluster=lp.Cluster(
-        gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.171, host_memory_gb=64.0))
+    inst = preempting_instance(1, host_memory_gb=64.0)
     comp = lp.simulate(inst, lp.make_policy("fastserve", preemption="compress-swap"),
                        check=True)
     a = comp.arrays
@@ -173,3 +162,14 @@ def test_compressed_victims_come_back_with_their_context():
     assert np.array_equal(a["seen_tokens"], a["prompt_tokens"])
     rec = lp.simulate(inst, lp.make_policy("fastserve", preemption="recompute"), check=True)
     assert np.any(rec.arrays["seen_tokens"] > rec.arrays["prompt_tokens"])
+
+
+def test_tipping_bandwidth_interpolates_the_crossing():
+    from lpserve.preemption import tipping_bandwidth_gbps as tip
+
+    # crosses recompute (4 s) halfway in log bandwidth between 16 and 4 GB/s: 8 GB/s
+    assert tip([32, 16, 4], [3.0, 3.5, 4.5], 4.0) == pytest.approx(8.0)
+    assert tip([32, 16], [5.0, 6.0], 4.0) == math.inf   # never better
+    assert tip([32, 16], [1.0, 2.0], 4.0) == 0.0        # never worse
+    with pytest.raises(ValueError, match="2 bandwidths but 1"):
+        tip([32, 16], [1.0], 4.0)
