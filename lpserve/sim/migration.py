@@ -1,6 +1,6 @@
 """Live migration of decoding requests between replicas of one pool (stop-and-copy).
 
-The policy's :class:`~lpserve.policy.Rebalancer` is asked every ``period_s`` seconds of
+The policy's :class:`~lpserve.rebalancer.Rebalancer` is asked every ``period_s`` seconds of
 simulated time (a cluster event, never per iteration). For each returned
 ``(request, destination)`` row the request leaves the source's running batch at the
 source's next iteration boundary ``t0 >= tick``; its KV (``context_tokens`` tokens) is
@@ -57,7 +57,7 @@ class Migrator:
         self.n_migrations = 0
         self.migrated_bytes = 0.0
         self.migration_s = 0.0
-        self.kv_bytes_per_token = float(sim.cost.kv_bytes_per_token)
+        self.kv_bytes_per_token = float(sim.cost.kv_bytes_per_token) * sim.kv_scale  # + draft
 
     # ------------------------------------------------------------------ event loop
     @property
