@@ -124,7 +124,13 @@ class Scheduler(_Role):
 
 
 class Evictor(_Role):
-    """Chooses which evictable cached blocks to drop."""
+    """Chooses which evictable cached blocks to drop.
+
+    ``reads_queue = True`` asks the simulator to fill ``EvictorView.queued`` (the blocks the
+    waiting requests would hit), which costs a cache lookup per queued block.
+    """
+
+    reads_queue: bool = False
 
     @abc.abstractmethod
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:

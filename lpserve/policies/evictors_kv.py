@@ -102,9 +102,10 @@ class ScoreEvictor(Evictor):
     meta = Meta(online=True, engines=("lpserve",))
 
     def __init__(self, name: str, score: Callable[["ScoreEvictor", EvictorView], np.ndarray],
-                 **params: Any) -> None:
+                 reads_queue: bool = False, **params: Any) -> None:
         self.name = name
         self._score = score
+        self.reads_queue = bool(reads_queue)
         self.params = dict(params)
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
@@ -236,9 +237,7 @@ def session(credit_s: float = 600.0) -> Evictor:
 
 def lookahead() -> Evictor:
     """LRU that keeps the blocks the replica's waiting requests will hit."""
-    ev = ScoreEvictor("kv-lookahead", _lookahead)
-    ev.reads_queue = True
-    return ev
+    return ScoreEvictor("kv-lookahead", _lookahead, reads_queue=True)
 
 
 def _nonneg(name: str, field: str, value: Any) -> float:

@@ -39,7 +39,7 @@ def evict(rep: "Replica", need: int) -> None:
                        children=_ro(bm.n_children[slots]), parent=_ro(parent),
                        turn_gap_s=_ro(bm.turn_gap_s[slots]),
                        queued=_ro(np.isin(slots, queued_slots(rep)))
-                       if getattr(rep.sim.policy.evictor, "reads_queue", False) else None)
+                       if rep.sim.policy.evictor.reads_queue else None)
     pos = np.asarray(rep.sim.policy.evictor.evict(view, int(need)))
     name = rep.sim.role_name("evictor")
     if pos.shape != (need,) or pos.dtype.kind not in "iu":
