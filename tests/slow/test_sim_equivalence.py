@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import lpserve as lp
-from tests.properties.test_sim_invariants import FIELDS, _same
+from tests.strategies import RESULT_FIELDS, same_array
 from tests.strategies import sim_instances
 
 pytestmark = pytest.mark.slow
@@ -33,5 +33,5 @@ def test_fast_equals_reference_on_real_traces(name, params):
         pol = lp.make_policy(name, **params)
         fast = lp.simulate(inst, pol, check=True)
         ref = lp.simulate(inst, pol, reference=True)
-        for f in FIELDS:
-            assert _same(fast.arrays[f], ref.arrays[f]), (trace_name, f)
+        for f in RESULT_FIELDS:
+            assert same_array(fast.arrays[f], ref.arrays[f]), (trace_name, f)
