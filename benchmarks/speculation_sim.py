@@ -7,8 +7,9 @@ output lengths; prompts within vLLM's 4096-token budget) are split at random int
 request classes (tenants) with per-token acceptance rates 0.8 and 0.4, and replayed at
 several arrival rates. Deciders: no draft at all (``off``), the draft loaded but never
 used (``never``: no draft prefill either, eq. (4)), fixed k = 2 and k = 4, UCB1 per
-(class, batch bucket) over k in 0..4, and the clairvoyant per-step oracle over the same
-arms; all but ``off`` and ``never`` pay the draft's prefill. Printed per load and
+(class, batch bucket) over k in 0..4, optimistic per-tenant acceptance rates plugged into
+the step's tokens/s (``acc-ucb``, eq. (12)), and the clairvoyant per-step oracle over the
+same arms; all but ``off`` and ``never`` pay the draft's prefill. Printed per load and
 decider: output tokens/s (generated tokens of the run over its makespan), TPOT p50 and
 p99, mean end-to-end latency, mean tokens per sequence per step and the share of steps
 that speculated.
@@ -23,8 +24,8 @@ import time
 import numpy as np
 
 import lpserve as lp
-from lpserve.policies.speculation import (FixedSpeculation, NeverSpeculate, OracleSpeculation,
-                                          UCBSpeculation)
+from lpserve.policies.speculation import (AcceptanceUCBSpeculation, FixedSpeculation,
+                                          NeverSpeculate, OracleSpeculation, UCBSpeculation)
 
 TARGET, DRAFT, GPU, TP = "llama-2-70b", "llama-2-7b", "a100-80gb", 4
 RATES = {0: 0.8, 1: 0.4}  # tenant -> per-token acceptance rate
@@ -38,6 +39,7 @@ def deciders() -> dict[str, object]:
         "fixed k=2": FixedSpeculation(2, DRAFT, RATES),
         "fixed k=4": FixedSpeculation(4, DRAFT, RATES),
         "ucb": UCBSpeculation(DRAFT, RATES, max_k=MAX_K),
+        "acc-ucb": AcceptanceUCBSpeculation(DRAFT, RATES, max_k=MAX_K),
         "oracle": OracleSpeculation(DRAFT, RATES, max_k=MAX_K),
     }
 

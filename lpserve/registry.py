@@ -65,6 +65,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "spec-never": SP.speculative("never", "spec-never"),
     "spec-fixed": SP.speculative("fixed", "spec-fixed"),
     "spec-ucb": SP.speculative("ucb", "spec-ucb"),
+    "spec-acceptance-ucb": SP.speculative("acceptance-ucb", "spec-acceptance-ucb"),
     "spec-oracle": SP.speculative("oracle", "spec-oracle"),
     # live migration between replicas (lpserve/policies/rebalancers.py)
     "rebalance-llumnix": RB.rebalanced("llumnix"),

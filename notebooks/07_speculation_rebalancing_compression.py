@@ -18,8 +18,9 @@
 # simulator against the baseline an engine uses today:
 #
 # 1. **Speculative decoding** (`models/speculative-decoding.md`): never speculate, always
-#    k drafts, a UCB1 bandit per (request class, batch size) (`proofs/speculation-ucb-regret.md`)
-#    and a clairvoyant per-step oracle, as the load rises;
+#    k drafts, a UCB1 bandit per (request class, batch size) (`proofs/speculation-ucb-regret.md`),
+#    optimistic per-class acceptance rates (`proofs/speculation-acceptance-ucb.md`) and a
+#    clairvoyant per-step oracle, as the load rises;
 # 2. **Load rebalancing** (`models/rebalancing.md`): no migration vs Llumnix-style freeness
 #    vs the migration assignment MILP under a bursty load;
 # 3. **KV compression before a swap** (`models/kv-compression-swap.md`): recompute vs swap
@@ -58,8 +59,8 @@ from lpserve.preemption import tipping_bandwidth_gbps
 # verification is compute-bound.
 
 # %%
-from lpserve.policies.speculation import (FixedSpeculation, NeverSpeculate,
-                                          OracleSpeculation, UCBSpeculation)
+from lpserve.policies.speculation import (AcceptanceUCBSpeculation, FixedSpeculation,
+                                          NeverSpeculate, OracleSpeculation, UCBSpeculation)
 
 RATES = {0: 0.8, 1: 0.4}
 DRAFT = "llama-2-7b"
@@ -72,6 +73,7 @@ deciders = {
     "never": lambda: NeverSpeculate(DRAFT, RATES),
     "fixed k=2": lambda: FixedSpeculation(2, DRAFT, RATES),
     "ucb": lambda: UCBSpeculation(DRAFT, RATES, max_k=4),
+    "acc-ucb": lambda: AcceptanceUCBSpeculation(DRAFT, RATES, max_k=4),
     "oracle": lambda: OracleSpeculation(DRAFT, RATES, max_k=4),
 }
 spec = {}
@@ -101,9 +103,10 @@ fig.tight_layout()
 
 # %% [markdown]
 # At light load every speculating decider lowers TPOT against `never`; at high load a
-# fixed k loses throughput and the oracle backs off to (almost) never speculating. The
-# bandit learns per context, but at these run lengths it is still exploring (see
-# `benchmarks/README.md` for the full-size figures).
+# fixed k loses throughput and the oracle backs off to (almost) never speculating. UCB1
+# learns per (context, arm) and is still exploring at these run lengths; the optimistic
+# acceptance-rate decider learns one rate per class from every drafted token and tracks
+# the clairvoyant oracle (see `benchmarks/README.md` for the full-size figures).
 
 # %% [markdown]
 # ## 2. Load rebalancing by live migration

@@ -57,17 +57,26 @@ class StepContext:
         rates: ``(batch_size, n_drafts)`` true per-token acceptance rates of the batch,
             given only to clairvoyant deciders (``meta.clairvoyant``), else ``None``.
 
+        tenant: ``(batch_size,)`` tenant (request class) of each sequence, -1 if none.
+        k, accepted: filled after the step, before ``observe``: the drafts actually drawn
+            (fewer than the arm's when KV memory was short) and the accepted drafts of each
+            sequence (int64 ``(batch_size,)``).
+
     ``time_s(j)`` is the step time (s) of arm ``j`` for this batch (eq. (5)-(6) of
     ``models/speculative-decoding.md``, computed on first use); ``reward_bound`` is
     ``U = max_j batch_size (k_j + 1) / time_s(j)`` (tokens/s), eq. (10).
     """
 
     def __init__(self, key: Hashable, batch_size: int, arms: tuple[Arm, ...], timer: Any,
-                 rates: np.ndarray | None) -> None:
+                 rates: np.ndarray | None, tenant: np.ndarray | None = None) -> None:
         self.key = key
         self.batch_size = int(batch_size)
         self.arms = arms
         self.rates = rates
+        self.tenant = (np.full(self.batch_size, -1, np.int64) if tenant is None
+                       else np.asarray(tenant, np.int64))
+        self.k = 0
+        self.accepted = np.zeros(self.batch_size, np.int64)
         self._timer = timer
         self._times: dict[int, float] = {}
 
@@ -239,6 +248,45 @@ class UCBSpeculation(SpeculationDecider):
         state.update(ctx.key, arm, reward)
 
 
+class AcceptanceUCBSpeculation(SpeculationDecider):
+    """Optimistic acceptance rates per (tenant, draft), plugged into the step's tokens/s.
+
+    Learns each request class's per-token acceptance rate from every drafted token
+    (:class:`lpserve.speculation.AcceptanceUCB`: empirical rate plus
+    ``sqrt(2 ln t / n)``), and plays ``argmax_j sum_i E[tokens](a~_i, k_j) / time_s(j)``
+    over the batch, as the oracle does with the true rates (eq. (11)). One estimate per
+    class serves every batch size and every ``k``, so it learns far faster than UCB1 per
+    (context, arm). The regret bound of ``proofs/speculation-acceptance-ucb.md`` assumes a
+    stationary single-class context, which the simulator's batches are not, so no claim is
+    declared here; the property test checks the bound in the stationary environment.
+    """
+
+    name = "acceptance-ucb"
+    learns = True
+
+    def start(self) -> Any:
+        from lpserve.speculation import AcceptanceUCB
+
+        return AcceptanceUCB()
+
+    def choose(self, state: Any, ctx: StepContext) -> int:
+        from lpserve.speculation import expected_tokens
+
+        tenants = ctx.tenant.tolist()
+        best, best_v = 0, -np.inf
+        for j, arm in enumerate(ctx.arms):
+            d = max(arm.draft, 0)
+            a = np.array([state.rate((t, d)) for t in tenants])
+            v = float(np.sum(expected_tokens(a, arm.k))) / ctx.time_s(j)
+            if v > best_v:
+                best, best_v = j, v
+        return best
+
+    def observe(self, state: Any, ctx: StepContext, arm: int, reward: float) -> None:
+        d = max(ctx.arms[arm].draft, 0)
+        state.observe([(t, d) for t in ctx.tenant.tolist()], ctx.k, ctx.accepted)
+
+
 class OracleSpeculation(SpeculationDecider):
     """Clairvoyant: the arm maximizing expected tokens/s of the step with the true rates.
 
@@ -263,7 +311,7 @@ class OracleSpeculation(SpeculationDecider):
 
 
 _DECIDERS = {"never": NeverSpeculate, "fixed": FixedSpeculation, "ucb": UCBSpeculation,
-             "oracle": OracleSpeculation}
+             "acceptance-ucb": AcceptanceUCBSpeculation, "oracle": OracleSpeculation}
 
 
 def speculative(kind: str, name: str):

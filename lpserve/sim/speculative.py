@@ -184,7 +184,7 @@ class ReplicaSpeculation:
 
         ctx = StepContext((batch_class(S.tenant[idx]), batch_bucket(m, dec.bucket_edges)),
                           m, dec.arms, run.step_timer(c, lag),
-                          rates if dec.meta.clairvoyant else None)
+                          rates if dec.meta.clairvoyant else None, S.tenant[idx])
         j = dec.choose(self.state, ctx)
         if isinstance(j, bool) or not isinstance(j, (int, np.integer)) \
                 or not 0 <= j < len(dec.arms):
@@ -230,6 +230,7 @@ class ReplicaSpeculation:
             S.anon[idx] -= trim
             bm.release([], int(trim.sum()), r.now)
         if dec.learns:  # (10) normalized reward in [0, 1]
+            ctx.k, ctx.accepted = k, accepted
             dec.observe(self.state, ctx, j, min(1.0, float(emit.sum()) / dt / ctx.reward_bound))
         cnt = run.counts
         cnt["steps"] += 1

@@ -7,8 +7,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
-from lpserve.policies.speculation import (FixedSpeculation, NeverSpeculate, OracleSpeculation,
-                                          UCBSpeculation)
+from lpserve.policies.speculation import (AcceptanceUCBSpeculation, FixedSpeculation,
+                                          NeverSpeculate, OracleSpeculation, UCBSpeculation)
 from tests.strategies import RESULT_FIELDS, SIM_ENGINES, sim_traces, same_array
 
 
@@ -42,13 +42,15 @@ def spec_instances(draw):
     draft = "llama-68m" if frac < 0.5 or draw(st.booleans()) else ("llama-68m",
                                                                      "tinyllama-1.1b")
     max_k = draw(st.integers(1, 5))
-    kind = draw(st.sampled_from(["never", "fixed", "ucb", "oracle"]))
+    kind = draw(st.sampled_from(["never", "fixed", "ucb", "acceptance-ucb", "oracle"]))
     if kind == "never":
         dec = NeverSpeculate(draft, acceptance)
     elif kind == "fixed":
         dec = FixedSpeculation(draw(st.integers(0, max_k)), draft, acceptance, max_k=max_k)
     elif kind == "ucb":
         dec = UCBSpeculation(draft, acceptance, max_k=max_k)
+    elif kind == "acceptance-ucb":
+        dec = AcceptanceUCBSpeculation(draft, acceptance, max_k=max_k)
     else:
         dec = OracleSpeculation(draft, acceptance, max_k=max_k)
     engine = draw(st.sampled_from(SIM_ENGINES))

@@ -165,3 +165,36 @@ def test_other_bad_inputs():
     t = cost_model(gpu="a100-80gb", llm="llama-2-70b", tp=4)
     with pytest.raises(ValueError, match="tp=1 but the target has 4"):
         SpeculationCost(t, [d])
+
+
+def test_acceptance_ucb_counts_trials():
+    from lpserve.speculation import A_MAX, AcceptanceUCB
+
+    u = AcceptanceUCB()
+    assert u.rate(("x", 0)) == A_MAX  # optimistic before any trial
+    # k = 3: accepted 3 (3 trials, no rejection seen), 1 (1 + the rejected one), 0 (1 trial)
+    u.observe([("x", 0), ("x", 0), ("y", 0)], 3, [3, 1, 0])
+    assert u.trials(("x", 0)) == 3 + 2 and u.trials(("y", 0)) == 1
+    # rate = s / m + sqrt(2 ln t / m) at step t = 2
+    assert u.rate(("x", 0)) == pytest.approx(min(A_MAX, 4 / 5 + np.sqrt(2 * np.log(2) / 5)))
+    u.observe([("x", 0)], 0, [0])  # a plain step counts as a step, teaches nothing
+    assert u.trials(("x", 0)) == 5 and u.steps == 2
+    for _ in range(2000):
+        u.observe([("x", 0)], 4, [1])  # 2 trials, 1 accepted each step
+    m = 5 + 2 * 2000
+    assert u.rate(("x", 0)) == pytest.approx((4 + 2000) / m + np.sqrt(2 * np.log(2003) / m))
+    assert 0.5 < u.rate(("x", 0)) < 0.57  # the radius shrinks as trials accumulate
+    with pytest.raises(ValueError, match="accepted must be 1 integers in \\[0, 2\\]"):
+        u.observe([("x", 0)], 2, [3])
+
+
+def test_acceptance_ucb_bound_formula():
+    from lpserve.speculation import acceptance_ucb_bound
+
+    g = np.array([[0.0, 2.0, 1.0]])
+    e = np.array([[np.inf, 0.1, np.inf]])
+    n, B, K = 100, 4, 3
+    want = 2.0 * (8 * np.log(n) / 0.01 + 1) + (1 + 2 * B * K) * 2.0
+    assert acceptance_ucb_bound(g, e, n, B, K) == pytest.approx(want)
+    with pytest.raises(ValueError, match="same shape"):
+        acceptance_ucb_bound(g, e[:, :2], n, B, K)
