@@ -252,7 +252,7 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
     """Optimistic acceptance rates per (tenant, draft), plugged into the step's tokens/s.
 
     Learns each request class's per-token acceptance rate from every drafted token
-    (:class:`lpserve.speculation.AcceptanceUCB`: empirical rate plus
+    (:class:`lpserve.acceptance.AcceptanceUCB`: empirical rate plus
     ``sqrt(2 ln t / n)``), and plays ``argmax_j sum_i E[tokens](a~_i, k_j) / time_s(j)``
     over the batch, as the oracle does with the true rates (eq. (11)). One estimate per
     class serves every batch size and every ``k``, so it learns far faster than UCB1 per
@@ -265,7 +265,7 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
     learns = True
 
     def start(self) -> Any:
-        from lpserve.speculation import AcceptanceUCB
+        from lpserve.acceptance import AcceptanceUCB
 
         return AcceptanceUCB()
 

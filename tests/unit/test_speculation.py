@@ -168,7 +168,7 @@ def test_other_bad_inputs():
 
 
 def test_acceptance_ucb_counts_trials():
-    from lpserve.speculation import A_MAX, AcceptanceUCB
+    from lpserve.acceptance import A_MAX, AcceptanceUCB
 
     u = AcceptanceUCB()
     assert u.rate(("x", 0)) == A_MAX  # optimistic before any trial
@@ -189,7 +189,7 @@ def test_acceptance_ucb_counts_trials():
 
 
 def test_acceptance_ucb_bound_formula():
-    from lpserve.speculation import acceptance_ucb_bound
+    from lpserve.acceptance import acceptance_ucb_bound
 
     g = np.array([[0.0, 2.0, 1.0]])
     e = np.array([[np.inf, 0.1, np.inf]])
