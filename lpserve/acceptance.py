@@ -16,8 +16,8 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from lpserve.speculation import (SpeculationCost, _check_batch_size, _contexts_for,
-                                 _rates_per_draft, check_k, expected_tokens)
+from lpserve.speculation import (SpeculationCost, check_k, expected_tokens,
+                                 stationary_environment)
 
 __all__ = ["A_MAX", "AcceptanceRun", "AcceptanceUCB", "acceptance_ucb_bound",
            "simulate_acceptance_ucb"]
@@ -168,24 +168,9 @@ def simulate_acceptance_ucb(cost: SpeculationCost, contexts: Sequence[tuple[Any,
     (true tokens/s below the context's best) and the regret go beside the bound of
     ``proofs/speculation-acceptance-ucb.md`` (:meth:`AcceptanceRun.bound_at`).
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    arm_set = cost.arms(max_k)
+    arm_set, probs, rates, sizes, times = stationary_environment(
+        cost, contexts, acceptance, n, max_k, context_probs, context_tokens)
     n_ctx = len(contexts)
-    if n_ctx == 0:
-        raise ValueError("contexts must not be empty")
-    missing = [c for c, _ in contexts if c not in acceptance]
-    if missing:
-        raise ValueError(f"no acceptance rate for request class {missing[0]!r}")
-    probs = (np.full(n_ctx, 1.0 / n_ctx) if context_probs is None
-             else np.asarray(context_probs, dtype=np.float64))
-    if probs.shape != (n_ctx,) or (probs < 0).any() or not math.isclose(probs.sum(), 1.0):
-        raise ValueError(f"context_probs must be {n_ctx} non-negative numbers summing to 1, "
-                         f"got {context_probs!r}")
-    rates = np.array([_rates_per_draft(cost, acceptance[c]) for c, _ in contexts])
-    sizes = [_check_batch_size(b) for _, b in contexts]
-    times = np.array([cost.step_times_s(arm_set, _contexts_for(b, context_tokens))
-                      for b in sizes])
     ks = [a.k for a in arm_set]
     drafts = [max(a.draft, 0) for a in arm_set]
     means = np.array([[sizes[i] * float(expected_tokens(rates[i, drafts[j]], ks[j]))

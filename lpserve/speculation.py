@@ -393,6 +393,35 @@ def ucb1_regret_bound(gaps: Any, n: int) -> float:
     return float((8.0 * math.log(n) / pos).sum() + (1.0 + math.pi ** 2 / 3.0) * pos.sum())
 
 
+def stationary_environment(cost: SpeculationCost, contexts: Sequence[tuple[Any, int]],
+                           acceptance: dict[Any, Any], n: int, max_k: int,
+                           context_probs: Sequence[float] | None, context_tokens: int
+                           ) -> tuple[tuple[Arm, ...], np.ndarray, np.ndarray, list[int],
+                                      np.ndarray]:
+    """Checked inputs of a stationary speculation environment: the arm set, the context
+    probabilities ``(n_ctx,)``, the rates ``(n_ctx, n_drafts)``, the batch sizes and the
+    step times ``(n_ctx, n_arms)`` (s). ValueErrors name the bad argument."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    arm_set = cost.arms(max_k)
+    n_ctx = len(contexts)
+    if n_ctx == 0:
+        raise ValueError("contexts must not be empty")
+    missing = [c for c, _ in contexts if c not in acceptance]
+    if missing:
+        raise ValueError(f"no acceptance rate for request class {missing[0]!r}")
+    probs = (np.full(n_ctx, 1.0 / n_ctx) if context_probs is None
+             else np.asarray(context_probs, dtype=np.float64))
+    if probs.shape != (n_ctx,) or (probs < 0).any() or not math.isclose(probs.sum(), 1.0):
+        raise ValueError(f"context_probs must be {n_ctx} non-negative numbers summing to 1, "
+                         f"got {context_probs!r}")
+    rates = np.array([_rates_per_draft(cost, acceptance[c]) for c, _ in contexts])
+    sizes = [_check_batch_size(b) for _, b in contexts]
+    times = np.array([cost.step_times_s(arm_set, _contexts_for(b, context_tokens))
+                      for b in sizes])
+    return arm_set, probs, rates, sizes, times
+
+
 def simulate_bandit(cost: SpeculationCost, policy: Any, contexts: Sequence[tuple[Any, int]],
                     acceptance: dict[Any, Any], n: int, max_k: int, seed: int,
                     context_probs: Sequence[float] | None = None,
@@ -418,27 +447,12 @@ def simulate_bandit(cost: SpeculationCost, policy: Any, contexts: Sequence[tuple
         context_probs: probability of each context (sums to 1).
         context_tokens: context length (tokens) of every sequence.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    arm_set = cost.arms(max_k)
+    arm_set, probs, rates, sizes, times = stationary_environment(
+        cost, contexts, acceptance, n, max_k, context_probs, context_tokens)
     n_ctx = len(contexts)
-    if n_ctx == 0:
-        raise ValueError("contexts must not be empty")
-    missing = [c for c, _ in contexts if c not in acceptance]
-    if missing:
-        raise ValueError(f"no acceptance rate for request class {missing[0]!r}")
-    probs = (np.full(n_ctx, 1.0 / n_ctx) if context_probs is None
-             else np.asarray(context_probs, dtype=np.float64))
-    if probs.shape != (n_ctx,) or (probs < 0).any() or not math.isclose(probs.sum(), 1.0):
-        raise ValueError(f"context_probs must be {n_ctx} non-negative numbers summing to 1, "
-                         f"got {context_probs!r}")
-    rates = np.array([_rates_per_draft(cost, acceptance[c]) for c, _ in contexts])
-    sizes = [_check_batch_size(b) for _, b in contexts]
     keys = [(c, batch_bucket(b)) for c, b in contexts]
     if len(set(keys)) != n_ctx:
         raise ValueError("two contexts fall into the same (class, batch bucket)")
-    times = np.array([cost.step_times_s(arm_set, _contexts_for(b, context_tokens))
-                      for b in sizes])
     ks = np.array([a.k for a in arm_set])
     drafts = np.array([max(a.draft, 0) for a in arm_set])
     upper = np.array([(b * (ks + 1) / times[i]).max() for i, b in enumerate(sizes)])
