@@ -1,10 +1,14 @@
 """Speculative decoding decisions: the offline optimal number of draft tokens k per
-acceptance rate, and the UCB1 bandit's cumulative regret against the proved bound.
+acceptance rate, and the cumulative regret of the UCB1 bandit and of the optimistic
+acceptance-rate rule against their proved bounds.
 
 Llama-2-70B drafted by Llama-2-7B on A100-80GB, TP4, k in 0..8. Regret is measured in
 normalized-reward units on four contexts (chat a = 0.8 at batch 1 and 32, code a = 0.6 at
 batch 1, hard a = 0.3 at batch 32), mean over seeds 0-2; the bound is
-``proofs/speculation-ucb-regret.md`` summed over contexts.
+``proofs/speculation-ucb-regret.md`` summed over contexts. The optimistic acceptance-rate
+rule (``lpserve.acceptance``) runs on the same contexts and draws; its regret is printed
+in the same normalized units beside ``proofs/speculation-acceptance-ucb.md`` (tokens/s
+units, divided by each context's normalizer).
 
 Usage: python benchmarks/speculation_bandit.py
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lpserve.acceptance import simulate_acceptance_ucb
 from lpserve.speculation import SpeculationBandit, optimal_k, simulate_bandit, speculation_cost
 
 K_MAX = 8
@@ -36,6 +41,17 @@ def main() -> int:
         bound = runs[0].bound_at(n)
         ok &= regret <= bound
         print(f"n={n:>7,}: regret {regret:9.1f} (per play {regret / n:.4f}), bound {bound:,.0f}")
+    print("optimistic acceptance rates (same contexts and seeds, normalized units):")
+    acc_runs = [simulate_acceptance_ucb(c, ctxs, acc, 100_000, K_MAX, seed=s) for s in range(3)]
+    for n in (1_000, 10_000, 100_000):
+        norm = [np.cumsum(r.gaps[r.contexts, r.arms] / u.reward_bound[r.contexts])[n - 1]
+                for r, u in zip(acc_runs, runs)]
+        raw = float(np.mean([r.regret[n - 1] for r in acc_runs]))
+        bound = acc_runs[0].bound_at(n)
+        ok &= raw <= bound
+        ucb = float(np.mean([r.regret[n - 1] for r in runs]))
+        print(f"n={n:>7,}: regret {np.mean(norm):9.1f} (UCB1 / this: {ucb / np.mean(norm):5.1f}x); "
+              f"in tokens/s {raw:,.0f}, bound {bound:,.0f}")
     return 0 if ok else 1
 
 
