@@ -12,6 +12,14 @@ from typing import Any
 import numpy as np
 
 
+def readonly(a: Any, copy: bool = False) -> np.ndarray:
+    """``a`` as a contiguous read-only array: a copy when ``copy`` or when ``a`` is not
+    contiguous, else ``a`` itself (pass fresh arrays, e.g. fancy-indexed slices)."""
+    arr = np.array(a, copy=True) if copy else np.ascontiguousarray(a)
+    arr.setflags(write=False)
+    return arr
+
+
 def _ro(a: Any, dtype: Any) -> np.ndarray:
     arr = np.array(a, dtype=dtype, copy=True)
     arr.setflags(write=False)

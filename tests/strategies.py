@@ -155,6 +155,20 @@ def same_array(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
+def fast_and_reference(inst, policy, seed: int = 0, label: str = ""):
+    """Simulate ``policy`` on ``inst`` in the fast and the reference mode (both with the
+    invariant checker), assert every per-request result field and the digest agree, and
+    return ``(fast, ref)``."""
+    import lpserve as lp
+
+    fast = lp.simulate(inst, policy, seed=seed, check=True)
+    ref = lp.simulate(inst, policy, seed=seed, reference=True, check=True)
+    for f in RESULT_FIELDS:
+        assert same_array(fast.arrays[f], ref.arrays[f]), (label, f)
+    assert fast.digest() == ref.digest(), label
+    return fast, ref
+
+
 def preempting_instance(seed: int, host_memory_gb: float):
     """Twelve requests of 400-700 prompt tokens within 0.5 s on a Llama-2-7B replica with
     a tight KV pool (gpu_memory_fraction 0.171): FastServe preempts often."""

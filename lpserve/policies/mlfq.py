@@ -32,6 +32,7 @@ import numpy as np
 
 from lpserve.policies.schedulers import TickCached
 from lpserve.policy import Claim, Meta, Scheduler, SchedulerView
+from lpserve.views import readonly
 
 _LEVEL_SCALE = 1.0e7  # rank = level * scale + time entered the level (s); < 115 days
 
@@ -218,18 +219,13 @@ def iteration_toy(scheduler: Scheduler, first_iter_s: Any, tokens: Any,
 
 
 def _toy_view(t, alive, a, f, o, gen, running, first) -> SchedulerView:
-    def ro(x):
-        x = np.ascontiguousarray(x)
-        x.setflags(write=False)
-        return x
-
     m = alive.size
     return SchedulerView(
-        now_s=t, replica=0, request=ro(alive.astype(np.int64)), arrival_s=ro(a[alive]),
-        prompt_tokens=ro(f[alive].astype(np.int64)), generated_tokens=ro(gen[alive]),
-        computed_tokens=ro(gen[alive]), cached_tokens=ro(np.zeros(m, np.int64)),
-        running=ro(running[alive]), swapped=ro(np.zeros(m, bool)),
-        preemptions=ro(np.zeros(m, np.int64)), first_scheduled_s=ro(first[alive]),
-        tenant=ro(np.full(m, -1, np.int64)), session_id=ro(np.full(m, -1, np.int64)),
-        predicted_lo=ro(o[alive]), predicted_hi=ro(o[alive]), output_tokens=ro(o[alive]),
+        now_s=t, replica=0, request=readonly(alive.astype(np.int64)), arrival_s=readonly(a[alive]),
+        prompt_tokens=readonly(f[alive].astype(np.int64)), generated_tokens=readonly(gen[alive]),
+        computed_tokens=readonly(gen[alive]), cached_tokens=readonly(np.zeros(m, np.int64)),
+        running=readonly(running[alive]), swapped=readonly(np.zeros(m, bool)),
+        preemptions=readonly(np.zeros(m, np.int64)), first_scheduled_s=readonly(first[alive]),
+        tenant=readonly(np.full(m, -1, np.int64)), session_id=readonly(np.full(m, -1, np.int64)),
+        predicted_lo=readonly(o[alive]), predicted_hi=readonly(o[alive]), output_tokens=readonly(o[alive]),
         free_blocks=1 << 30, total_blocks=1 << 30, block_tokens=1)

@@ -33,6 +33,7 @@ import numpy as np
 
 from lpserve.policies.schedulers import TickCached
 from lpserve.policy import Claim, Meta, Scheduler, SchedulerView
+from lpserve.views import readonly
 
 _SCALE = 1.0e7
 
@@ -183,19 +184,14 @@ def program_toy(scheduler: Scheduler, programs: Sequence[Sequence[int]],
 
 
 def _view(t, alive, issue, need, gen, running, start, pid, parent) -> SchedulerView:
-    def ro(x):
-        x = np.ascontiguousarray(x)
-        x.setflags(write=False)
-        return x
-
     m = alive.size
     return SchedulerView(
-        now_s=t, replica=0, request=ro(alive.astype(np.int64)), arrival_s=ro(issue[alive]),
-        prompt_tokens=ro(np.ones(m, np.int64)), generated_tokens=ro(gen[alive]),
-        computed_tokens=ro(gen[alive]), cached_tokens=ro(np.zeros(m, np.int64)),
-        running=ro(running[alive]), swapped=ro(np.zeros(m, bool)),
-        preemptions=ro(np.zeros(m, np.int64)), first_scheduled_s=ro(start[alive]),
-        tenant=ro(np.full(m, -1, np.int64)), session_id=ro(np.full(m, -1, np.int64)),
+        now_s=t, replica=0, request=readonly(alive.astype(np.int64)), arrival_s=readonly(issue[alive]),
+        prompt_tokens=readonly(np.ones(m, np.int64)), generated_tokens=readonly(gen[alive]),
+        computed_tokens=readonly(gen[alive]), cached_tokens=readonly(np.zeros(m, np.int64)),
+        running=readonly(running[alive]), swapped=readonly(np.zeros(m, bool)),
+        preemptions=readonly(np.zeros(m, np.int64)), first_scheduled_s=readonly(start[alive]),
+        tenant=readonly(np.full(m, -1, np.int64)), session_id=readonly(np.full(m, -1, np.int64)),
         predicted_lo=None, predicted_hi=None, output_tokens=None,
         free_blocks=1 << 30, total_blocks=1 << 30, block_tokens=1,
-        program_id=ro(pid[alive]), parent=ro(parent[alive]))
+        program_id=readonly(pid[alive]), parent=readonly(parent[alive]))

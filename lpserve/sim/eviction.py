@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lpserve.policy import EvictorView, PolicyError
+from lpserve.views import readonly as _ro
 
 if TYPE_CHECKING:  # pragma: no cover
     from lpserve.sim.replica import Replica
@@ -15,12 +16,6 @@ if TYPE_CHECKING:  # pragma: no cover
 PREFIX_ESTIMATE_MAX = 256  # waiting requests whose cached prefix is estimated or matched
 SESSION_MIN_HIT_TOKENS = 1024  # a request hitting this many cached tokens is a returning
 # session (two 512-token blocks, the rule of the replay's session evictor)
-
-
-def _ro(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    a.setflags(write=False)
-    return a
 
 
 def evict(rep: "Replica", need: int) -> None:

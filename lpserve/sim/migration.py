@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,16 +30,13 @@ import numpy as np
 from lpserve.policy import PolicyError
 from lpserve.rebalancer import RebalanceView
 from lpserve.sim.state import RUNNING, TRANSFER
+from lpserve.views import readonly
 
 if TYPE_CHECKING:  # pragma: no cover
     from lpserve.sim.engine import Simulation
     from lpserve.sim.replica import Replica
 
-
-def _ro(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, copy=True)
-    a.setflags(write=False)
-    return a
+_frozen = partial(readonly, copy=True)  # the view never shares the simulator's arrays
 
 
 class Migrator:
@@ -168,20 +166,20 @@ class Migrator:
         clair = sim.policy.meta.clairvoyant
         return RebalanceView(
             now_s=float(t), block_tokens=bt,
-            free_blocks=_ro(np.array([r.bm.available - r.wm_blocks for r in pool], np.int64)),
-            total_blocks=_ro(np.array([r.bm.total for r in pool], np.int64)),
-            running=_ro(np.array([len(r.running) for r in pool], np.int64)),
-            waiting=_ro(np.array([len(r.waiting) for r in pool], np.int64)),
-            seats=_ro(np.array([eng.max_num_seqs - len(r.running) - len(r.inbound)
+            free_blocks=_frozen(np.array([r.bm.available - r.wm_blocks for r in pool], np.int64)),
+            total_blocks=_frozen(np.array([r.bm.total for r in pool], np.int64)),
+            running=_frozen(np.array([len(r.running) for r in pool], np.int64)),
+            waiting=_frozen(np.array([len(r.waiting) for r in pool], np.int64)),
+            seats=_frozen(np.array([eng.max_num_seqs - len(r.running) - len(r.inbound)
                                 for r in pool], np.int64)),
-            waiting_blocks=tuple(_ro(np.array([r._admit_need(w) for w in r.waiting],
+            waiting_blocks=tuple(_frozen(np.array([r._admit_need(w) for w in r.waiting],
                                               np.int64)) for r in pool),
-            request=_ro(idx), replica=_ro(src), prompt_tokens=_ro(S.prompt[idx]),
-            generated_tokens=_ro(S.gen[idx]), context_tokens=_ro(ctx),
-            blocks=_ro(-(-ctx // bt)), migration_s=_ro(mig),
-            predicted_lo=None if sim.pred_lo is None else _ro(sim.pred_lo[idx]),
-            predicted_hi=None if sim.pred_hi is None else _ro(sim.pred_hi[idx]),
-            output_tokens=_ro(S.out[idx]) if clair else None,
+            request=_frozen(idx), replica=_frozen(src), prompt_tokens=_frozen(S.prompt[idx]),
+            generated_tokens=_frozen(S.gen[idx]), context_tokens=_frozen(ctx),
+            blocks=_frozen(-(-ctx // bt)), migration_s=_frozen(mig),
+            predicted_lo=None if sim.pred_lo is None else _frozen(sim.pred_lo[idx]),
+            predicted_hi=None if sim.pred_hi is None else _frozen(sim.pred_hi[idx]),
+            output_tokens=_frozen(S.out[idx]) if clair else None,
             decode_iteration_s=decode_iteration_s)
 
     def _validate(self, out, view: RebalanceView) -> list[tuple[int, int]]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from lpserve.cost._kernels import iteration_time
 from lpserve.policy import PolicyError, SchedulerView
+from lpserve.views import readonly as _ro
 from lpserve.sim import _kernels as K
 from lpserve.sim import eviction, priority, swapping
 from lpserve.sim.blocks import BlockManager
@@ -559,9 +560,3 @@ class Replica:
         S.kv_remote[i] = True
         S.status[i] = TRANSFER
         self.sim.kv_ready(i, end)
-
-
-def _ro(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    a.setflags(write=False)
-    return a

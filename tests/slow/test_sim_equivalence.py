@@ -5,8 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import lpserve as lp
-from tests.strategies import RESULT_FIELDS, same_array
-from tests.strategies import sim_instances
+from tests.strategies import fast_and_reference, sim_instances
 
 pytestmark = pytest.mark.slow
 
@@ -15,9 +14,7 @@ pytestmark = pytest.mark.slow
 @given(sim_instances(max_size=30))
 def test_fast_equals_reference_many(case):
     inst, policy = case
-    fast = lp.simulate(inst, policy, seed=5, check=True)
-    ref = lp.simulate(inst, policy, seed=5, reference=True, check=True)
-    assert fast.digest() == ref.digest()
+    fast_and_reference(inst, policy, seed=5)
 
 
 @pytest.mark.parametrize("name, params", [
@@ -31,7 +28,4 @@ def test_fast_equals_reference_on_real_traces(name, params):
         inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                                         replicas=2, gpu_memory_fraction=0.2))
         pol = lp.make_policy(name, **params)
-        fast = lp.simulate(inst, pol, check=True)
-        ref = lp.simulate(inst, pol, reference=True)
-        for f in RESULT_FIELDS:
-            assert same_array(fast.arrays[f], ref.arrays[f]), (trace_name, f)
+        fast_and_reference(inst, pol, label=trace_name)
