@@ -10,24 +10,8 @@
 # .venv-vidur to rebuild from scratch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv="${LPSERVE_VIDUR_VENV:-.venv-vidur}"
-py="${PYTHON:-python3}"
-if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-  echo "vidur-env: needs Python >= 3.11 (found: $("$py" --version 2>&1)); set PYTHON=python3.11" >&2
-  exit 1
-fi
-key="$(cat scripts/vidur-env.sh pyproject.toml | sha256sum | cut -c1-16)"
-stamp="$venv/.lpserve-vidur-$key"
-if [ -f "$stamp" ] && [ -x "$venv/bin/python" ]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-start=$(date +%s)
-if [ ! -x "$venv/bin/python" ]; then
-  "$py" -m venv "$venv"
-fi
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-"${pip[@]}" install --quiet --upgrade pip >&2
+source scripts/peer-venv.sh
+peer_venv_begin vidur "${LPSERVE_VIDUR_VENV:-.venv-vidur}"
 echo "vidur-env: installing vidur==0.0.26 and lpserve into $venv ..." >&2
 "${pip[@]}" install --quiet "vidur==0.0.26" >&2
 "${pip[@]}" install --quiet -e ".[test]" >&2
@@ -37,7 +21,4 @@ import vidur  # noqa: F401
 import lpserve.adapters.vidur  # noqa: F401
 print("vidur-env: vidur", md.version("vidur"), "lpserve", md.version("lpserve"))
 PY
-rm -f "$venv"/.lpserve-vidur-*
-touch "$stamp"
-echo "vidur-env: ready in $(( $(date +%s) - start )) s" >&2
-echo "$venv/bin/python"
+peer_venv_end vidur

