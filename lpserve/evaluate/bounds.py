@@ -77,6 +77,9 @@ class PreparedBound(Protocol):
     def values(self, served: np.ndarray) -> dict[str, float]:
         """Lower bounds by metric key over the requests where ``served`` (bool (n,)) holds."""
 
+    # optional: ``applies_to(policy) -> bool``, False where the policy breaks the bound's
+    # assumptions (absent: the bound applies to every policy); see :func:`applies`
+
 
 class Bound(Protocol):
     """Something that prepares a :class:`PreparedBound` for an instance."""
@@ -105,6 +108,11 @@ class PerRequestBound:
     area_token_s: np.ndarray
     capacity_tokens: float
     n_unservable: int = 0
+
+    def applies_to(self, policy: Any) -> bool:
+        """The bound assumes one token per decode iteration (``proofs/cost-bound.md``);
+        speculative decoding emits up to ``k + 1``, so it does not apply there."""
+        return getattr(policy.engine, "speculation", None) is None
 
     def values(self, served: np.ndarray) -> dict[str, float]:
         m = np.asarray(served, bool) & np.isfinite(self.e2e_lb_s)
@@ -202,6 +210,12 @@ class ClaimedBound:
 
 #: bounds by name
 BOUNDS: dict[str, Bound] = {"cost-bound": CostModelBound()}
+
+
+def applies(bound: Any, policy: Any) -> bool:
+    """Whether prepared ``bound`` holds for ``policy`` (its ``applies_to``, else True)."""
+    check = getattr(bound, "applies_to", None)
+    return True if check is None else bool(check(policy))
 
 
 def resolve_bounds(bounds: Sequence[Any] | None) -> list[Bound]:

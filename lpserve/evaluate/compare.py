@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from lpserve import objectives as obj
-from lpserve.evaluate.bounds import (BoundViolation, PerRequestBound, check_bound, flatten,
-                                     resolve_bounds)
+from lpserve.evaluate.bounds import (BoundViolation, PerRequestBound, applies, check_bound,
+                                     flatten, resolve_bounds)
 
 #: baseline heuristics: round robin + FCFS + LRU with whole-prompt prefill (vLLM), the same
 #: engine behind join-the-shortest-queue (least outstanding requests), and Sarathi-Serve's
@@ -211,7 +211,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     n = len(instance.trace)
     runs: list[dict[str, Any]] = []
     kept: list[tuple[str, int, dict[str, np.ndarray], np.ndarray]] = []
-    unbounded: set[str] = set()  # speculative policies: no bound applies
+    policy_of: dict[str, Any] = {}
     samples = Samples()
     for label, pol, kind in pols:
         for seed in seeds:
@@ -223,10 +223,9 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             flat = flatten(res.summary())
             flat["total_latency_s"] = obj.total_latency_s(a["e2e_s"][fin])
             best_name, best = "", float("nan")
-            # the bounds assume one token per decode iteration (proofs/cost-bound.md);
-            # speculative decoding emits up to k + 1, so none applies to it
-            spec = getattr(pol.engine, "speculation", None) is not None
-            for b in ([] if spec else prepared):
+            for b in prepared:
+                if not applies(b, pol):
+                    continue
                 vals = b.values(fin)
                 if check:
                     check_bound(policy=label, bound=b.name, bound_values=vals,
@@ -248,8 +247,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             })
             arrays = {k: np.asarray(a[k], float) for k in ("ttft_s", "tpot_s", "e2e_s")}
             kept.append((label, seed, arrays, fin))
-            if spec:
-                unbounded.add(label)
+            policy_of[label] = pol
             if seed == seeds[0]:
                 samples.policies[label] = {k: v[fin] for k, v in arrays.items()}
             if on_run is not None:
@@ -267,7 +265,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
                                       "e2e_s": b.e2e_lb_s[common]}
         if check and common.any():
             for label, seed, arrays, _ in kept:
-                if label in unbounded:
+                if not applies(b, policy_of[label]):
                     continue
                 check_bound(policy=label, bound=b.name, bound_values=vals,
                             policy_values=_restricted(arrays, common), seed=seed,
