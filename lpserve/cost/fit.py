@@ -35,6 +35,15 @@ BOUNDS = {
     "layer_overhead_s": (0.0, 1e-3), "iter_overhead_s": (0.0, 0.1), "seq_overhead_s": (0.0, 1e-2),
 }
 
+# parameters refitted per engine on end-to-end measurements (step 3 of ``calibrate``)
+ENGINE_PARAMETERS = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s",
+                     "iter_overhead_s", "seq_overhead_s", "eff_attn", "ar_latency_s",
+                     "multi_prompt_token_s")
+# (llm, Splitwise hardware key, catalog GPU) of each engine-level calibration
+SPLITWISE_GROUPS = (("llama-2-70b", "a100-80gb", "a100-80gb"),
+                    ("bloom-176b", "a100-80gb", "a100-80gb"),
+                    ("bloom-176b", "h100-80gb", "h100-sxm"))
+
 
 @dataclass
 class FitResult:
@@ -105,11 +114,13 @@ def predict_row(model: Any, row: dict[str, Any]) -> float:
 
 def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, *,
         parameters: Iterable[str], base: dict[str, float] | None = None,
-        dtype: str | None = None) -> FitResult:
+        dtype: str | None = None, power: float = 2.0) -> FitResult:
     """Least-squares fit of ``parameters`` so predictions match ``rows``.
 
-    Minimises the sum of squared log-ratios log(predicted / measured) (relative errors
-    weigh every row alike) with ``scipy.optimize.least_squares`` within :data:`BOUNDS`.
+    Minimises the sum of ``|log(predicted / measured)| ** power`` (relative errors weigh
+    every row alike) with ``scipy.optimize.least_squares`` within :data:`BOUNDS`.
+    ``power=2`` (the default) is ordinary least squares on log-ratios; larger powers weigh
+    the worst rows more and approach the minimax fit (smallest worst error).
     ``base`` gives the values of every parameter not fitted (default: the catalog's
     calibration for the pair). Each row's ``tp`` selects the tensor-parallel degree.
     """
@@ -124,6 +135,8 @@ def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, 
     rows = list(rows)
     if not rows:
         raise ValueError("fit needs at least one measured row")
+    if not (np.isfinite(power) and power >= 1.0):
+        raise ValueError(f"power must be a finite number >= 1, got {power!r}")
     for i, r in enumerate(rows):
         if not r.get("measured_s", 0) > 0:
             raise ValueError(f"row {i}: measured_s must be > 0, got {r.get('measured_s')!r}")
@@ -149,8 +162,11 @@ def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, 
 
     x0 = np.array([np.clip((base[n] - lo[i]) / scale[i], 1e-6, 1 - 1e-6)
                    for i, n in enumerate(names)])
-    res = least_squares(lambda z: np.log(predict(z) / meas), x0, bounds=(0.0, 1.0),
-                        x_scale="jac", method="trf")
+    def residuals(z: np.ndarray) -> np.ndarray:
+        r = np.log(predict(z) / meas)
+        return r if power == 2.0 else np.sign(r) * np.abs(r) ** (power / 2.0)
+
+    res = least_squares(residuals, x0, bounds=(0.0, 1.0), x_scale="jac", method="trf")
     pred = predict(res.x)
     return FitResult(values=values_at(res.x), fitted=names, n_rows=len(rows),
                      rel_errors=pred / meas - 1.0, success=bool(res.success),
@@ -159,12 +175,13 @@ def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, 
 
 # ---- the project's own calibrations ---------------------------------------------------
 
-def calibrate(data: Any = None) -> list[dict[str, Any]]:
+def calibrate(data: Any = None, power: float = 2.0) -> list[dict[str, Any]]:
     """Refit every calibration entry of ``fitted.toml`` from the shipped data.
 
     Returns the entries (dicts with ``name``, ``gpu``, ``llm``, the parameter values
     and ``provenance``). ``data`` is a :class:`lpserve.cost.data.CalibrationData`
-    (default: the copies inside the package).
+    (default: the copies inside the package); ``power`` is passed to every :func:`fit`
+    (the shipped ``fitted.toml`` uses 2).
     """
     from lpserve.cost import data as D
 
@@ -193,11 +210,11 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
     # 1. NCCL all-reduce on DGX-A100 -> latency floor and link efficiency
     ar_rows = data.all_reduce_rows()
     r_ar = fit(ar_rows, "a100-80gb", "llama-2-7b", parameters=("ar_latency_s", "ar_link_efficiency"),
-               base=start)
+               base=start, power=power)
     start.update({k: r_ar.values[k] for k in r_ar.fitted})
     # 2. Vidur A100 operator profile -> A100 kernel efficiencies (no engine overhead)
     op_rows = data.vidur_linear_rows() + data.vidur_attention_rows()
-    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start)
+    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start, power=power)
     a100 = dict(r_v.values)
     used_v = ("vidur_a100_llama2_7b_linear_ops_summary.csv, vidur_a100_llama2_7b_*_attention_tp1.csv, "
               "nccl_a100_dgx_all_reduce_summary.csv")
@@ -208,15 +225,10 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
     entries.append(entry("default", "*", "*", a100, used_v, r_v,
                          "A100 efficiencies (fractions of peak) applied to a GPU with no calibration"))
     # 3. Splitwise end-to-end medians -> engine-level fits per (gpu, llm), on even rows
-    engine = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s",
-              "iter_overhead_s", "seq_overhead_s", "eff_attn", "ar_latency_s",
-              "multi_prompt_token_s")
-    for llm, hwkey, gpu in (("llama-2-70b", "a100-80gb", "a100-80gb"),
-                            ("bloom-176b", "a100-80gb", "a100-80gb"),
-                            ("bloom-176b", "h100-80gb", "h100-sxm")):
+    for llm, hwkey, gpu in SPLITWISE_GROUPS:
         rows = data.splitwise_rows(llm=llm, hardware=hwkey)
         train = [r for r in rows if r["fit_split"] == "train" and not r["excluded"]]
-        r_s = fit(train, gpu, llm, parameters=engine, base=a100)
+        r_s = fit(train, gpu, llm, parameters=ENGINE_PARAMETERS, base=a100, power=power)
         tag = "a100" if gpu.startswith("a100") else "h100"
         name = f"splitwise-{tag}-{llm}"
         note = ("Splitwise end-to-end medians (vLLM-based engine, fp16); fitted on every "

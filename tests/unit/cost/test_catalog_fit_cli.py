@@ -86,6 +86,21 @@ def test_fit_recovers_known_parameters():
     assert res.max_abs_error < 1e-4
     with pytest.raises(ValueError, match="cannot fit"):
         fit(rows, "a100-80gb", "llama-2-7b", parameters=("warp",))
+    with pytest.raises(ValueError, match="power"):
+        fit(rows, "a100-80gb", "llama-2-7b", parameters=("eff_compute",), power=0.5)
+
+
+def test_fit_power_trades_median_for_worst_row():
+    """A larger power of the log-ratio lowers the worst error when one row is off."""
+    ref = cost_model()
+    rows = [{"scope": "iteration", "tp": 1, "prefill_tokens": n, "prefill_chunks": 1,
+             "measured_s": ref.batch_time_s([n], [0], [])} for n in (64, 256, 1024, 2048, 4096)]
+    rows[2]["measured_s"] *= 1.6  # one inconsistent measurement
+    kw = dict(parameters=("eff_compute", "iter_overhead_s"), base=dict(ref.values))
+    l2 = fit(rows, "a100-80gb", "llama-2-7b", **kw)
+    l8 = fit(rows, "a100-80gb", "llama-2-7b", power=8.0, **kw)
+    assert l8.max_abs_error < l2.max_abs_error - 0.02
+    assert l8.median_abs_error > l2.median_abs_error
 
 
 def test_cli_cost_json(capsys):
