@@ -20,6 +20,15 @@ It also prints, for the blocks seen for the first time, how well each request-le
 signal separates those that come back from those that do not (the area under the ROC
 curve; 0.5 = no information).
 
+Last, a learned predictor in the style of learning-relaxed-Belady caches (Song et al.,
+NSDI 2020): gradient-boosted trees (scikit-learn) on twelve features an evictor has at a
+block's touch (touches so far, the two previous gaps between touches, depth, prompt length
+in blocks and tokens, blocks to the end of the prompt, partial last block, seen share and
+seen blocks, time since the conversation's previous turn and its turn count) predict
+"touched again within H seconds". Trained on the first half of the slice (by arrival),
+its predicted-probability classes (x touches) get the hindsight-best TTL on the second
+half, beside the same half's single TTL, touches-only classes and infinite cache.
+
 Run: ``python benchmarks/cache_online_ceiling.py [--capacity-blocks 5859]``.
 """
 from __future__ import annotations
@@ -64,6 +73,68 @@ def access_features(trace: lp.Trace) -> dict[str, np.ndarray]:
     seen_share = np.bincount(req, weights=touches > 0, minlength=trace.n) / np.diff(off)
     return {"gap_s": gap, "touches": touches, "last": last, "depth": np.asarray(acc.depth),
             "seen_share": seen_share[req], "span_s": float(t.max() - t.min())}
+
+
+def online_features(trace: lp.Trace, f: dict[str, np.ndarray]) -> np.ndarray:
+    """Features known at each block access (shape (A, 12)); NaN where undefined."""
+    acc = cf.block_accesses(trace)
+    req = np.asarray(acc.request)
+    key = np.asarray(acc.key)
+    t = np.asarray(trace.arrival_s)[req]
+    n = key.size
+    order = np.lexsort((np.arange(n), key))
+    same = key[order][1:] == key[order][:-1]
+    prev_t = np.full(n, np.nan)
+    prev_t[order[1:][same]] = t[order[:-1][same]]
+    gap1 = t - prev_t
+    gap2 = np.full(n, np.nan)
+    gap2[order[1:][same]] = gap1[order[:-1][same]]
+    n_blocks = np.diff(np.asarray(acc.offsets))[req].astype(float)
+    depth = f["depth"].astype(float)
+    seen = f["touches"] > 0
+    seen_blocks = np.bincount(req, weights=seen, minlength=trace.n)[req]
+    last_turn = np.full(trace.n, -np.inf)
+    np.maximum.at(last_turn, req, np.where(seen, prev_t, -np.inf))
+    turn_gap = np.where(np.isfinite(last_turn[req]), t - last_turn[req], np.nan)
+    turns = np.zeros(trace.n)
+    np.maximum.at(turns, req, f["touches"].astype(float))
+    return np.column_stack([f["touches"], gap1, gap2, depth, n_blocks, n_blocks - depth,
+                            f["last"], f["seen_share"], seen_blocks, turn_gap, turns[req],
+                            np.asarray(trace.prompt_tokens, float)[req]])
+
+
+def learned_ceiling(trace: lp.Trace, f: dict[str, np.ndarray], capacity: float,
+                    horizons_s: tuple[float, ...] = (120.0, 300.0, 600.0)) -> None:
+    """Print the learned-predictor ceiling on the second half (see the module docstring)."""
+    try:
+        from sklearn.ensemble import HistGradientBoostingClassifier
+        from sklearn.metrics import roc_auc_score
+    except ImportError as e:  # the 'bench' extra
+        raise SystemExit("the learned-predictor ceiling needs scikit-learn: "
+                         "pip install -e '.[bench]'") from e
+    X = online_features(trace, f)
+    gap = f["gap_s"]
+    t = np.asarray(trace.arrival_s)[np.asarray(cf.block_accesses(trace).request)]
+    train = t <= np.median(t)
+    g2, tc = gap[~train], np.minimum(f["touches"], 4)[~train]
+    span = float(t[~train].max() - t[~train].min())
+    new = f["touches"][~train] == 0
+    print(f"learned predictor (trained on the first {100 * train.mean():.0f} % of accesses), "
+          f"hindsight-best TTL on the rest ({int((~train).sum())} accesses):")
+    print(f"  infinite cache {100 * np.isfinite(g2).mean():6.2f} %")
+    for name, cls in (("one TTL for all", np.zeros(g2.size, np.int64)), ("touches (0-4+)", tc)):
+        print(f"  {name:<44} hit {100 * best_ttl(cls, g2, span, capacity)[0]:6.2f} %")
+    for h in horizons_s:
+        y = gap <= h
+        model = HistGradientBoostingClassifier(max_iter=200, random_state=0)
+        prob = model.fit(X[train], y[train]).predict_proba(X[~train])[:, 1]
+        auc_all = roc_auc_score(y[~train], prob)
+        auc_new = roc_auc_score(y[~train][new], prob[new])
+        decile = np.minimum(np.argsort(np.argsort(prob)) * 10 // prob.size, 9)
+        _, cls = np.unique(decile * 5 + tc, return_inverse=True)
+        hit = best_ttl(cls, g2, span, capacity)[0]
+        print(f"  back within {h:4.0f} s: AUC {auc_all:.3f} (new blocks {auc_new:.3f}); "
+              f"deciles x touches ({int(cls.max()) + 1} classes) hit {100 * hit:6.2f} %")
 
 
 def best_ttl(cls: np.ndarray, gap: np.ndarray, span_s: float, capacity: float
@@ -133,6 +204,7 @@ def main() -> None:
         _, cls = np.unique(cls, return_inverse=True)
         h, occ = best_ttl(cls, gap, f["span_s"], C)
         print(f"  {name:<46} {int(cls.max()) + 1:4d} classes  hit {100 * h:6.2f} %")
+    learned_ceiling(tr, f, C)
 
 
 if __name__ == "__main__":
