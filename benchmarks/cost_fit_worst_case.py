@@ -9,10 +9,12 @@ the worst rows more and approaches the minimax fit), and prints the median and w
 |predicted / measured - 1| with the worst point.
 
 It then checks the Llama-2-70B table against itself: for every (prompt, batch)
-configuration measured at TP 2, 4 and 8, the ratios t(TP4) / t(TP2) and t(TP8) / t(TP4)
+configuration measured at TP 2, 4 and 8 (128 output tokens), the ratios t(TP4) / t(TP2) and t(TP8) / t(TP4)
 of the measured prefill times, with a robust z-score (distance from the median in units
 of 1.4826 x the median absolute deviation). A point far outside its own table's tensor-
 parallel scaling cannot be matched by a model that scales the same way for every batch.
+Beside each median it prints the range of the source's repeats (5-15 runs per
+configuration, ``lpserve/data/calibration/splitwise_perf_model_spread.csv``).
 
 Run: ``python benchmarks/cost_fit_worst_case.py [--powers 2,4,8,16]``.
 """
@@ -52,9 +54,24 @@ def worst_case(data: CalibrationData, powers: list[float]) -> None:
                   f"({100 * res.rel_errors[worst]:+.1f}%)")
 
 
+def repeat_spread() -> dict[tuple, tuple[int, float, float]]:
+    """(model, hardware, tp, prompt, batch, output) -> (repeats, min ms, max ms) of the
+    Splitwise prompt times."""
+    import csv
+    from importlib import resources
+
+    path = resources.files("lpserve") / "data" / "calibration" / "splitwise_perf_model_spread.csv"
+    with path.open() as fh:
+        return {(r["model"], r["hardware"], int(r["tensor_parallel"]), int(r["prompt_size"]),
+                 int(r["batch_size"]), int(r["token_size"])):
+                (int(r["repeats"]), float(r["prompt_time_ms_min"]), float(r["prompt_time_ms_max"]))
+                for r in csv.DictReader(fh)}
+
+
 def tp_scaling(data: CalibrationData) -> None:
     rows = [r for r in data.splitwise_rows(llm="llama-2-70b", hardware="a100-80gb")
-            if r["phase"] == "prefill" and not r["excluded"]]
+            if r["phase"] == "prefill" and not r["excluded"]
+            and r["point"].endswith("-o128-ttft")]  # one row per configuration
     by_cfg: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_cfg[(r["prefill_tokens"], r["prefill_chunks"])][int(r["tp"])].append(r["measured_s"])
@@ -67,12 +84,19 @@ def tp_scaling(data: CalibrationData) -> None:
         mad = 1.4826 * np.median(np.abs(x - np.median(x)))
         return (x - np.median(x)) / mad
 
-    print("\nLlama-2-70B on A100, measured prefill time ratios across tensor-parallel degrees")
-    print(f"  {'prompt x batch':>15s} {'TP2 ms':>8s} {'TP4 ms':>8s} {'TP8 ms':>8s} "
+    spread = repeat_spread()
+
+    def cell(c: tuple[int, int], tp: int) -> str:
+        _, lo, hi = spread[("llama2-70b", "a100-80gb", tp, c[0], c[1], 128)]
+        return f"{1e3 * med[c][tp]:.1f} [{lo:.0f}-{hi:.0f}]"
+
+    print("\nLlama-2-70B on A100, measured prefill time (ms, median [range of repeats]) and "
+          "ratios across tensor-parallel degrees")
+    print(f"  {'prompt x batch':>15s} {'TP2':>22s} {'TP4':>22s} {'TP8':>22s} "
           f"{'TP4/TP2':>8s} {'z':>6s} {'TP8/TP4':>8s} {'z':>6s}")
     for c, a, za, b, zb in zip(cfgs, r42, z(r42), r84, z(r84)):
-        print(f"  {f'{c[0]} x {c[1]}':>15s} {1e3 * med[c][2]:8.1f} {1e3 * med[c][4]:8.1f} "
-              f"{1e3 * med[c][8]:8.1f} {a:8.3f} {za:+6.1f} {b:8.3f} {zb:+6.1f}")
+        print(f"  {f'{c[0]} x {c[1]}':>15s} {cell(c, 2):>22s} {cell(c, 4):>22s} "
+              f"{cell(c, 8):>22s} {a:8.3f} {za:+6.1f} {b:8.3f} {zb:+6.1f}")
     print(f"  TP8/TP4 over {len(cfgs)} configurations: median {np.median(r84):.3f}, "
           f"range {r84.min():.3f}-{r84.max():.3f}")
 
