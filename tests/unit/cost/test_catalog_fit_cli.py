@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from lpserve.cli import main
 from lpserve.cost import (cost_model, fit, get_gpu, get_llm, gpu_names, llm_from_hf_config,
                           llm_names, load_catalog_file)
 from lpserve.cost.analytic import calibrations
+from lpserve.cost.fit import MAX_REL_ERROR, fit_minimax
 
 GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "l40s"]
 LLMS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
@@ -101,6 +103,25 @@ def test_fit_power_trades_median_for_worst_row():
     l8 = fit(rows, "a100-80gb", "llama-2-7b", power=8.0, **kw)
     assert l8.max_abs_error < l2.max_abs_error - 0.02
     assert l8.median_abs_error > l2.median_abs_error
+    # least squares within a band: every row inside it, the sum of squares no better than l2
+    band = fit(rows, "a100-80gb", "llama-2-7b", max_rel_error=0.25, **kw)
+    assert band.max_abs_error <= 0.25 + 1e-6 < l2.max_abs_error
+    assert np.sum(np.log1p(band.rel_errors) ** 2) >= np.sum(np.log1p(l2.rel_errors) ** 2) - 1e-12
+    # the minimax fit reaches the best worst error (1.6 / (1 + 1.6) * 2 - 1 = 0.2308 for
+    # rows that differ only by the factor 1.6), and a band below it fails
+    mm = fit_minimax(rows, "a100-80gb", "llama-2-7b", **kw)
+    assert mm.max_abs_error <= band.max_abs_error + 1e-6
+    assert mm.max_abs_error == pytest.approx(0.2308, abs=0.01)
+    with pytest.raises(ValueError, match="keep every row within"):
+        fit(rows, "a100-80gb", "llama-2-7b", max_rel_error=0.5 * mm.max_abs_error, **kw)
+    with pytest.raises(ValueError, match="max_rel_error"):
+        fit(rows, "a100-80gb", "llama-2-7b", max_rel_error=0.0, **kw)
+
+
+def test_shipped_engine_calibrations_respect_their_band():
+    for e in calibrations():
+        if e["name"].startswith("splitwise-") and "held within" in e["provenance"]["note"]:
+            assert e["provenance"]["max_abs_error"] <= MAX_REL_ERROR + 1e-4, e["name"]
 
 
 def test_cli_cost_json(capsys):
