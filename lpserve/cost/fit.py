@@ -240,13 +240,12 @@ def fit_minimax(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | L
 
 # ---- the project's own calibrations ---------------------------------------------------
 
-def calibrate(data: Any = None, power: float = 2.0) -> list[dict[str, Any]]:
+def calibrate(data: Any = None) -> list[dict[str, Any]]:
     """Refit every calibration entry of ``fitted.toml`` from the shipped data.
 
     Returns the entries (dicts with ``name``, ``gpu``, ``llm``, the parameter values
     and ``provenance``). ``data`` is a :class:`lpserve.cost.data.CalibrationData`
-    (default: the copies inside the package); ``power`` is passed to every :func:`fit`
-    (the shipped ``fitted.toml`` uses 2).
+    (default: the copies inside the package).
     """
     from lpserve.cost import data as D
 
@@ -277,11 +276,11 @@ def calibrate(data: Any = None, power: float = 2.0) -> list[dict[str, Any]]:
     # 1. NCCL all-reduce on DGX-A100 -> latency floor and link efficiency
     ar_rows = data.all_reduce_rows()
     r_ar = fit(ar_rows, "a100-80gb", "llama-2-7b", parameters=("ar_latency_s", "ar_link_efficiency"),
-               base=start, power=power)
+               base=start)
     start.update({k: r_ar.values[k] for k in r_ar.fitted})
     # 2. Vidur A100 operator profile -> A100 kernel efficiencies (no engine overhead)
     op_rows = data.vidur_linear_rows() + data.vidur_attention_rows()
-    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start, power=power)
+    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start)
     a100 = dict(r_v.values)
     used_v = ("vidur_a100_llama2_7b_linear_ops_summary.csv, vidur_a100_llama2_7b_*_attention_tp1.csv, "
               "nccl_a100_dgx_all_reduce_summary.csv")
@@ -295,7 +294,7 @@ def calibrate(data: Any = None, power: float = 2.0) -> list[dict[str, Any]]:
     for llm, hwkey, gpu in SPLITWISE_GROUPS:
         rows = data.splitwise_rows(llm=llm, hardware=hwkey)
         train = [r for r in rows if r["fit_split"] == "train" and not r["excluded"]]
-        r_s = fit(train, gpu, llm, parameters=ENGINE_PARAMETERS, base=a100, power=power,
+        r_s = fit(train, gpu, llm, parameters=ENGINE_PARAMETERS, base=a100,
                   max_rel_error=MAX_REL_ERROR)
         tag = "a100" if gpu.startswith("a100") else "h100"
         name = f"splitwise-{tag}-{llm}"
