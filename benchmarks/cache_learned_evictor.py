@@ -97,7 +97,10 @@ def main() -> None:
     ap.add_argument("--capacity-blocks", type=int, default=5859)
     ap.add_argument("--horizon-s", type=float, default=300.0)
     a = ap.parse_args()
-    from sklearn.ensemble import HistGradientBoostingClassifier
+    try:
+        from sklearn.ensemble import HistGradientBoostingClassifier
+    except ImportError as e:  # the 'bench' extra
+        raise SystemExit("this benchmark needs scikit-learn: pip install -e '.[bench]'") from e
 
     tr = lp.load_trace(ceiling.SLICE) if ceiling.SLICE.exists() else lp.bundled_trace("mooncake-conv-5min")
     C, Hs = a.capacity_blocks, a.horizon_s

@@ -27,7 +27,9 @@ in blocks and tokens, blocks to the end of the prompt, partial last block, seen 
 seen blocks, time since the conversation's previous turn and its turn count) predict
 "touched again within H seconds". Trained on the first half of the slice (by arrival),
 its predicted-probability classes (x touches) get the hindsight-best TTL on the second
-half, beside the same half's single TTL, touches-only classes and infinite cache.
+half, beside the same half's single TTL, touches-only classes and infinite cache. (Labels
+of the first half's last H seconds look into the second half: optimistic, as a ceiling
+may be. ``cache_learned_evictor.py`` runs the same classes as an online evictor.)
 
 Run: ``python benchmarks/cache_online_ceiling.py [--capacity-blocks 5859]``.
 """
