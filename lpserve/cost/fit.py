@@ -201,8 +201,11 @@ def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, 
     from scipy.optimize import minimize
 
     band = float(max_rel_error)
-    cons = [{"type": "ineq", "fun": lambda z: band - pb.rel_errors(z)},
-            {"type": "ineq", "fun": lambda z: band + pb.rel_errors(z)}]
+    def within_band(z: np.ndarray) -> np.ndarray:  # both sides: one prediction per point
+        e = pb.rel_errors(z)
+        return np.concatenate([band - e, band + e])
+
+    cons = [{"type": "ineq", "fun": within_band}]
     out = minimize(lambda z: float(np.sum(np.abs(np.log(pb.ratios(z))) ** power)), res.x,
                    method="SLSQP", bounds=[(0.0, 1.0)] * len(pb.names), constraints=cons,
                    options={"maxiter": 500, "ftol": 1e-10})
@@ -230,8 +233,11 @@ def fit_minimax(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | L
     z = pb.least_squares(2.0).x
     k = len(pb.names)
     x0 = np.r_[z, np.abs(pb.rel_errors(z)).max()]
-    cons = [{"type": "ineq", "fun": lambda x: x[k] - pb.rel_errors(x[:k])},
-            {"type": "ineq", "fun": lambda x: x[k] + pb.rel_errors(x[:k])}]
+    def within_s(x: np.ndarray) -> np.ndarray:  # both sides: one prediction per point
+        e = pb.rel_errors(x[:k])
+        return np.concatenate([x[k] - e, x[k] + e])
+
+    cons = [{"type": "ineq", "fun": within_s}]
     out = minimize(lambda x: x[k], x0, method="SLSQP", constraints=cons,
                    bounds=[(0.0, 1.0)] * k + [(0.0, None)], options={"maxiter": 500})
     best = out.x[:k] if np.abs(pb.rel_errors(out.x[:k])).max() < x0[k] else z
