@@ -102,7 +102,7 @@ def main() -> None:
     except ImportError as e:  # the 'bench' extra
         raise SystemExit("this benchmark needs scikit-learn: pip install -e '.[bench]'") from e
 
-    tr = lp.load_trace(ceiling.SLICE) if ceiling.SLICE.exists() else lp.bundled_trace("mooncake-conv-5min")
+    tr = ceiling.load_slice()
     C, Hs = a.capacity_blocks, a.horizon_s
     acc = cf.block_accesses(tr)
     arrival = np.asarray(tr.arrival_s, float)
@@ -132,7 +132,7 @@ def main() -> None:
           f"(package replay {100 * check:.2f} %)")
     print(f"  LRU throughout                   second half {100 * second_half(lru):6.2f} %")
     model = HistGradientBoostingClassifier(max_iter=200, random_state=0)
-    model.fit(X[known & (t + Hs <= split_s)], y[known & (t + Hs <= split_s)])
+    model.fit(X[known], y[known])
     prob = model.predict_proba(X)[:, 1]
     # deciles from the first half's predictions, applied to every access
     edges = np.quantile(prob[first], np.linspace(0, 1, 11)[1:-1])

@@ -51,6 +51,11 @@ GRID_S = np.array([0, 5, 10, 20, 30, 45, 60, 75, 90, 105, 120, 150, 180, 210, 24
                    400, 500, 600, 900, 1200, 1800, 3600], float)
 
 
+def load_slice() -> lp.Trace:
+    """The shared Mooncake 30-minute slice, or the bundled 5-minute one without ../shared."""
+    return lp.load_trace(SLICE) if SLICE.exists() else lp.bundled_trace("mooncake-conv-5min")
+
+
 def access_features(trace: lp.Trace) -> dict[str, np.ndarray]:
     """Per block access (shape (A,)): time to the next touch of the same block (inf if
     none), touches before it, partial-last-block flag, depth, request's seen share."""
@@ -168,7 +173,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--capacity-blocks", type=int, default=5859)
     a = ap.parse_args()
-    tr = lp.load_trace(SLICE) if SLICE.exists() else lp.bundled_trace("mooncake-conv-5min")
+    tr = load_slice()
     f = access_features(tr)
     gap, C = f["gap_s"], a.capacity_blocks
     tc = np.minimum(f["touches"], 4)
