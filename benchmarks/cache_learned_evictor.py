@@ -77,12 +77,7 @@ def fit_ttl(cls: np.ndarray, gap: np.ndarray, known: np.ndarray, span_s: float,
     grid = ceiling.GRID_S[ceiling.GRID_S <= horizon_s]
     k = int(cls.max()) + 1
     g = np.where(known & (gap <= horizon_s), gap, np.inf)  # unknown or beyond H: a miss
-    H = np.zeros((k, grid.size))
-    O = np.zeros((k, grid.size))
-    for c in range(k):
-        gc = g[cls == c]
-        H[c] = (gc[None, :] <= grid[:, None]).sum(1)
-        O[c] = np.minimum(gc[None, :], grid[:, None]).sum(1) / span_s
+    H, O = ceiling.ttl_table(cls, g, grid, span_s)
     best = np.zeros(k, np.int64)
     for lam in np.geomspace(1e6, 1e-2, 2000):  # from strict to loose
         pick = (H - lam * O).argmax(1)

@@ -144,17 +144,26 @@ def learned_ceiling(trace: lp.Trace, f: dict[str, np.ndarray], capacity: float,
               f"deciles x touches ({int(cls.max()) + 1} classes) hit {100 * hit:6.2f} %")
 
 
+def ttl_table(cls: np.ndarray, gap: np.ndarray, grid_s: np.ndarray, span_s: float
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Per class (rows) and TTL of ``grid_s`` (columns): hits (next gap <= TTL) and mean
+    occupancy in blocks (sum of min(gap, TTL) over the span)."""
+    k = int(cls.max()) + 1
+    H = np.zeros((k, grid_s.size))
+    O = np.zeros((k, grid_s.size))
+    for c in range(k):
+        g = gap[cls == c]
+        H[c] = (g[None, :] <= grid_s[:, None]).sum(1)
+        O[c] = np.minimum(g[None, :], grid_s[:, None]).sum(1) / span_s
+    return H, O
+
+
 def best_ttl(cls: np.ndarray, gap: np.ndarray, span_s: float, capacity: float
              ) -> tuple[float, float]:
     """Hit rate and occupancy of the hindsight-best TTL per class at mean occupancy <=
     ``capacity``, interpolating between the two Lagrangian points around it."""
     k = int(cls.max()) + 1
-    H = np.zeros((k, GRID_S.size))
-    O = np.zeros((k, GRID_S.size))
-    for c in range(k):
-        g = gap[cls == c]
-        H[c] = (g[None, :] <= GRID_S[:, None]).sum(1)
-        O[c] = np.minimum(g[None, :], GRID_S[:, None]).sum(1) / span_s
+    H, O = ttl_table(cls, gap, GRID_S, span_s)
     pts = []
     for lam in np.geomspace(1e-2, 1e6, 2000):
         pick = (H - lam * O).argmax(1)
