@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import lpserve as lp
-from lpserve.cachesim import cache_replay
+from lpserve.evaluate.cache import cache_replay
 from lpserve.policies.evictors_kv import EVICTORS
 
 SHARED = Path(os.environ.get("LPSERVE_SHARED", Path(__file__).resolve().parents[2] / "shared"))

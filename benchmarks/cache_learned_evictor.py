@@ -36,11 +36,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cache_online_ceiling as ceiling  # noqa: E402  (benchmark helpers)
+import cache_online_ceiling as ceiling
 
-import lpserve as lp  # noqa: E402
-from lpserve.cachesim import cache_replay  # noqa: E402
-from lpserve.opt import cache_flow as cf  # noqa: E402
+from lpserve.evaluate.cache import cache_replay
+from lpserve.opt import cache_flow as cf
 
 
 def replay(acc: cf.BlockAccesses, arrival_s: np.ndarray, capacity: int,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import lpserve as lp
-from lpserve.cachesim import replay_accesses
+from lpserve.evaluate.cache import replay_accesses
 from lpserve.opt import cache_flow as cf
 
 SLICE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake_fast25_conversation_first30min.jsonl.gz"

@@ -33,8 +33,15 @@ import numpy as np
 
 from lpserve.cost.analytic import AnalyticCost
 from lpserve.cost.data import CalibrationData
-from lpserve.cost.fit import (ENGINE_PARAMETERS, MAX_REL_ERROR, SPLITWISE_GROUPS, fit,
-                              fit_minimax, _model, predict_row)
+from lpserve.cost.fit import (
+    ENGINE_PARAMETERS,
+    MAX_REL_ERROR,
+    SPLITWISE_GROUPS,
+    _model,
+    fit,
+    fit_minimax,
+    predict_row,
+)
 
 
 def vidur_base() -> dict[str, float]:

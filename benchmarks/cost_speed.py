@@ -14,10 +14,10 @@ import time
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from lpserve.cost import _kernels as K  # noqa: E402
-from lpserve.cost import cost_model  # noqa: E402
+from lpserve.cost import _kernels as K
+from lpserve.cost import cost_model
 
 
 def main() -> None:

@@ -36,10 +36,10 @@ from typing import Any, Callable
 import numpy as np
 
 import lpserve as lp
-from lpserve import generate as G
 from lpserve.policies.disagg import link_schedule, pool_sizes
 from lpserve.policies.lyapunov import constants, lyapunov, with_recorder
 from lpserve.registry import make_policy
+from lpserve.trace import generate as G
 
 TRACES = Path(os.environ.get("LPSERVE_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "traces"
 GPU, LLM = "a100-80gb", "mistral-7b"

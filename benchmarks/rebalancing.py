@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import lpserve as lp
-from lpserve import generate as G
+from lpserve.trace import generate as G
 
 POLICIES = {"none": "vllm", "llumnix": "rebalance-llumnix", "assignment-lp": "rebalance-lp"}
 COLS = ("ttft_mean_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_mean_s", "preempt",

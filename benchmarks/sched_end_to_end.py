@@ -12,7 +12,7 @@ Tables printed:
    call's finish minus the program's start) under PLAS, ATLAS, PLAS x MLFQ and
    request-level MLFQ and FCFS.
 
-Predicted intervals come from ``lpserve.predictors`` through ``simulate(predictor=...)``:
+Predicted intervals come from ``lpserve.policies.predictors`` through ``simulate(predictor=...)``:
 ``IntervalClasses(alpha=0.5)`` (the truth always inside) for MC-SF, A_max, A_min,
 SJF-predicted, skip-join on predicted service and the SLO-aware scheduler.
 
@@ -21,16 +21,16 @@ Run: ``python benchmarks/sched_end_to_end.py [--requests 300] [--seed 0]``.
 from __future__ import annotations
 
 import argparse
-import time
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 
 import lpserve as lp
-from lpserve import generate as G
 from lpserve.opt import lower_bounds as LB
-from lpserve.predictors import IntervalClasses
+from lpserve.policies.predictors import IntervalClasses
+from lpserve.trace import generate as G
 
 SCHEDULERS = ["vllm", "sjf-oracle", "srpt-oracle", "sjf-predicted", "las", "rr-sched",
               "mlfq", "fastserve", "mlfq-predicted", "fastserve-adaptive", "mcsf",

@@ -6,7 +6,7 @@ Llama-2-70B drafted by Llama-2-7B on A100-80GB, TP4, k in 0..8. Regret is measur
 normalized-reward units on four contexts (chat a = 0.8 at batch 1 and 32, code a = 0.6 at
 batch 1, hard a = 0.3 at batch 32), mean over seeds 0-2; the bound is
 ``proofs/speculation-ucb-regret.md`` summed over contexts. The optimistic acceptance-rate
-rule (``lpserve.acceptance``) runs on the same contexts and draws; its regret is printed
+rule (``lpserve.policies.bandits.AcceptanceUCB``) runs on the same contexts and draws; its regret is printed
 in the same normalized units beside ``proofs/speculation-acceptance-ucb.md`` (tokens/s
 units, divided by each context's normalizer).
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lpserve.acceptance import simulate_acceptance_ucb
-from lpserve.speculation import SpeculationBandit, optimal_k, simulate_bandit, speculation_cost
+from lpserve.cost.speculation import optimal_k, speculation_cost
+from lpserve.policies.bandits import SpeculationBandit, simulate_acceptance_ucb, simulate_bandit
 
 K_MAX = 8
 RATES = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

@@ -24,8 +24,13 @@ import time
 import numpy as np
 
 import lpserve as lp
-from lpserve.policies.speculation import (AcceptanceUCBSpeculation, FixedSpeculation,
-                                          NeverSpeculate, OracleSpeculation, UCBSpeculation)
+from lpserve.policies.speculation import (
+    AcceptanceUCBSpeculation,
+    FixedSpeculation,
+    NeverSpeculate,
+    OracleSpeculation,
+    UCBSpeculation,
+)
 
 TARGET, DRAFT, GPU, TP = "llama-2-70b", "llama-2-7b", "a100-80gb", 4
 RATES = {0: 0.8, 1: 0.4}  # tenant -> per-token acceptance rate

@@ -31,11 +31,9 @@ import argparse
 import math
 import time
 
-import numpy as np
-
 import lpserve as lp
+from lpserve.cost.preemption import tipping_bandwidth_gbps
 from lpserve.policies.kvcompress import CostBasedDecider
-from lpserve.preemption import tipping_bandwidth_gbps
 
 EFFS = (1.0, 0.5, 0.3, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.005)
 MODES = ("swap", "compress-swap", "decider", "decider-b0")

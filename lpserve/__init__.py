@@ -20,9 +20,9 @@ _EXPORTS: dict[str, str] = {
     "Trace": "lpserve.trace",
     "LoadReport": "lpserve.trace",
     "TraceError": "lpserve.trace",
-    "load_trace": "lpserve.loaders",
-    "bundled_trace": "lpserve.loaders",
-    "generate": "lpserve.generate",
+    "load_trace": "lpserve.trace.loaders",
+    "bundled_trace": "lpserve.trace.loaders",
+    "generate": "lpserve.trace.generate",
     "Cluster": "lpserve.cluster",
     # layer 1
     "cost_model": "lpserve.cost",
@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "Meta": "lpserve.policy",
     "Claim": "lpserve.policy",
     # layer 4
-    "cache_replay": "lpserve.cachesim",
+    "cache_replay": "lpserve.evaluate.cache",
     "solve": "lpserve.opt",
     "Solution": "lpserve.opt.solution",
     "Status": "lpserve.opt.solution",
@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "make_policy": "lpserve.registry",
     "compare": "lpserve.evaluate",
     "robustness": "lpserve.evaluate",
-    "simulate": "lpserve.sim",
+    "simulate": "lpserve.registry",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

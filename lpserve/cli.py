@@ -39,14 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from lpserve import __version__
+        from importlib.metadata import version
 
-        print(__version__)
+        print(version("lpserve"))
         return 0
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from lpserve.commands._common import run_command
+    from lpserve.commands.common import run_command
 
     return run_command(args)
 

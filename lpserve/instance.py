@@ -1,9 +1,11 @@
-"""A problem instance (layer 2): trace + cluster + cost model + SLO + horizon."""
+"""A problem instance (layer 2): trace + cluster + cost model + SLO + horizon, and the
+benchmark instances of ``instances/`` (:func:`load_instance`)."""
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +13,8 @@ import numpy as np
 from lpserve.cluster import Cluster
 from lpserve.trace import Trace
 
+#: the benchmark instances shipped with the repository (``instances/<name>/instance.toml``)
+INSTANCES_DIR = Path(__file__).resolve().parents[1] / "instances"
 
 @dataclass(frozen=True)
 class SLO:
@@ -103,3 +107,62 @@ class Instance:
             if pcie != 1.0:
                 h.update(f"pcie_efficiency={float(pcie)!r}".encode())
         return h.hexdigest()
+
+
+def instance_names() -> list[str]:
+    """Names of the instances under ``instances/`` (each has ``instance.toml``)."""
+    if not INSTANCES_DIR.is_dir():
+        return []
+    return sorted(p.parent.name for p in INSTANCES_DIR.glob("*/instance.toml"))
+
+
+def load_instance(path_or_name: str | Path) -> tuple[Any, dict[str, Any]]:
+    """Read ``instances/<name>/instance.toml`` (or a path to one, or to its folder).
+
+    Returns ``(Instance, spec)`` where ``spec`` is the parsed TOML (its ``[optimal]``
+    table holds certified values by formulation name).
+
+    TOML: ``[cluster]`` (Cluster fields), ``[cost]`` (``kind = "unit-round"`` with
+    ``memory_tokens``, or ``kind = "analytic"``), ``[slo]`` (optional), ``[trace]`` with
+    ``file`` (CSV with ``arrival_s,prompt_tokens,output_tokens`` and optional
+    ``predicted_lo,predicted_hi``).
+    """
+    import tomllib
+
+    p = Path(path_or_name)
+    if not p.exists():
+        p = INSTANCES_DIR / str(path_or_name)
+    if p.is_dir():
+        p = p / "instance.toml"
+    if not p.is_file():
+        raise FileNotFoundError(f"instance {path_or_name!r}: no such file or instance "
+                                f"(known: {', '.join(instance_names()) or 'none'})")
+    spec = tomllib.loads(p.read_text())
+    for key in ("cluster", "cost", "trace"):
+        if key not in spec:
+            raise ValueError(f"{p}: missing table [{key}]")
+    tfile = p.parent / spec["trace"]["file"]
+    data = np.genfromtxt(tfile, delimiter=",", names=True, dtype=None, encoding="utf-8")
+    data = np.atleast_1d(data)
+    cols = data.dtype.names or ()
+    for c in ("arrival_s", "prompt_tokens", "output_tokens"):
+        if c not in cols:
+            raise ValueError(f"{tfile}: missing column {c!r} (have {list(cols)})")
+    opt = {c: data[c] for c in ("predicted_lo", "predicted_hi") if c in cols}
+    trace = Trace.from_arrays(arrival_s=data["arrival_s"].astype(float),
+                              prompt_tokens=data["prompt_tokens"].astype(np.int64),
+                              output_tokens=data["output_tokens"].astype(np.int64),
+                              name=spec.get("name", p.parent.name), **opt)
+    cluster = Cluster(**spec["cluster"])
+    cs = dict(spec["cost"])
+    kind = cs.pop("kind", "analytic")
+    if kind == "unit-round":
+        from lpserve.cost import UnitRoundCost
+
+        cost = UnitRoundCost(memory_tokens=int(cs["memory_tokens"]))
+    elif kind == "analytic":
+        cost = None
+    else:
+        raise ValueError(f"{p}: [cost] kind must be 'unit-round' or 'analytic', got {kind!r}")
+    slo = SLO(**spec["slo"]) if "slo" in spec else SLO()
+    return Instance(trace=trace, cluster=cluster, slo=slo, cost=cost), spec

@@ -1,9 +1,12 @@
-"""Name -> policy factory (layer 5). Registering a policy puts it under the conformance
-suite (``tests/conformance``)."""
+"""Name -> policy factory (layer 5), and name resolution for ``lp.simulate("name")``.
+
+Registering a policy puts it under the conformance suite (``tests/conformance``).
+"""
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from lpserve.opt.rebalance import AssignmentRebalancer
 from lpserve.policies import baselines as B
 from lpserve.policies import disagg as DG
 from lpserve.policies import kvcompress as KC
@@ -14,6 +17,31 @@ from lpserve.policies import rebalancers as RB
 from lpserve.policies import schedulers as SC
 from lpserve.policies import speculation as SP
 from lpserve.policy import Policy
+
+#: rebalancer kind -> class, for the ``rebalance-*`` policies
+REBALANCERS = {"none": RB.NoMigration, "llumnix": RB.LlumnixFreeness,
+               "lp": AssignmentRebalancer}
+_REBALANCER_KNOBS = {"period_s", "threshold_blocks", "source_below_blocks", "max_moves",
+                     "cost_weight", "min_gain_s", "default_remaining_tokens", "max_candidates",
+                     "time_limit_s"}
+
+
+def rebalanced(kind: str) -> Callable[..., Policy]:
+    """Factory of the ``vllm`` engine behind round robin with the ``kind`` rebalancer
+    (:data:`REBALANCERS`); the rebalancer's parameters and any engine field are keyword
+    arguments."""
+    if kind not in REBALANCERS:
+        raise KeyError(f"unknown rebalancer {kind!r}; known: {', '.join(REBALANCERS)}")
+
+    def factory(**params: Any) -> Policy:
+        knobs = {k: params.pop(k) for k in list(params) if k in _REBALANCER_KNOBS}
+        params.setdefault("name", f"rebalance-{kind}")
+        pol = B.engine_policy("vllm", **params)
+        return pol.with_(rebalancer=REBALANCERS[kind](**knobs), meta=None)
+
+    factory.__name__ = f"rebalance_{kind}"
+    return factory
+
 
 # the round model of MC-SF / A_max / A_min: new requests join the running batch (mixed)
 _MCSF_ENGINE = dict(batching="mixed", watermark=0.0, prefix_caching=False)
@@ -68,8 +96,8 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "spec-acceptance-ucb": SP.speculative("acceptance-ucb", "spec-acceptance-ucb"),
     "spec-oracle": SP.speculative("oracle", "spec-oracle"),
     # live migration between replicas (lpserve/policies/rebalancers.py)
-    "rebalance-llumnix": RB.rebalanced("llumnix"),
-    "rebalance-lp": RB.rebalanced("lp"),
+    "rebalance-llumnix": rebalanced("llumnix"),
+    "rebalance-lp": rebalanced("lp"),
 }
 
 
@@ -83,3 +111,15 @@ def make_policy(name: str, **params: Any) -> Policy:
     if not isinstance(name, str) or name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; registered: {', '.join(policy_names())}")
     return POLICIES[name](**params)
+
+
+def simulate(instance: Any, policy: str | Policy, seed: int = 0, **options: Any) -> Any:
+    """``lp.simulate``: :func:`lpserve.sim.simulate` where ``policy`` may also be a
+    registered name (made fresh by :func:`make_policy`); ``options`` (``reference``,
+    ``check``, ``predictor``) go to the simulator. Returns its
+    :class:`~lpserve.sim.Result`."""
+    from lpserve.sim import simulate as run
+
+    if isinstance(policy, str):
+        policy = make_policy(policy)
+    return run(instance, policy, seed, **options)

@@ -34,7 +34,7 @@ import pandas as pd
 
 import lpserve as lp
 from lpserve.evaluate import BoundViolation, ClaimedBound, compare, robustness
-from lpserve.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
+from lpserve.evaluate.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
 
 pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 20)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 import lpserve as lp
-from lpserve.opt import load_instance
+from lpserve.instance import load_instance
 from lpserve.opt.exact import KVProblem, kv_optimal
 from lpserve.opt.mcsf_ref import mcsf_latency
 from lpserve.opt.routing_lp import export_fluid

@@ -19,7 +19,7 @@
 # caching problem with a twist: a request only hits on the *leading run* of its blocks
 # that is cached (prefix-closed hits), so a deep block without its parents is worthless.
 #
-# `lpserve.cachesim` replays a block-id trace (cold start, requests in trace order, at
+# `lpserve.evaluate.cache` replays a block-id trace (cold start, requests in trace order, at
 # most `capacity_blocks` blocks kept between requests; `models/kv-caching-flow.md`
 # section 1) through
 #
@@ -52,9 +52,9 @@ import numpy as np
 import pandas as pd
 
 import lpserve as lp
-from lpserve.cachesim import BOUNDS, policy_names, replay_accesses
+from lpserve.evaluate.cache import BOUNDS, policy_names, replay_accesses
+from lpserve.evaluate.plots import new_figure
 from lpserve.opt import cache_flow as cf
-from lpserve.plots import new_figure
 
 pd.set_option("display.width", 160)
 

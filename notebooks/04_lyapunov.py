@@ -41,10 +41,16 @@ import numpy as np
 import pandas as pd
 
 import lpserve as lp
-from lpserve import generate as G
 from lpserve.policies.disagg import link_schedule, pool_sizes
-from lpserve.policies.lyapunov import (constants, lyapunov, prefill_first_capacity_rps,
-                                       simulate_slotted, slotted_optimum, with_recorder)
+from lpserve.policies.lyapunov import (
+    constants,
+    lyapunov,
+    prefill_first_capacity_rps,
+    simulate_slotted,
+    slotted_optimum,
+    with_recorder,
+)
+from lpserve.trace import generate as G
 
 pd.set_option("display.width", 160)
 cost = lp.cost_model(gpu="a100-80gb", llm="mistral-7b")
@@ -77,7 +83,7 @@ print(f"p* = {opt['p_star']:.4f} s, B = {k['B']:.0f}, C = {k['C']:.0f}, "
 tradeoff.round(4)
 
 # %%
-slope = lambda x, y: np.polyfit(np.log(x), np.log(y), 1)[0]  # noqa: E731
+slope = lambda x, y: np.polyfit(np.log(x), np.log(y), 1)[0]
 small, large = tradeoff[tradeoff.V <= 30], tradeoff[tradeoff.V >= 10]
 print(f"penalty gap ~ V^{slope(small.V, small.penalty_s - opt['p_star']):.2f}, "
       f"backlog ~ V^{slope(large.V, large.backlog_eta):.2f}")

@@ -42,9 +42,9 @@ N_PROGRAMS = 120 if FULL else 40
 import numpy as np
 
 import lpserve as lp
-from lpserve import generate as G
+from lpserve.policies.predictors import IntervalClasses
 from lpserve.policies.schedulers import single_machine_flow_times
-from lpserve.predictors import IntervalClasses
+from lpserve.trace import generate as G
 
 rng = np.random.default_rng(SEED)
 

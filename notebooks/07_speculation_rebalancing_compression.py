@@ -48,7 +48,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import lpserve as lp
-from lpserve.preemption import tipping_bandwidth_gbps
+from lpserve.cost.preemption import tipping_bandwidth_gbps
 
 # %% [markdown]
 # ## 1. Speculative decoding
@@ -57,10 +57,14 @@ from lpserve.preemption import tipping_bandwidth_gbps
 # shrink the KV pool). Two request classes (tenants) with per-token acceptance 0.8 and
 # 0.4. Speculation helps while batches are small and costs throughput once batched
 # verification is compute-bound.
-
 # %%
-from lpserve.policies.speculation import (AcceptanceUCBSpeculation, FixedSpeculation,
-                                          NeverSpeculate, OracleSpeculation, UCBSpeculation)
+from lpserve.policies.speculation import (
+    AcceptanceUCBSpeculation,
+    FixedSpeculation,
+    NeverSpeculate,
+    OracleSpeculation,
+    UCBSpeculation,
+)
 
 RATES = {0: 0.8, 1: 0.4}
 DRAFT = "llama-2-7b"
@@ -119,7 +123,7 @@ fig.tight_layout()
 # assignment MILP (`models/rebalancing.md`), against no migration.
 
 # %%
-from lpserve import generate as G
+from lpserve.trace import generate as G
 
 mig_cluster = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=4,
                          gpu_memory_fraction=0.22)

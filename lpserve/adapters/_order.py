@@ -22,8 +22,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from lpserve.policy import (Policy, PolicyError, RoundRobin, Router, RouterView, Scheduler,
-                            SchedulerView)
+from lpserve.policy import (
+    Policy,
+    PolicyError,
+    RoundRobin,
+    Router,
+    RouterView,
+    Scheduler,
+    SchedulerView,
+)
 
 CONFIG_POLICY_KEY = "lpserve_policy"
 CONFIG_PARAMS_KEY = "lpserve_params"
@@ -171,7 +178,7 @@ def checked_ranks(scheduler: Scheduler, view: SchedulerView, policy_name: str) -
     """
     try:
         raw = scheduler.rank(view)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the policy's name
+    except Exception as exc:
         raise PolicyError(f"lpserve policy {policy_name!r}: rank() raised "
                           f"{type(exc).__name__}: {exc}") from exc
     r = np.asarray(raw)
@@ -321,7 +328,7 @@ def checked_routes(router: Router, view: RouterView, policy_name: str) -> np.nda
     :class:`PolicyError` naming the policy (exceptions inside the router included)."""
     try:
         raw = router.route(view)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the policy's name
+    except Exception as exc:
         raise PolicyError(f"lpserve policy {policy_name!r}: route() raised "
                           f"{type(exc).__name__}: {exc}") from exc
     out = np.asarray(raw)

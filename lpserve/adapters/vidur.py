@@ -53,35 +53,33 @@ def _check_version() -> str:
 
 VIDUR_VERSION = _check_version()
 
-import pandas as pd  # noqa: E402
-from vidur._native.entities import ExecutionTime as ExecutionTimeC  # noqa: E402
-from vidur.config import (  # noqa: E402
+import pandas as pd
+from vidur._native.entities import ExecutionTime as ExecutionTimeC
+from vidur.config import (
     BaseExecutionTimePredictorConfig,
     BaseGlobalSchedulerConfig,
     BaseRequestGeneratorConfig,
     VllmSchedulerConfig,
 )
-from vidur.entities import Request  # noqa: E402
-from vidur.execution_time_predictor import (  # noqa: E402
+from vidur.entities import Request
+from vidur.execution_time_predictor import (
     BaseExecutionTimePredictor,
     ExecutionTimePredictorRegistry,
 )
-from vidur.request_generator import RequestGeneratorRegistry  # noqa: E402
-from vidur.request_generator.base_request_generator import BaseRequestGenerator  # noqa: E402
-from vidur.scheduler import GlobalSchedulerRegistry  # noqa: E402
-from vidur.scheduler.global_scheduler.base_global_scheduler import (  # noqa: E402
-    BaseGlobalScheduler,
-)
-from vidur.scheduler.replica_scheduler.replica_scheduler_registry import (  # noqa: E402
+from vidur.request_generator import RequestGeneratorRegistry
+from vidur.request_generator.base_request_generator import BaseRequestGenerator
+from vidur.scheduler import GlobalSchedulerRegistry
+from vidur.scheduler.global_scheduler.base_global_scheduler import BaseGlobalScheduler
+from vidur.scheduler.replica_scheduler.replica_scheduler_registry import (
     ReplicaSchedulerRegistry,
 )
-from vidur.scheduler.replica_scheduler.vllm_replica_scheduler import (  # noqa: E402
+from vidur.scheduler.replica_scheduler.vllm_replica_scheduler import (
     VLLMReplicaScheduler,
 )
-from vidur.types import BaseIntEnum, ReplicaId  # noqa: E402
+from vidur.types import BaseIntEnum, ReplicaId
 
-from lpserve.adapters import _order  # noqa: E402
-from lpserve.policy import RouterView  # noqa: E402
+from lpserve.adapters import _order
+from lpserve.policy import RouterView
 
 
 # Vidur's key enums cannot be extended; new enums with values no Vidur key uses.
@@ -503,11 +501,17 @@ def simulation_config(*, policy: str, params: dict[str, Any] | None = None,
     ``prefill_to_decode_ratio``), priced by lpserve's cost model unless
     ``lpserve_cost=False``. ``num_blocks`` overrides the KV blocks per replica (Vidur
     derives them from GPU memory otherwise). Chrome traces and plots are off."""
-    from vidur.config import (CacheConfig, ClusterConfig, MetricsConfig,
-                              PoissonRequestIntervalGeneratorConfig,
-                              ReplicaConfig, RoundRobinGlobalSchedulerConfig, SimulationConfig,
-                              SyntheticRequestGeneratorConfig,
-                              UniformRequestLengthGeneratorConfig)
+    from vidur.config import (
+        CacheConfig,
+        ClusterConfig,
+        MetricsConfig,
+        PoissonRequestIntervalGeneratorConfig,
+        ReplicaConfig,
+        RoundRobinGlobalSchedulerConfig,
+        SimulationConfig,
+        SyntheticRequestGeneratorConfig,
+        UniformRequestLengthGeneratorConfig,
+    )
 
     params_json = json.dumps(params or {})
     if (trace_csv is None) == (synthetic is None):

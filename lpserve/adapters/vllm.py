@@ -60,10 +60,10 @@ def _check_version() -> str:
 
 VLLM_VERSION = _check_version()
 
-from vllm.v1.core.sched.request_queue import SchedulingPolicy  # noqa: E402
-from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler  # noqa: E402
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 
-from lpserve.adapters import _order  # noqa: E402
+from lpserve.adapters import _order
 
 
 class PolicyScheduler(_VllmScheduler):

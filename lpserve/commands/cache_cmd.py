@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lpserve.commands._common import CLIError, add_json_flag, emit_json
+from lpserve.commands.common import CLIError, add_json_flag, emit_json
 
 DEFAULT_POLICIES = ("infinite", "lp", "lp-rounded", "foo-l", "belady", "belady-prefix", "lru",
                     "radix-lru", "lfu", "prefix-lru", "gdsf", "session", "lookahead",
@@ -30,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lpserve.cachesim import policy_names
-    from lpserve.loaders import load_trace
+    from lpserve.evaluate.cache import policy_names
     from lpserve.opt import cache_flow as cf
+    from lpserve.trace.loaders import load_trace
 
     trace = load_trace(args.trace or "mooncake-conv-5min")
     if args.block_tokens is not None and trace.has_blocks and \
@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _rows(acc, names: list[str], capacity_blocks: int) -> list[dict]:
-    from lpserve.cachesim import replay_accesses
+    from lpserve.evaluate.cache import replay_accesses
     from lpserve.opt import cache_flow as cf
 
     rows = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num, progress
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num, progress
 
 #: the default workload is the first DEFAULT_DURATION_S seconds of the bundled trace (and
 #: DEFAULT_WINDOWS - 1 further windows for the robustness view), to finish within a minute
@@ -122,7 +122,7 @@ def _claimed(items: list[str]) -> Any:
 
 def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
     """[(label, window trace)] and a note on the slicing."""
-    from lpserve.loaders import DEFAULT_TRACE, load_trace
+    from lpserve.trace.loaders import DEFAULT_TRACE, load_trace
 
     trace = load_trace(args.trace or DEFAULT_TRACE)
     if len(trace) == 0:
@@ -156,9 +156,10 @@ def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
 # ------------------------------------------------------------------------ command
 def _gap(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
-    import lpserve as lp
+    from lpserve.cluster import Cluster
     from lpserve.evaluate import METRIC_KEYS, BoundViolation, default_policies, resolve_bounds
     from lpserve.evaluate.compare import SOLVED_POLICIES
+    from lpserve.instance import SLO, Instance
     from lpserve.registry import policy_names
 
     loads = sorted(set(_floats(args.loads, "--loads")) | set(_floats(str(args.load), "--load")))
@@ -173,8 +174,8 @@ def _gap(args: argparse.Namespace) -> int:
         raise CLIError(f"--metric must be one of {', '.join(METRIC_KEYS)}, total_latency_s; "
                        f"got {args.metric!r}")
     workloads, note = _workloads(args)
-    cluster = lp.Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
-    slo = lp.SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
+    cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
+    slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
     if args.policies:
         policies = [x.strip() for x in args.policies.split(",") if x.strip()]
         known = set(policy_names()) | set(SOLVED_POLICIES)
@@ -184,7 +185,7 @@ def _gap(args: argparse.Namespace) -> int:
                            f"solved: {', '.join(SOLVED_POLICIES)}")
     else:
         policies = default_policies(cluster.n_replicas)
-    cases = [(wl, load, lp.Instance(trace=tr if load == 1.0 else tr.scale_rate(load),
+    cases = [(wl, load, Instance(trace=tr if load == 1.0 else tr.scale_rate(load),
                                     cluster=cluster, slo=slo))
              for wl, tr in workloads for load in loads]
     main_case = (workloads[0][0], args.load)
@@ -320,8 +321,12 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
                   skipped) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
-    from lpserve.plots import (metric_label, plot_gap_to_bound, plot_latency_cdf,
-                               plot_latency_vs_load)
+    from lpserve.evaluate.plots import (
+        metric_label,
+        plot_gap_to_bound,
+        plot_latency_cdf,
+        plot_latency_vs_load,
+    )
 
     try:
         out.mkdir(parents=True, exist_ok=True)

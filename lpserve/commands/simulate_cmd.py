@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    import lpserve as lp
-    from lpserve.loaders import DEFAULT_TRACE, load_trace
-    from lpserve.registry import make_policy, policy_names
+    from lpserve.cluster import Cluster
+    from lpserve.instance import SLO, Instance
+    from lpserve.registry import make_policy, policy_names, simulate
+    from lpserve.trace.loaders import DEFAULT_TRACE, load_trace
 
     if args.policy not in policy_names():
         raise CLIError(f"unknown policy {args.policy!r}; registered: "
@@ -52,14 +53,14 @@ def _simulate(args: argparse.Namespace) -> int:
     if len(trace) == 0:
         raise CLIError("the trace has no requests")
     disagg = args.prefill_replicas > 0 or args.decode_replicas > 0
-    cluster = lp.Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp,
+    cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp,
                          replicas=1 if disagg else args.replicas,
                          prefill_replicas=args.prefill_replicas,
                          decode_replicas=args.decode_replicas)
-    inst = lp.Instance(trace=trace, cluster=cluster,
-                       slo=lp.SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot),
+    inst = Instance(trace=trace, cluster=cluster,
+                       slo=SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot),
                        horizon_s=args.horizon)
-    res = lp.simulate(inst, make_policy(args.policy), seed=args.seed)
+    res = simulate(inst, make_policy(args.policy), seed=args.seed)
     s = res.summary()
     s.update(policy=args.policy, trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu,
              llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, seed=args.seed,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,15 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _instance(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    from lpserve.opt import load_instance
+    from lpserve.instance import load_instance
 
     if args.instance == "bundled":
-        import lpserve as lp
+        from lpserve.cluster import Cluster
+        from lpserve.instance import Instance
+        from lpserve.trace.loaders import bundled_trace
 
         if args.replicas < 1:
             raise CLIError(f"--replicas must be >= 1, got {args.replicas}")
-        cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=args.replicas)
-        return lp.Instance(trace=lp.bundled_trace(), cluster=cl), {}
+        cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=args.replicas)
+        return Instance(trace=bundled_trace(), cluster=cl), {}
     return load_instance(args.instance)
 
 

@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any
 
-from lpserve.commands._common import CLIError, add_json_flag, emit_json, fmt_num, progress
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num, progress
 
 #: metrics of the summary table (mean over seeds)
 TABLE_METRICS = ("ttft_s_mean", "ttft_s_p99", "tpot_s_mean", "e2e_s_p99", "goodput_rps")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands._common import add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import add_json_flag, emit_json, fmt_num
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from lpserve.loaders import DEFAULT_TRACE, load_trace
+    from lpserve.trace.loaders import DEFAULT_TRACE, load_trace
 
     path = args.path or DEFAULT_TRACE
     trace = load_trace(path, args.format, sort=args.sort, rate_per_s=args.rate,

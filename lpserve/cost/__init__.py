@@ -7,23 +7,36 @@ Three models share the :class:`CostModel` interface:
 - :class:`TableCost`: interpolation of a measured per-layer profile;
 - :class:`UnitRoundCost`: every iteration takes one time unit (the theory papers' GPU).
 
-Each exposes ``params`` (flat float64) and ``kind`` so numba code can call
-``lpserve.cost._kernels.iteration_time(params, ...)`` directly.
+Each exposes ``params`` (flat float64) and ``kind`` so numba code can call the kernel
+:func:`iteration_time` ``(params, prefill_tokens, prefill_cached, decode_context)``
+directly (its plain-Python twin is :func:`iteration_time_ref`).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from lpserve.cost._kernels import iteration_time, iteration_time_ref
 from lpserve.cost.analytic import AnalyticCost, calibration_for, calibrations
 from lpserve.cost.base import CostModel
-from lpserve.cost.catalog import (GPUSpec, LLMSpec, get_gpu, get_llm, gpu_names, llm_from_hf_config,
-                                  llm_names, load_catalog_file, register_gpu, register_llm)
+from lpserve.cost.catalog import (
+    GPUSpec,
+    LLMSpec,
+    get_gpu,
+    get_llm,
+    gpu_names,
+    llm_from_hf_config,
+    llm_names,
+    load_catalog_file,
+    register_gpu,
+    register_llm,
+)
 from lpserve.cost.table import TableCost, UnitRoundCost
 
 __all__ = [
     "AnalyticCost", "CostModel", "GPUSpec", "LLMSpec", "TableCost", "UnitRoundCost",
     "calibration_for", "calibrations", "cost_model", "cost_model_for", "fit", "get_gpu",
-    "get_llm", "gpu_names", "llm_from_hf_config", "llm_names", "load_catalog_file",
+    "get_llm", "gpu_names", "iteration_time", "iteration_time_ref", "llm_from_hf_config",
+    "llm_names", "load_catalog_file",
     "register_gpu", "register_llm", "validation_table",
 ]
 

@@ -347,7 +347,10 @@ def analytic_parts_ref(params, prefill_tokens, prefill_cached, decode_context):
     }
 
 
-def _interp_ref(xs, ys, x):
+def interp_ref(xs, ys, x):
+    """Plain-Python interpolation of a measured profile ``ys`` over ``xs`` at ``x``: 0 for
+    ``x <= 0`` (or no points), ``ys[0]`` up to ``xs[0]``, proportional to ``x`` beyond a
+    single point, else piecewise linear (extrapolated past the last segment)."""
     if not xs or x <= 0:
         return 0.0
     if x <= xs[0]:
@@ -383,8 +386,8 @@ def iteration_time_ref(params, prefill_tokens, prefill_cached, decode_context):
     s += 2 * n2
     x3, y3 = p[s:s + n3], p[s + n3:s + 2 * n3]
     work = sum(float(c) * (h + c) for c, h in chunks)
-    per_layer = (_interp_ref(x1, y1, float(n_tokens)) + _interp_ref(x2, y2, work)
-                 + _interp_ref(x3, y3, float(sum(ctx))))
+    per_layer = (interp_ref(x1, y1, float(n_tokens)) + interp_ref(x2, y2, work)
+                 + interp_ref(x3, y3, float(sum(ctx))))
     return p[T_LAYERS] * per_layer + p[T_ITER_OVERHEAD_S] + p[T_SEQ_OVERHEAD_S] * (len(chunks) + len(ctx))
 
 

@@ -116,7 +116,7 @@ class TableCost(CostModel):
         live = pt > 0
         n_tokens = float(pt.sum() + dc.size)
         work = float((pt[live].astype(float) * (pc[live] + pt[live])).sum())
-        lookup = {k: K._interp_ref(list(x), list(y), v) for (k, (x, y)), v in
+        lookup = {k: K.interp_ref(list(x), list(y), v) for (k, (x, y)), v in
                   zip(self.tables.items(), (n_tokens, work, float(dc.sum())))}
         empty = n_tokens == 0
         return {

@@ -1,5 +1,5 @@
 """Evaluation (layer 5): policies x instances -> tidy results, ratios to lower bounds,
-robustness over workloads and loads. Plots live in :mod:`lpserve.plots`.
+robustness over workloads and loads. Plots live in :mod:`lpserve.evaluate.plots`.
 
 >>> import lpserve as lp
 >>> from lpserve.evaluate import compare
@@ -12,14 +12,32 @@ metric over the same requests (:class:`BoundViolation` otherwise).
 """
 from __future__ import annotations
 
-from lpserve.evaluate.bounds import (BOUNDS, METRIC_KEYS, Bound, BoundViolation, ClaimedBound,
-                                     CostModelBound, PerRequestBound, check_bound, flatten,
-                                     resolve_bounds)
-from lpserve.evaluate.compare import (BASELINES, PREFERRED_PRINCIPLED, SOLVED_POLICIES,
-                                      PolicyUnavailable, Samples, common_cases, compare,
-                                      default_policies,
-                                      resolve_policies, robustness, robustness_summary,
-                                      solved_policy)
+from lpserve.evaluate.bounds import (
+                                     BOUNDS,
+                                     METRIC_KEYS,
+                                     Bound,
+                                     BoundViolation,
+                                     ClaimedBound,
+                                     CostModelBound,
+                                     PerRequestBound,
+                                     check_bound,
+                                     flatten,
+                                     resolve_bounds,
+)
+from lpserve.evaluate.compare import (
+                                     BASELINES,
+                                     PREFERRED_PRINCIPLED,
+                                     SOLVED_POLICIES,
+                                     PolicyUnavailable,
+                                     Samples,
+                                     common_cases,
+                                     compare,
+                                     default_policies,
+                                     resolve_policies,
+                                     robustness,
+                                     robustness_summary,
+                                     solved_policy,
+)
 
 __all__ = ["BASELINES", "BOUNDS", "METRIC_KEYS", "PREFERRED_PRINCIPLED", "SOLVED_POLICIES",
            "Bound", "BoundViolation", "ClaimedBound", "CostModelBound", "PerRequestBound",

@@ -145,8 +145,11 @@ class CostModelBound:
                         "KV-memory area term (models/lower-bounds.md (5)-(9))")
 
     def prepare(self, instance: Any) -> PerRequestBound:
-        from lpserve.opt.lower_bounds import (build_cost_bound, prefill_lower_bound_s,
-                                              solve_cost_bound)
+        from lpserve.opt.lower_bounds import (
+            build_cost_bound,
+            prefill_lower_bound_s,
+            solve_cost_bound,
+        )
 
         trace = instance.trace
         n = len(trace)

@@ -14,8 +14,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from lpserve import objectives as obj
-from lpserve.evaluate.bounds import (BoundViolation, PerRequestBound, applies, check_bound,
-                                     flatten, resolve_bounds)
+from lpserve.evaluate.bounds import (
+    BoundViolation,
+    PerRequestBound,
+    applies,
+    check_bound,
+    flatten,
+    resolve_bounds,
+)
 
 #: baseline heuristics: round robin + FCFS + LRU with whole-prompt prefill (vLLM), the same
 #: engine behind join-the-shortest-queue (least outstanding requests), and Sarathi-Serve's
@@ -200,7 +206,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     """
     import pandas as pd
 
-    from lpserve.sim import simulate
+    from lpserve.registry import simulate
 
     seeds = [int(s) for s in seeds]
     if not seeds:

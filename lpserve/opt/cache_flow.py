@@ -86,7 +86,8 @@ class BlockAccesses:
         return out
 
 
-def _check_capacity(capacity_blocks: Any) -> int:
+def check_capacity(capacity_blocks: Any) -> int:
+    """``capacity_blocks`` as an int >= 1, or a ValueError naming it."""
     if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, (int, np.integer)):
         raise ValueError(f"capacity_blocks must be a positive integer, got {capacity_blocks!r}")
     if capacity_blocks < 1:
@@ -130,7 +131,7 @@ def block_accesses(trace: Trace, *, cost: Any = None, validate: bool = True) -> 
         raise TraceError(
             f"{trace.name}: trace has no prefix block ids (field 'block_flat' is None); "
             "cache replay needs block ids such as Mooncake 'hash_ids', or derive them with "
-            "lpserve.generate.with_shared_prefixes / sessions")
+            "lpserve.trace.generate.with_shared_prefixes / sessions")
     flat = np.asarray(trace.block_flat, np.int64)
     offs = np.asarray(trace.block_offsets, np.int64)
     n, A = len(trace), int(flat.size)
@@ -198,7 +199,7 @@ def belady(acc: BlockAccesses, capacity_blocks: int, *, tie: str = "shallow") ->
     O(A log A). Optimal for unit blocks when every request holds one block
     (``proofs/belady-unit-optimal.md``).
     """
-    C = _check_capacity(capacity_blocks)
+    C = check_capacity(capacity_blocks)
     if tie not in ("shallow", "deep"):
         raise ValueError(f"tie must be 'shallow' or 'deep', got {tie!r}")
     nreq = acc.next_request().tolist()
@@ -386,7 +387,7 @@ def build(trace: Trace | BlockAccesses, capacity_blocks: int, *, cost: Any = Non
     from scipy import sparse
 
     t0 = time.perf_counter()
-    C = _check_capacity(capacity_blocks)
+    C = check_capacity(capacity_blocks)
     acc = trace if isinstance(trace, BlockAccesses) else block_accesses(trace, cost=cost)
     n = acc.n_requests
     J = np.flatnonzero(acc.prev >= 0)

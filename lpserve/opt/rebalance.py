@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from lpserve.opt.solution import Solution, Status, highs_model, highs_status
+from lpserve.policies.rebalancers import NO_MOVES, check_period
+from lpserve.policy import Rebalancer, RebalanceView
 
-__all__ = ["RebalanceModel", "build_rebalance", "solve_rebalance", "brute_force_rebalance",
-           "rebalance_objective"]
+__all__ = ["AssignmentRebalancer", "RebalanceModel", "build_rebalance", "solve_rebalance",
+           "brute_force_rebalance", "rebalance_objective"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,11 +57,19 @@ class RebalanceModel:
 
     @property
     def n_candidates(self) -> int:
+        """Candidates ``n``."""
         return int(self.source.shape[0])
 
     @property
     def n_replicas(self) -> int:
+        """Replicas ``R``."""
         return int(self.capacity_blocks.shape[0])
+
+    def restrict(self, keep: np.ndarray) -> "RebalanceModel":
+        """The same decision with only the candidates at positions ``keep``."""
+        return RebalanceModel(self.source[keep], self.blocks[keep], self.cost_s[keep],
+                              self.running, self.phi_s, self.capacity_blocks, self.seats,
+                              self.deficit_blocks, self.wait_s)
 
     def __post_init__(self) -> None:
         n, R = self.n_candidates, self.n_replicas
@@ -274,3 +284,82 @@ def solve_rebalance(model: RebalanceModel, time_limit_s: float | None = None) ->
                     base - bound if math.isfinite(bound) else bound, time.perf_counter() - t0,
                     primal=primal, message=text, objective_units="request-s",
                     info={"n_candidates": n, "n_replicas": R, "solver": "highs"})
+
+
+# ===================================================================================== the policy
+class AssignmentRebalancer(Rebalancer):
+    """Solves ``models/rebalancing.md`` (9)–(15) at every decision; migrates the moves of
+    the optimum when its value exceeds ``min_gain_s`` request-seconds.
+
+    ``info``: the last solve's status, objective and wall time (for inspection).
+    ``time_limit_s`` (default ``None``: solve to optimality) makes decisions depend on the
+    machine's speed when it binds, so runs are reproducible only without it.
+    """
+
+    name = "assignment-lp"
+
+    def __init__(self, period_s: float = 0.5, cost_weight: float = 1.0,
+                 min_gain_s: float = 0.0, default_remaining_tokens: float = 128.0,
+                 max_candidates: int = 64, time_limit_s: float | None = None) -> None:
+        self.period_s = check_period(period_s)
+        if not isinstance(max_candidates, int) or max_candidates < 1:
+            raise ValueError(f"max_candidates must be a positive integer, got "
+                             f"{max_candidates!r}")
+        if not cost_weight >= 0:
+            raise ValueError(f"cost_weight must be >= 0, got {cost_weight!r}")
+        if not default_remaining_tokens >= 1:
+            raise ValueError(f"default_remaining_tokens must be >= 1, got "
+                             f"{default_remaining_tokens!r}")
+        self.cost_weight = float(cost_weight)
+        self.min_gain_s = float(min_gain_s)
+        self.default_remaining_tokens = float(default_remaining_tokens)
+        self.max_candidates = max_candidates
+        if time_limit_s is not None and not time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be None or > 0, got {time_limit_s!r}")
+        self.time_limit_s = time_limit_s
+        self.info: dict[str, Any] = {}
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        self.info = {}
+
+    def migrate(self, view: RebalanceView) -> np.ndarray:
+        if view.n_replicas < 2:
+            return NO_MOVES.copy()
+        model = build_rebalance(view, default_remaining_tokens=self.default_remaining_tokens,
+                                cost_weight=self.cost_weight)
+        keep = self._candidates(model)
+        if keep.size == 0:
+            return NO_MOVES.copy()
+        sub = model.restrict(keep)
+        sol = solve_rebalance(sub, time_limit_s=self.time_limit_s)
+        self.info = {"status": str(sol.status), "objective": sol.objective,
+                     "wall_s": sol.wall_s, "candidates": int(keep.size)}
+        if not sol.solved or not sol.objective > self.min_gain_s:
+            return NO_MOVES.copy()
+        dest = sol.primal["destination"]
+        rows = [(int(view.request[keep[r]]), int(d)) for r, d in enumerate(dest.tolist())
+                if d >= 0]
+        return np.array(rows, np.int64).reshape(-1, 2)
+
+    def _candidates(self, model: Any) -> np.ndarray:
+        """Candidates that can matter: on a replica with blocked waiting requests or with
+        more decoding requests than the least loaded replica plus one; about
+        ``max_candidates`` of them (an equal share per replica)."""
+        n, R = model.n_candidates, model.n_replicas
+        if n == 0:
+            return np.zeros(0, np.int64)
+        blocked = np.array([model.deficit_blocks[s].size > 0 for s in range(R)])
+        heavy = model.running > model.running.min() + 1
+        idx = np.flatnonzero((blocked | heavy)[model.source])
+        if idx.size > self.max_candidates:
+            # per replica an equal share: half its smallest requests (cheap copies that
+            # rebalance counts), half its largest (few copies that free many blocks)
+            share = max(self.max_candidates // R, 2)
+            keep = []
+            for s in range(R):
+                mine = idx[model.source[idx] == s]
+                mine = mine[np.lexsort((mine, model.blocks[mine]))]
+                keep.extend(mine[:share // 2].tolist() + mine[share // 2:][-(share - share // 2):]
+                            .tolist() if mine.size > share else mine.tolist())
+            idx = np.unique(np.array(keep, np.int64))
+        return idx.astype(np.int64)

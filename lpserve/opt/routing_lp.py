@@ -13,8 +13,7 @@
   affinity through relaxed residency ``z``. LP form with HiGHS (duals by constraint name),
   convex queueing-delay form with cvxpy (:func:`solve_fluid_convex`).
 
-Export: :mod:`lpserve.policies.routers_lp` (assignment table, randomized fluid split, and
-the dual-price index router).
+Export: :mod:`lpserve.policies.routers_lp` (assignment table, fluid split, dual-index router).
 """
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lpserve.opt.solution import Formulation, Solution, Status, highs_model, \
-    highs_status
+from lpserve.opt.solution import Formulation, Solution, Status, highs_model, highs_status
 
 
 # ======================================================================= cost-model tables
@@ -366,7 +364,7 @@ def build_fluid(instance: Any, *, replica_costs: Sequence[Any] | None = None,
     span = float(np.ptp(tr.arrival_s)) if duration_s is None else float(duration_s)
     if not span > 0:
         span = 1.0
-    mean = lambda x: np.bincount(inv, weights=x, minlength=cls.size) / cnt  # noqa: E731
+    mean = lambda x: np.bincount(inv, weights=x, minlength=cls.size) / cnt
     P, D, S = mean(s.astype(float)), mean(d), mean(pref)
     gc = cls % keys.size
     SG = np.array([pref[g == q].mean() if np.any(g == q) else 0.0 for q in range(keys.size)])
@@ -393,9 +391,9 @@ def build_fluid(instance: Any, *, replica_costs: Sequence[Any] | None = None,
 def _fluid_rows(m: FluidModel):
     """COO triplets and row bounds of (7)–(12); variable order a (C*R), u (C*R), z (G*R)."""
     C, R, G = m.shape
-    a = lambda c, r: c * R + r                                   # noqa: E731
-    u = lambda c, r: C * R + c * R + r                           # noqa: E731
-    z = lambda q, r: 2 * C * R + q * R + r                       # noqa: E731
+    a = lambda c, r: c * R + r
+    u = lambda c, r: C * R + c * R + r
+    z = lambda q, r: 2 * C * R + q * R + r
     cc, rr = np.meshgrid(np.arange(C), np.arange(R), indexing="ij")
     cc, rr = cc.ravel(), rr.ravel()
     rows, cols, vals, lo, hi, names = [], [], [], [], [], []

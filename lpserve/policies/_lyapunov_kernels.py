@@ -12,7 +12,7 @@ Arrays
 ``st`` (float64) per-replica controller state, layout ``ST_*``: the virtual queues
     ``Z_TBT`` (token gaps) and ``Z_KV`` (occupancy), running sums for time averages, and a
     log-spaced histogram of observed token gaps (``HIST_*``).
-``params``: the cost model's flat array (``lpserve.cost._kernels``).
+``params``: the cost model's flat array (``lpserve.cost.iteration_time``).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
-from lpserve.cost._kernels import iteration_time, iteration_time_ref
+from lpserve.cost import iteration_time, iteration_time_ref
 
 CP_V = 0
 CP_S_TBT = 1

@@ -25,10 +25,11 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from lpserve.policy import FCFS, LRU, EngineConfig, Evictor, Policy, Router
 from lpserve.policies import routers as R
+from lpserve.policy import FCFS, LRU, EngineConfig, Evictor, Policy, Router
 
-_ENGINE_FIELDS = {f.name for f in fields(EngineConfig)}
+#: the names of every EngineConfig field (a factory keyword argument that configures the engine)
+ENGINE_FIELDS = {f.name for f in fields(EngineConfig)}
 
 ROUTERS = {
     "round-robin": R.RoundRobin,
@@ -76,10 +77,10 @@ def engine_policy(engine: str, *, router: Any = "round-robin",
     """
     if engine not in ENGINE_DEFAULTS:
         raise KeyError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_DEFAULTS)}")
-    bad = sorted(set(params) - _ENGINE_FIELDS)
+    bad = sorted(set(params) - ENGINE_FIELDS)
     if bad:
         raise ValueError(f"{engine}: unknown parameter(s) {bad}; engine parameters: "
-                         f"{sorted(_ENGINE_FIELDS)}, plus router, decode_router, evictor")
+                         f"{sorted(ENGINE_FIELDS)}, plus router, decode_router, evictor")
     cfg = EngineConfig(**{**ENGINE_DEFAULTS[engine], **params})
     if isinstance(evictor, str):
         from lpserve.policies.evictors_kv import make_evictor

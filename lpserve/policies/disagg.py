@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.policies.lyapunov import DPPController, DPPScheduler, CLAIMS
+from lpserve.policies.lyapunov import CLAIMS, DPPController, DPPScheduler
 from lpserve.policies.routers import LeastOutstanding
 from lpserve.policy import LRU, EngineConfig, Meta, Policy
 

@@ -3,7 +3,7 @@
 Each evictor exists twice, with the same rule:
 
 * a :class:`KVEvictorSpec` run by the numba kernels of
-  :mod:`lpserve.policies._evict_kernels` in :func:`lpserve.cachesim.cache_replay`;
+  :mod:`lpserve.policies._evict_kernels` in :func:`lpserve.evaluate.cache.cache_replay`;
 * an :class:`~lpserve.policy.Evictor` (``evict(view, need_blocks)``) that runs inside the
   simulator's prefix cache, using the fields of :class:`~lpserve.policy.EvictorView`.
 
@@ -60,6 +60,7 @@ class KVEvictorSpec:
     online: bool = True
 
     def params(self) -> np.ndarray:
+        """The kernel's float parameters ``[credit_s, partial_penalty_s]``."""
         return np.array([self.credit_s, self.partial_penalty_s], np.float64)
 
 
@@ -90,6 +91,20 @@ def spec(name: str, **overrides: Any) -> KVEvictorSpec:
         raise KeyError(f"unknown evictor {name!r}; known: {sorted(['lru', *table])}")
     base = table[name]
     return KVEvictorSpec(**{**base.__dict__, **overrides})
+
+
+def replay_hits(acc: Any, capacity_blocks: int, evictor: KVEvictorSpec) -> np.ndarray:
+    """Hit flags of every block access of ``acc`` (a prepared
+    :class:`lpserve.opt.cache_flow.BlockAccesses`) under ``evictor`` with a cache of
+    ``capacity_blocks`` blocks, replayed by the numba kernels (bool ``(n_accesses,)``)."""
+    if evictor.name == "lru":
+        return K.lru_replay(acc.offsets, acc.key, acc.n_keys, capacity_blocks)
+    ok = np.diff(acc.offsets) > 0
+    partial = np.zeros(acc.n_requests, bool)  # last prompt block shorter than a block
+    partial[ok] = acc.tokens[acc.offsets[1:][ok] - 1] < acc.block_tokens
+    return K.heap_replay(acc.offsets, acc.key, acc.parent, acc.depth, acc.value_s,
+                         acc.next_request(), partial, acc.arrival_s, acc.n_keys,
+                         capacity_blocks, evictor.mode, evictor.leaves_only, evictor.params())
 
 
 # ===================================================================================== adapters

@@ -1,7 +1,7 @@
 """Cost-based per-victim preemption: recompute, swap or compress-and-swap.
 
 :class:`CostBasedDecider` applies the decision rule of models/kv-compression-swap.md (6) to
-each victim, from the prices in its :class:`~lpserve.preemption.PreemptionView` (the
+each victim, from the prices in its :class:`~lpserve.policy.hooks.PreemptionView` (the
 cost model's recompute time (5), full swap time (1) and compressed swap time (4), out
 plus in):
 
@@ -26,8 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lpserve.policy import Claim, Meta, Policy
-from lpserve.preemption import PreemptionDecider, PreemptionView
+from lpserve.policy import Claim, Meta, Policy, PreemptionDecider, PreemptionView
 
 #: what :class:`CostBasedDecider` guarantees (carried by ``vllm-preempt-decider``'s meta)
 DECIDER_CLAIM = Claim(

@@ -13,22 +13,33 @@ and before every decode-first iteration picks the prefill tokens ``u`` from the 
 (eq. (7)) is the decode stall the prefill chunk adds: ``n_dec * (T(u) - T(0))`` seconds,
 i.e. the sum over running decodes of the extra delay of their next token.
 
-:class:`DPPController` is the engine hook (:class:`lpserve.policy.BudgetController`);
+:class:`DPPController` is the engine hook (:class:`lpserve.policy.hooks.BudgetController`);
 :class:`TBTRecorder` observes token gaps without deciding (to measure baselines);
 :func:`constants` computes the proved constants (``proofs/lyapunov-dpp.md``).
 """
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any
 
 import numpy as np
 
-from lpserve.cost._kernels import iteration_time
+from lpserve.cost import iteration_time
 from lpserve.policies import _lyapunov_kernels as K
-from lpserve.policy import (LRU, BudgetController, Claim, EngineConfig, Meta, Policy,
-                            RoundRobin, Scheduler, SchedulerView)
+from lpserve.policy import (
+    LRU,
+    BudgetController,
+    BudgetView,
+    Claim,
+    DecodeRunView,
+    EngineConfig,
+    IterationView,
+    Meta,
+    Policy,
+    RoundRobin,
+    Scheduler,
+    SchedulerView,
+)
 
 _PROOF = "proofs/lyapunov-dpp.md"
 CLAIMS = (
@@ -44,17 +55,31 @@ CLAIMS = (
 class _RunState:
     """Controller state of one replica in one run."""
 
-    def __init__(self, n_requests: int) -> None:
+    def __init__(self, cp: np.ndarray, n_classes: int) -> None:
         self.st = np.zeros(K.N_ST, np.float64)
-        self.last_tok = np.full(n_requests, np.nan)
-        self.q_class = np.zeros(1, np.float64)
+        self.last_tok = np.zeros(0)  # per request id (grown on demand; NaN: no token yet)
+        self.q_class = np.zeros(n_classes, np.float64)
         self.q_tokens = 0.0
         self.u = 0
         self.cap = 0
         self.resumable = False
         self.plan_tokens = np.zeros(0, np.int64)
         self.plan_cached = np.zeros(0, np.int64)
-        self.cp = np.zeros(K.N_CP, np.float64)
+        self.cp = cp
+        self.params: np.ndarray | None = None  # the replica's cost parameters (writable copy)
+
+    def last_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Time of each request's last token (NaN if none), growing the table as needed."""
+        if ids.size and int(ids.max()) >= self.last_tok.size:
+            grown = np.full(max(int(ids.max()) + 1, 2 * self.last_tok.size), np.nan)
+            grown[:self.last_tok.size] = self.last_tok
+            self.last_tok = grown
+        return self.last_tok[ids]
+
+    def cost_params(self, view: Any) -> np.ndarray:
+        if self.params is None:
+            self.params = np.array(view.cost_params, np.float64)
+        return self.params
 
 
 class TBTRecorder(BudgetController):
@@ -72,77 +97,73 @@ class TBTRecorder(BudgetController):
         if not tbt_slo_s > 0:
             raise ValueError(f"{type(self).__name__}: tbt_slo_s must be > 0, got {tbt_slo_s}")
         self.tbt_slo_s = float(tbt_slo_s)
-        self._run: Any = None
         self.states: dict[tuple[str, int], _RunState] = {}
+        self._block_tokens = 16
 
-    # the simulation is not part of the controller's pickled state
-    def __getstate__(self) -> dict:
-        d = dict(self.__dict__)
-        d["_run"] = None
-        d["states"] = {}
-        return d
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget the last run's replicas."""
+        self.states = {}
+        self._block_tokens = int(cluster.block_tokens)
 
-    def cparams(self, replica: Any) -> np.ndarray:
+    def cparams(self, block_tokens: int) -> np.ndarray:
         """The ``cp`` array of :mod:`lpserve.policies._lyapunov_kernels`."""
         cp = np.zeros(K.N_CP, np.float64)
         cp[K.CP_S_TBT] = self.tbt_slo_s
         cp[K.CP_ETA] = 1.0
         cp[K.CP_THETA] = 1.0
         cp[K.CP_GRAIN] = 1.0
-        cp[K.CP_BT] = float(replica.bt)
+        cp[K.CP_BT] = float(block_tokens)
         return cp
 
-    def start(self, replica: Any) -> _RunState:
-        if self._run is None or self._run() is not replica.sim:
-            self._run = weakref.ref(replica.sim)  # a new run: forget the last one's replicas
-            self.states = {}
-        s = _RunState(replica.S.n)
-        s.cp = self.cparams(replica)
-        self.states[(replica.role, replica.index)] = s
+    def _state(self, replica: tuple[str, int]) -> _RunState:
+        s = self.states.get(replica)
+        if s is None:
+            s = self.states[replica] = _RunState(self.cparams(block_tokens=self._block_tokens),
+                                                 len(self._weights()))
         return s
 
-    def observe(self, replica: Any, state: _RunState, dt_s: float, chunks: list,
-                decodes: list, produced: list) -> None:
-        S, now = replica.S, replica.now
-        ids = np.asarray(produced, np.int64)
-        lt = state.last_tok[ids]
-        has = (S.gen[ids] >= 1) & np.isfinite(lt)
-        gaps = now - lt[has]
-        state.last_tok[ids] = now
+    def observe(self, view: IterationView) -> None:
+        state = self._state(view.replica)
+        ids = view.produced_request
+        lt = state.last_tokens(ids)
+        has = (view.produced_generated >= 1) & np.isfinite(lt)
+        gaps = view.now_s - lt[has]
+        state.last_tok[ids] = view.now_s
         st = state.st
-        if self.decides:
-            st[K.ST_LAST_PEN] = self._penalty(replica, decodes, chunks)
-        else:
-            st[K.ST_LAST_PEN] = 0.0
-        K.dpp_observe(state.cp, st, float(dt_s), len(decodes), float(replica.bm.used),
-                      float(replica.bm.total), state.q_tokens, gaps.astype(np.float64))
+        st[K.ST_LAST_PEN] = self._penalty(state, view) if self.decides else 0.0
+        K.dpp_observe(state.cp, st, float(view.dt_s), int(view.decode_context.size),
+                      float(view.used_blocks), float(view.total_blocks), state.q_tokens,
+                      gaps.astype(np.float64))
         state.q_tokens = 0.0
 
-    def _penalty(self, replica: Any, decodes: list, chunks: list) -> float:
+    def _penalty(self, state: _RunState, view: IterationView) -> float:
         """Stall penalty of the iteration just run, eq. (7) (decode contexts before it)."""
-        if not decodes or not chunks:
+        if not view.decode_context.size or not view.chunk_tokens.size:
             return 0.0
-        ctx = replica.S.computed[np.asarray(decodes, np.int64)] - 1
+        params = state.cost_params(view)
+        ctx = np.array(view.decode_context, np.int64)
         e = np.zeros(0, np.int64)
-        t0 = iteration_time(replica.params, e, e, ctx)
-        t = iteration_time(replica.params, np.array([c for _, c, _ in chunks], np.int64),
-                           np.array([h for _, _, h in chunks], np.int64), ctx)
-        return len(decodes) * (t - t0)
+        t0 = iteration_time(params, e, e, ctx)
+        t = iteration_time(params, np.array(view.chunk_tokens, np.int64),
+                           np.array(view.chunk_cached, np.int64), ctx)
+        return ctx.size * (t - t0)
 
-    def observe_decode_run(self, replica: Any, state: _RunState, idx: np.ndarray,
-                           ctx: np.ndarray, held: np.ndarray, n_iters: int,
-                           start_s: float) -> None:
-        lt = state.last_tok[idx]
-        first = np.where(np.isfinite(lt), start_s - lt, 0.0)
-        _, end = K.dpp_decode_run(replica.params, state.cp, state.st, ctx, held, first,
-                                  float(replica.bm.used), float(replica.bm.total),
-                                  state.q_tokens, state.q_class, self._weights(state),
+    def observe_decode_run(self, view: DecodeRunView, n_iters: int) -> None:
+        state = self._state(view.replica)
+        idx = np.array(view.request, np.int64)
+        lt = state.last_tokens(idx)
+        first = np.where(np.isfinite(lt), view.now_s - lt, 0.0)
+        _, end = K.dpp_decode_run(state.cost_params(view), state.cp, state.st,
+                                  np.array(view.context, np.int64),
+                                  np.array(view.held_blocks, np.int64), first,
+                                  float(view.used_blocks), float(view.total_blocks),
+                                  state.q_tokens, state.q_class, self._weights(),
                                   state.plan_tokens, state.plan_cached, 0, 0, int(n_iters),
-                                  False, float(start_s))
+                                  False, float(view.now_s))
         state.last_tok[idx] = end
 
-    def _weights(self, state: _RunState) -> np.ndarray:
-        return np.ones(state.q_class.shape[0], np.float64)
+    def _weights(self) -> np.ndarray:
+        return np.ones(1, np.float64)
 
     # ------------------------------------------------------------------ results
     def report(self) -> dict[str, float]:
@@ -213,7 +234,8 @@ class DPPController(TBTRecorder):
         self.grain_tokens = int(grain_tokens)
         self.class_weights = tuple(float(w) for w in class_weights)
 
-    def cparams(self, replica: Any = None, block_tokens: int | None = None) -> np.ndarray:
+    def cparams(self, block_tokens: int = 16) -> np.ndarray:
+        """The ``cp`` array of :mod:`lpserve.policies._lyapunov_kernels`."""
         cp = np.zeros(K.N_CP, np.float64)
         cp[K.CP_V] = self.V
         cp[K.CP_S_TBT] = self.tbt_slo_s
@@ -221,87 +243,79 @@ class DPPController(TBTRecorder):
         cp[K.CP_ETA] = self.eta_tokens
         cp[K.CP_THETA] = self.theta
         cp[K.CP_GRAIN] = self.grain_tokens
-        cp[K.CP_BT] = float(block_tokens if replica is None else replica.bt)
+        cp[K.CP_BT] = float(block_tokens)
         return cp
 
-    def start(self, replica: Any) -> _RunState:
-        s = super().start(replica)
-        s.q_class = np.zeros(len(self.class_weights), np.float64)
-        return s
-
-    def _weights(self, state: _RunState) -> np.ndarray:
+    def _weights(self) -> np.ndarray:
         return np.asarray(self.class_weights, np.float64)
 
-    def _backlog(self, replica: Any, state: _RunState, cap: int) -> None:
+    def _backlog(self, state: _RunState, view: BudgetView) -> None:
         """Prefill tokens per class: waiting requests to (re)compute and partial prefills."""
-        S = replica.S
         q = state.q_class
         q[:] = 0.0
-        ids = replica.waiting + replica.running
-        if ids:
-            idx = np.asarray(ids, np.int64)
-            left = S.prompt[idx] + S.gen[idx] - S.computed[idx]
-            left = np.where(S.swapped[idx] | S.kv_remote[idx], 0, left)
-            left = np.where(left > 1, left, np.where(np.arange(idx.size) < len(replica.waiting),
-                                                     left, 0))
-            cls = np.clip(S.tenant[idx], 0, q.size - 1) if q.size > 1 else np.zeros(idx.size,
-                                                                                     np.int64)
+        n = view.request.size
+        if n:
+            waiting = view.waiting
+            left = np.where(view.resumable, 0, view.left_tokens)
+            left = np.where(left > 1, left, np.where(waiting, left, 0))
+            cls = np.clip(view.tenant, 0, q.size - 1) if q.size > 1 else np.zeros(n, np.int64)
             np.add.at(q, cls, left.astype(np.float64))
-            nw = len(replica.waiting)
-            state.resumable = bool(np.any(S.swapped[idx[:nw]] | S.kv_remote[idx[:nw]]))
-            state.plan_tokens, state.plan_cached = self._plan(replica, idx, left, nw, cap)
+            state.resumable = bool(np.any(view.resumable & waiting))
+            state.plan_tokens, state.plan_cached = self._plan(view, left)
         else:
             state.resumable = False
             state.plan_tokens = state.plan_cached = np.zeros(0, np.int64)
         state.q_tokens = float(q.sum())
 
     @staticmethod
-    def _plan(replica: Any, idx: np.ndarray, left: np.ndarray, nw: int,
-              cap: int) -> tuple[np.ndarray, np.ndarray]:
+    def _plan(view: BudgetView, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Prefill candidates in the order the engine fills a budget (partial prefills by
-        rank, then waiting requests by rank), cut once they cover ``cap`` tokens."""
-        ranks = replica._rank_all()
-        S = replica.S
-        part = [(ranks.get(int(i), math.inf), 0, k, int(i)) for k, i in enumerate(idx[nw:])
+        rank, then waiting requests by rank), cut once they cover the cap."""
+        rank, waiting = view.rank, view.waiting
+        nw = int(waiting.sum())
+        part = [(float(rank[nw + k]), 0, k, nw + k) for k in range(view.request.size - nw)
                 if left[nw + k] > 0]
-        wait = [(ranks[int(i)], 1, k, int(i)) for k, i in enumerate(idx[:nw])
-                if left[k] > 0 and ranks[int(i)] != math.inf]
+        wait = [(float(rank[k]), 1, k, k) for k in range(nw)
+                if left[k] > 0 and rank[k] != math.inf]
         toks, cached, total = [], [], 0
-        for _, _, k, i in sorted(part) + sorted(wait, key=lambda x: (x[0], x[2])):
-            n = int(S.prompt[i] + S.gen[i] - S.computed[i])
+        for _, _, _, pos in sorted(part) + sorted(wait, key=lambda x: (x[0], x[2])):
+            n = int(view.left_tokens[pos])
             toks.append(n)
-            cached.append(int(S.computed[i]))
+            cached.append(int(view.computed_tokens[pos]))
             total += n
-            if total >= cap:
+            if total >= view.cap_tokens:
                 break
         return np.array(toks, np.int64), np.array(cached, np.int64)
 
-    def budget(self, replica: Any, state: _RunState, decodes: list, cap_tokens: int) -> int:
-        self._backlog(replica, state, int(cap_tokens))
-        ctx = replica.S.computed[np.asarray(decodes, np.int64)] if decodes else \
-            np.zeros(0, np.int64)
-        state.u = int(K.dpp_decide(replica.params, state.cp, state.st, state.q_class,
-                                   self._weights(state), state.plan_tokens,
-                                   state.plan_cached, ctx, float(replica.bm.used),
-                                   float(replica.bm.total), int(cap_tokens)))
-        state.cap = int(cap_tokens)
-        if state.u == 0 and cap_tokens > 0 and state.resumable:
+    def budget(self, view: BudgetView) -> int:
+        state = self._state(view.replica)
+        cap = int(view.cap_tokens)
+        self._backlog(state, view)
+        state.u = int(K.dpp_decide(state.cost_params(view), state.cp, state.st, state.q_class,
+                                   self._weights(), state.plan_tokens, state.plan_cached,
+                                   np.array(view.decode_context, np.int64),
+                                   float(view.used_blocks), float(view.total_blocks), cap))
+        state.cap = cap
+        if state.u == 0 and cap > 0 and state.resumable:
             # a request whose KV is ready (swapped out, or transferred from a prefill
             # replica) needs no prefill; the engine admits it only with a positive budget
             return 1
         return state.u
 
-    def decode_limit(self, replica: Any, state: _RunState, idx: np.ndarray, ctx: np.ndarray,
-                     held: np.ndarray, max_iters: int) -> int:
-        if state.q_tokens <= 0 or max_iters <= 1:
-            return int(max_iters)
-        lt = state.last_tok[idx]
-        first = np.where(np.isfinite(lt), replica.now - lt, 0.0)
-        k, _ = K.dpp_decode_run(replica.params, state.cp, state.st, ctx, held, first,
-                                float(replica.bm.used), float(replica.bm.total),
-                                state.q_tokens, state.q_class, self._weights(state),
+    def decode_limit(self, view: DecodeRunView) -> int:
+        state = self._state(view.replica)
+        if state.q_tokens <= 0 or view.max_iters <= 1:
+            return int(view.max_iters)
+        idx = np.array(view.request, np.int64)
+        lt = state.last_tokens(idx)
+        first = np.where(np.isfinite(lt), view.now_s - lt, 0.0)
+        k, _ = K.dpp_decode_run(state.cost_params(view), state.cp, state.st,
+                                np.array(view.context, np.int64),
+                                np.array(view.held_blocks, np.int64), first,
+                                float(view.used_blocks), float(view.total_blocks),
+                                state.q_tokens, state.q_class, self._weights(),
                                 state.plan_tokens, state.plan_cached, state.cap, state.u,
-                                int(max_iters), True, float(replica.now))
+                                int(view.max_iters), True, float(view.now_s))
         return max(int(k), 1)
 
 

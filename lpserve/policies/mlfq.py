@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from lpserve.arrays import readonly
 from lpserve.policies.schedulers import TickCached
 from lpserve.policy import Claim, Meta, Scheduler, SchedulerView
-from lpserve.views import readonly
 
 _LEVEL_SCALE = 1.0e7  # rank = level * scale + time entered the level (s); < 115 days
 

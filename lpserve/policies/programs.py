@@ -31,9 +31,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lpserve.arrays import readonly
 from lpserve.policies.schedulers import TickCached
 from lpserve.policy import Claim, Meta, Scheduler, SchedulerView
-from lpserve.views import readonly
 
 _SCALE = 1.0e7
 

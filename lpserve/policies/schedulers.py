@@ -416,7 +416,7 @@ def scheduled(make_scheduler: Any, name: str, *, preemptive: bool = False,
     arguments of the factory that are :class:`~lpserve.policy.EngineConfig` fields (or
     ``router``) configure the engine; the rest go to the scheduler. ``preemptive`` turns on
     ``priority_preemption`` with swap preemption (recompute when host memory is full)."""
-    from lpserve.policies.baselines import _ENGINE_FIELDS, engine_policy
+    from lpserve.policies.baselines import ENGINE_FIELDS, engine_policy
 
     eng_fixed = dict(engine_defaults or {})
     if preemptive:
@@ -424,7 +424,7 @@ def scheduled(make_scheduler: Any, name: str, *, preemptive: bool = False,
 
     def factory(**params: Any):
         eng = {k: v for k, v in params.items()
-               if k in _ENGINE_FIELDS or k in ("router", "decode_router")}
+               if k in ENGINE_FIELDS or k in ("router", "decode_router")}
         kw = {**scheduler_defaults,
               **{k: v for k, v in params.items() if k not in eng}}
         try:

@@ -4,7 +4,7 @@ An :class:`~lpserve.policy.EngineConfig` with ``speculation=<decider>`` runs spe
 decoding inside the simulator (``lpserve/sim/speculative.py``, equations in
 ``models/speculative-decoding.md``). The decider names the draft model(s), holds the
 per-token acceptance rate of each request class and chooses, before every pure-decode
-step of a replica, one arm of :meth:`lpserve.speculation.SpeculationCost.arms`: ``Arm(0)``
+step of a replica, one arm of :meth:`lpserve.cost.speculation.SpeculationCost.arms`: ``Arm(0)``
 (plain decoding) or ``Arm(k, d)`` (``k`` draft tokens from draft model ``d``).
 
 Acceptance rates (where they come from). Each request's class is its trace ``tenant``
@@ -14,180 +14,32 @@ mapping ``{tenant: rate}`` that must cover every tenant of the trace; a rate is 
 i.i.d. Bernoulli(rate) given the earlier tokens of the same step (Leviathan et al., ICML
 2023), drawn from a generator the simulator derives from the run's seed.
 
-Deciders (all share the interface ``start() -> state``, ``choose(state, ctx) -> arm
-index``, ``observe(state, ctx, arm, reward)``; ``state`` is per replica and per run):
+Deciders (the interface of :class:`~lpserve.policy.hooks.SpeculationDecider`:
+``reset(cluster, rng)``, ``choose(ctx) -> arm index``, ``observe(ctx, result)``; learned
+state is kept per replica, keyed by ``ctx.replica``, and cleared by ``reset``):
 
 - :class:`NeverSpeculate` -- always ``Arm(0)``; the draft is still loaded (its weights
   and KV share reduce the KV capacity), so it isolates the memory cost.
 - :class:`FixedSpeculation` -- always ``k`` drafts from draft 0 (``k <= max_k``).
-- :class:`UCBSpeculation` -- UCB1 per context (:class:`lpserve.speculation.SpeculationBandit`),
+- :class:`UCBSpeculation` -- UCB1 per context (:class:`lpserve.policies.bandits.SpeculationBandit`),
   context = (request class of the batch, batch-size bucket); reward = emitted tokens /
   step time / ``U`` where ``U`` bounds the tokens/s of any arm (eq. (10) of the model).
 - :class:`OracleSpeculation` -- clairvoyant: knows every request's true acceptance rate
   and picks the arm maximizing expected tokens/s of this step (the per-step analogue of
-  :func:`lpserve.speculation.optimal_k`, eq. (11)).
+  :func:`lpserve.cost.speculation.optimal_k`, eq. (11)).
 """
 from __future__ import annotations
 
-import abc
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from lpserve.policy import Meta
-from lpserve.speculation import (DEFAULT_BUCKET_EDGES, Arm, SpeculationBandit,
-                                 check_acceptance, check_k)
+from lpserve.cost.speculation import check_k, expected_tokens
+from lpserve.policies.bandits import AcceptanceUCB, SpeculationBandit
+from lpserve.policy import DEFAULT_DRAFT, Meta, SpeculationDecider, StepContext, StepResult
 
-__all__ = ["FixedSpeculation", "NeverSpeculate", "OracleSpeculation", "SpeculationDecider",
-           "StepContext", "UCBSpeculation", "DEFAULT_DRAFT"]
-
-#: Default draft model of the registered ``spec-*`` policies: it fits beside any catalog
-#: target (68 M parameters, 6 KiB of KV per token).
-DEFAULT_DRAFT = "llama-68m"
-
-
-class StepContext:
-    """What a decider sees before one speculative decode step of a replica.
-
-    Attributes:
-        key: the bandit context ``(request class, batch-size bucket)``; the class of a
-            batch is the most common tenant among its sequences (ties: the smallest id).
-        batch_size: sequences in the decode batch.
-        arms: the arm set, ``arms[0] == Arm(0)``.
-        rates: ``(batch_size, n_drafts)`` true per-token acceptance rates of the batch,
-            given only to clairvoyant deciders (``meta.clairvoyant``), else ``None``.
-
-        tenant: ``(batch_size,)`` tenant (request class) of each sequence, -1 if none.
-        k, accepted: filled after the step, before ``observe``: the drafts actually drawn
-            (fewer than the arm's when KV memory was short) and the accepted drafts of each
-            sequence (int64 ``(batch_size,)``).
-
-    ``time_s(j)`` is the step time (s) of arm ``j`` for this batch (eq. (5)-(6) of
-    ``models/speculative-decoding.md``, computed on first use); ``reward_bound`` is
-    ``U = max_j batch_size (k_j + 1) / time_s(j)`` (tokens/s), eq. (10).
-    """
-
-    def __init__(self, key: Hashable, batch_size: int, arms: tuple[Arm, ...], timer: Any,
-                 rates: np.ndarray | None, tenant: np.ndarray | None = None) -> None:
-        self.key = key
-        self.batch_size = int(batch_size)
-        self.arms = arms
-        self.rates = rates
-        self.tenant = (np.full(self.batch_size, -1, np.int64) if tenant is None
-                       else np.asarray(tenant, np.int64))
-        self.k = 0
-        self.accepted = np.zeros(self.batch_size, np.int64)
-        self._timer = timer
-        self._times: dict[int, float] = {}
-
-    def time_s(self, j: int) -> float:
-        """Seconds of one step with arm ``j`` for this batch."""
-        t = self._times.get(j)
-        if t is None:
-            t = self._times[j] = float(self._timer(self.arms[j]))
-        return t
-
-    @property
-    def reward_bound(self) -> float:
-        """``U`` (tokens/s): the tokens/s of the best arm if every draft were accepted."""
-        return max(self.batch_size * (a.k + 1) / self.time_s(j) for j, a in enumerate(self.arms))
-
-
-class SpeculationDecider(abc.ABC):
-    """Base class: draft models, acceptance rates, ``max_k`` and the decision interface.
-
-    Args:
-        draft: catalog name of the draft LLM, or a sequence of names (several drafts are
-            all loaded; the arm picks which one proposes).
-        acceptance: per-token acceptance rate(s) in ``[0, 1)``: one float, one float per
-            draft, or a mapping ``{tenant: rate}`` (see the module docstring).
-        max_k: the largest number of draft tokens per step (``>= 0``).
-        bucket_edges: upper edges of the batch-size buckets of the context.
-    """
-
-    name = "speculation"
-    meta = Meta(engines=("lpserve",))
-    learns = False  # True: the simulator computes the reward and calls observe
-
-    def __init__(self, draft: str | Sequence[str] = DEFAULT_DRAFT, acceptance: Any = 0.6,
-                 max_k: int = 4, bucket_edges: Sequence[int] = DEFAULT_BUCKET_EDGES) -> None:
-        from lpserve.cost.catalog import llm_names
-
-        cls = type(self).__name__
-        names = (draft,) if isinstance(draft, str) else tuple(draft)
-        if not names or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"{cls}.draft must be a catalog LLM name or a non-empty list of "
-                             f"them, got {draft!r}")
-        known = llm_names()
-        for n in names:
-            if n not in known:
-                raise ValueError(f"{cls}.draft: unknown LLM {n!r}; known: {', '.join(known)}")
-        self.drafts = names
-        self.max_k = check_k(max_k, f"{cls}.max_k")
-        if isinstance(acceptance, Mapping):
-            if not acceptance:
-                raise ValueError(f"{cls}.acceptance: the mapping of tenant -> rate is empty")
-            bad = [t for t in acceptance
-                   if isinstance(t, bool) or not isinstance(t, (int, np.integer))]
-            if bad:
-                raise ValueError(f"{cls}.acceptance: tenant ids must be integers, got {bad[0]!r}")
-            self.acceptance: Any = {int(t): self._rates(r, f"{cls}.acceptance[{t!r}]")
-                                    for t, r in acceptance.items()}
-        else:
-            self.acceptance = self._rates(acceptance, f"{cls}.acceptance")
-        edges = tuple(int(e) for e in bucket_edges)
-        if not edges or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
-            raise ValueError(f"{cls}.bucket_edges must be increasing integers >= 1, "
-                             f"got {bucket_edges!r}")
-        self.bucket_edges = edges
-        self.arms = (Arm(0),) + tuple(Arm(k, d) for d in range(len(names))
-                                      for k in range(1, self.max_k + 1))
-
-    def _rates(self, r: Any, field: str) -> tuple[float, ...]:
-        a = check_acceptance(r, field).reshape(-1)
-        if a.size == 1:
-            a = np.repeat(a, len(self.drafts))
-        if a.size != len(self.drafts):
-            raise ValueError(f"{field} has {a.size} rates but there are {len(self.drafts)} "
-                             f"draft models")
-        return tuple(float(x) for x in a)
-
-    def rates_for(self, tenant: np.ndarray) -> np.ndarray:
-        """Acceptance rates of requests with these tenants, shape ``(n, n_drafts)``.
-
-        A ValueError names the first tenant the ``acceptance`` mapping does not cover.
-        """
-        t = np.asarray(tenant, np.int64)
-        if not isinstance(self.acceptance, dict):
-            return np.tile(np.asarray(self.acceptance), (t.size, 1))
-        out = np.empty((t.size, len(self.drafts)))
-        for v in np.unique(t).tolist():
-            if v not in self.acceptance:
-                raise ValueError(f"{type(self).__name__}.acceptance has no rate for tenant "
-                                 f"{v} (rates given for tenants {sorted(self.acceptance)})")
-            out[t == v] = self.acceptance[v]
-        return out
-
-    def arm_index(self, k: int, draft: int) -> int:
-        """Index of ``Arm(k, draft)`` in :attr:`arms` (``k = 0`` is index 0)."""
-        return 0 if k == 0 else 1 + draft * self.max_k + (k - 1)
-
-    # ---- the decision interface ------------------------------------------------------
-    def start(self) -> Any:
-        """Fresh per-replica state for one run (learned statistics live here)."""
-        return None
-
-    @abc.abstractmethod
-    def choose(self, state: Any, ctx: StepContext) -> int:
-        """Index into ``ctx.arms`` of the arm to play at this step."""
-
-    def observe(self, state: Any, ctx: StepContext, arm: int, reward: float) -> None:
-        """Told after the step: the arm actually played and its reward in ``[0, 1]``."""
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(draft={list(self.drafts)!r}, "
-                f"acceptance={self.acceptance!r}, max_k={self.max_k})")
-
+__all__ = ["AcceptanceUCBSpeculation", "FixedSpeculation", "NeverSpeculate",
+           "OracleSpeculation", "UCBSpeculation", "speculative"]
 
 class NeverSpeculate(SpeculationDecider):
     """Always ``Arm(0)``: plain decoding with the draft loaded (its memory is reserved)."""
@@ -199,7 +51,7 @@ class NeverSpeculate(SpeculationDecider):
         kw.setdefault("max_k", 0)
         super().__init__(draft, acceptance, **kw)
 
-    def choose(self, state: Any, ctx: StepContext) -> int:
+    def choose(self, ctx: StepContext) -> int:
         return 0
 
 
@@ -221,7 +73,7 @@ class FixedSpeculation(SpeculationDecider):
         self.draft_index = int(draft_index)
         self.name = f"fixed-k{self.k}"
 
-    def choose(self, state: Any, ctx: StepContext) -> int:
+    def choose(self, ctx: StepContext) -> int:
         return self.arm_index(self.k, self.draft_index)
 
 
@@ -237,22 +89,27 @@ class UCBSpeculation(SpeculationDecider):
     name = "ucb"
     learns = True
 
-    def start(self) -> SpeculationBandit:
-        return SpeculationBandit(len(self.arms))
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        self._bandits: dict[tuple[str, int], SpeculationBandit] = {}
 
-    def choose(self, state: SpeculationBandit, ctx: StepContext) -> int:
-        return state.select(ctx.key)
+    def _bandit(self, replica: tuple[str, int]) -> SpeculationBandit:
+        b = self.__dict__.setdefault("_bandits", {}).get(replica)
+        if b is None:
+            b = self._bandits[replica] = SpeculationBandit(len(self.arms))
+        return b
 
-    def observe(self, state: SpeculationBandit, ctx: StepContext, arm: int,
-                reward: float) -> None:
-        state.update(ctx.key, arm, reward)
+    def choose(self, ctx: StepContext) -> int:
+        return self._bandit(ctx.replica).select(ctx.key)
+
+    def observe(self, ctx: StepContext, result: StepResult) -> None:
+        self._bandit(ctx.replica).update(ctx.key, result.arm, result.reward)
 
 
 class AcceptanceUCBSpeculation(SpeculationDecider):
     """Optimistic acceptance rates per (tenant, draft), plugged into the step's tokens/s.
 
     Learns each request class's per-token acceptance rate from every drafted token
-    (:class:`lpserve.acceptance.AcceptanceUCB`: empirical rate plus
+    (:class:`lpserve.policies.bandits.AcceptanceUCB`: empirical rate plus
     ``sqrt(2 ln t / n)``), and plays ``argmax_j sum_i E[tokens](a~_i, k_j) / time_s(j)``
     over the batch, as the oracle does with the true rates (eq. (11)). One estimate per
     class serves every batch size and every ``k``, so it learns far faster than UCB1 per
@@ -264,14 +121,17 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
     name = "acceptance-ucb"
     learns = True
 
-    def start(self) -> Any:
-        from lpserve.acceptance import AcceptanceUCB
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        self._learners: dict[tuple[str, int], AcceptanceUCB] = {}
 
-        return AcceptanceUCB()
+    def _learner(self, replica: tuple[str, int]) -> AcceptanceUCB:
+        a = self.__dict__.setdefault("_learners", {}).get(replica)
+        if a is None:
+            a = self._learners[replica] = AcceptanceUCB()
+        return a
 
-    def choose(self, state: Any, ctx: StepContext) -> int:
-        from lpserve.speculation import expected_tokens
-
+    def choose(self, ctx: StepContext) -> int:
+        state = self._learner(ctx.replica)
         tenants = ctx.tenant.tolist()
         best, best_v = 0, -np.inf
         for j, arm in enumerate(ctx.arms):
@@ -282,9 +142,10 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
                 best, best_v = j, v
         return best
 
-    def observe(self, state: Any, ctx: StepContext, arm: int, reward: float) -> None:
-        d = max(ctx.arms[arm].draft, 0)
-        state.observe([(t, d) for t in ctx.tenant.tolist()], ctx.k, ctx.accepted)
+    def observe(self, ctx: StepContext, result: StepResult) -> None:
+        d = max(ctx.arms[result.arm].draft, 0)
+        self._learner(ctx.replica).observe([(t, d) for t in ctx.tenant.tolist()], result.k,
+                                           result.accepted)
 
 
 class OracleSpeculation(SpeculationDecider):
@@ -298,9 +159,7 @@ class OracleSpeculation(SpeculationDecider):
     name = "oracle"
     meta = Meta(engines=("lpserve",), clairvoyant=True)
 
-    def choose(self, state: Any, ctx: StepContext) -> int:
-        from lpserve.speculation import expected_tokens
-
+    def choose(self, ctx: StepContext) -> int:
         best, best_v = 0, -np.inf
         for j, arm in enumerate(ctx.arms):
             a = ctx.rates[:, max(arm.draft, 0)]

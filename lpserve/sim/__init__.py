@@ -106,17 +106,18 @@ class Result:
         return h.hexdigest()
 
 
-def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
+def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
              reference: bool = False, check: bool = False, predictor: Any = None) -> Result:
-    """Simulate ``policy`` (a registered name or a :class:`Policy`) on ``instance``.
+    """Simulate ``policy`` (a :class:`~lpserve.policy.Policy`) on ``instance``.
 
-    A pure function of its arguments. ``reference=True`` plans every iteration in Python
-    (slow; for tests, gives the same per-request results). ``check=True`` verifies the
-    block and timing invariants after every event and raises ``InvariantError``.
-    ``predictor`` (a :class:`lpserve.predictors.Predictor`, copied and reset with a
-    generator derived from ``seed``) replaces the trace's predicted output intervals: each
-    request's ``[lo, hi]`` is predicted at its arrival, and the predictor observes every
-    completion before the next arrival; ``None`` shows the trace's ``predicted_lo/hi``.
+    A pure function of its arguments (``lp.simulate`` also takes a registered name).
+    ``reference=True`` plans every iteration in Python (slow; for tests, gives the same
+    per-request results). ``check=True`` verifies the block and timing invariants after
+    every event and raises :class:`~lpserve.sim.invariants.InvariantError`. ``predictor``
+    (a :class:`lpserve.policy.hooks.Predictor`, copied and reset with a generator derived
+    from ``seed``) replaces the trace's predicted output intervals: each request's
+    ``[lo, hi]`` is predicted at its arrival, and the predictor observes every completion
+    before the next arrival; ``None`` shows the trace's ``predicted_lo/hi``.
     """
     import copy
 
@@ -127,14 +128,12 @@ def simulate(instance: Instance, policy: str | Policy, seed: int = 0, *,
             raise ValueError(f"simulate: predictor must have predict() and observe(), got "
                              f"{type(predictor).__name__}")
         predictor = copy.deepcopy(predictor)
-
     if isinstance(policy, str):
-        from lpserve.registry import make_policy  # name resolution lives in the registry
-
-        policy = make_policy(policy)
+        raise ValueError(f"lpserve.sim.simulate takes a Policy, got the name {policy!r}: "
+                         "use lp.simulate (or lpserve.registry.make_policy) for registered "
+                         "names")
     if not isinstance(policy, Policy):
-        raise ValueError(f"simulate: policy must be a registered name or a Policy, got "
-                         f"{type(policy).__name__}")
+        raise ValueError(f"simulate: policy must be a Policy, got {type(policy).__name__}")
     if not isinstance(instance, Instance):
         raise ValueError(f"simulate: instance must be an Instance, got {type(instance).__name__}")
     sim = Simulation(instance, policy, seed, reference=reference, check=check,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from lpserve.cost._kernels import iteration_time, iteration_time_ref
+from lpserve.cost import iteration_time, iteration_time_ref
 
 # why a run of decode iterations stopped
 STOP_LIMIT = 0    # max_iters reached
@@ -23,7 +23,7 @@ def decode_advance(params, ctx, gen, out, held, block_tokens, free_blocks, used_
     """Run pure-decode iterations of one batch in place until an event.
 
     Args:
-        params: cost-model parameters (float64), see ``lpserve.cost._kernels``.
+        params: cost-model parameters (float64), see ``lpserve.cost.iteration_time``.
         ctx: int64 ``(m,)`` tokens in KV per request (the decode context); +1 per iteration.
         gen: int64 ``(m,)`` output tokens produced so far; +1 per iteration.
         out: int64 ``(m,)`` output tokens each request will produce in total.

@@ -9,47 +9,45 @@ gives the same results as the reference mode, which plans every iteration in Pyt
 """
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from lpserve.sim import _kernels as K
-from lpserve.sim.state import WAITING
+from lpserve.sim.state import WAITING, RunContext, State
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lpserve.sim.engine import Simulation
+__all__ = ["CompiledReplica", "RANK_KEYS", "eligible", "finalize_reasons"]
 
 RANK_KEYS = ("arrival_s", "prompt_tokens")
 _BATCHING = {"prefill-first": 0, "decode-first": 1, "mixed": 2, "static": 3}
 _REASONS = {K.R_CTX_KV: "context_exceeds_kv", K.R_CTX_BUDGET: "context_exceeds_token_budget"}
 
 
-def eligible(sim: "Simulation") -> bool:
-    """Whether ``sim`` can use compiled replicas."""
-    from lpserve.sim.dependencies import has_dependencies
-
-    p = sim.policy
-    eng = p.engine
-    return (not sim.reference and not sim.cluster.disaggregated
-            and eng.speculation is None
-            and not has_dependencies(sim.state.trace)
-            and getattr(p.scheduler, "rank_key", None) in RANK_KEYS
-            and p.scheduler.quantum_s is None and not eng.prefix_caching
+def eligible(policy: Any, reference: bool, disaggregated: bool, dependencies: bool,
+             host_blocks: int) -> bool:
+    """Whether a run of ``policy`` can use compiled replicas."""
+    eng = policy.engine
+    return (not reference and not disaggregated and not dependencies
+            and eng.speculation is None and eng.budget_controller is None
+            and not eng.priority_preemption and policy.rebalancer is None
+            and getattr(policy.scheduler, "rank_key", None) in RANK_KEYS
+            and policy.scheduler.quantum_s is None and not eng.prefix_caching
             and eng.preemption_decider is None
             and (eng.preemption == "recompute"
-                 or (eng.preemption == "swap" and sim.host_blocks == 0)))
+                 or (eng.preemption == "swap" and host_blocks == 0)))
 
 
 class _Pool:
     """Block-pool counters of a compiled replica (the router's view reads these)."""
 
     def __init__(self, total: int, ist: np.ndarray) -> None:
+        """Counters over the kernel's int state ``ist``."""
         self.total = total
         self._ist = ist
 
     @property
     def used(self) -> int:
+        """Blocks in use."""
         return self.total - int(self._ist[K.I_FREE])
 
 
@@ -57,15 +55,16 @@ class CompiledReplica:
     """Colocated replica driven by :func:`lpserve.sim._kernels.replica_advance`."""
 
     role = "colocated"
+    compiled = True
 
-    def __init__(self, sim: "Simulation", index: int) -> None:
-        self.sim = sim
-        self.S = S = sim.state
+    def __init__(self, ctx: RunContext, index: int) -> None:
+        self.ctx = ctx
+        self.S = S = ctx.state
         self.index = index
-        eng = sim.policy.engine
+        eng = ctx.policy.engine
         self.eng = eng
-        self.bt = sim.block_tokens
-        total = sim.total_blocks
+        self.bt = ctx.block_tokens
+        total = ctx.total_blocks
         reserve = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // self.bt)
         self.wm_blocks = int(eng.watermark * total)
         self.reserve_blocks = reserve
@@ -79,7 +78,7 @@ class CompiledReplica:
         self.w_id = np.zeros(n, np.int64)
         self.w_key = np.zeros(n)
         self.w_seq = np.zeros(n, np.int64)
-        key = sim.policy.scheduler.rank_key
+        key = ctx.policy.scheduler.rank_key
         self.rkey = S.arrival if key == "arrival_s" else S.prompt.astype(np.float64)
         self.bm = _Pool(total, self.ist)
         self.releases: list = []
@@ -104,22 +103,26 @@ class CompiledReplica:
         return int(self.ist[K.I_NRUN] + self.ist[K.I_NWAIT])
 
     def advance(self, t: float) -> None:
-        stop = min(t, self.sim.horizon_s)
+        """Run every iteration that starts before ``min(t, horizon)``."""
+        stop = min(t, self.ctx.horizon_s)
         if self.fst[K.F_NOW] >= stop or (self.ist[K.I_NRUN] == 0 and self.ist[K.I_NWAIT] == 0):
             return
         S = self.S
-        K.replica_advance(self.sim.params, self.cfg, self.ist, self.fst, stop, self.run,
+        K.replica_advance(self.ctx.params, self.cfg, self.ist, self.fst, stop, self.run,
                           self.w_id, self.w_key, self.w_seq, self.rkey, S.prompt, S.out,
                           S.computed, S.gen, S.anon, S.first_sched, S.first_token, S.finish,
                           S.preempt, S.status, S.reason_code, S.seen_tok)
-        self.sim.check_replica(self)
+        if self.ctx.check is not None:
+            self.ctx.check(self)
 
     def enqueue(self, i: int, t: float) -> None:
+        """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
         self.advance(t)
-        S, eng = self.S, self.eng
-        reason = _reject_reason(self, i)
+        S = self.S
+        reason = S.reject_reason(i, self.eng, self.bm.total, self.wm_blocks,
+                                 self.reserve_blocks, self.bt)
         if reason:
-            self.sim.reject(i, reason, t)
+            S.reject(i, reason)
             return
         if self.fst[K.F_NOW] < t:
             self.fst[K.F_NOW] = t
@@ -144,15 +147,8 @@ class CompiledReplica:
         return ""
 
 
-def _reject_reason(r, i: int) -> str:
-    from lpserve.sim.replica import Replica
-
-    return Replica._reject_reason(r, i)
-
-
-def finalize_reasons(sim: "Simulation") -> None:
+def finalize_reasons(S: State) -> None:
     """Copy the kernels' reason codes into the string reasons."""
-    S = sim.state
     for code, text in _REASONS.items():
         for i in np.flatnonzero(S.reason_code == code).tolist():
             if not S.reason[i]:

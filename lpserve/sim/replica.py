@@ -4,49 +4,54 @@ The replica keeps its own clock ``now`` (end of its last iteration) and is advan
 ``advance(t)`` runs every iteration that starts before ``t``. Python plans one iteration
 per event (admission, prefill chunk, preemption, eviction, completion); runs of
 pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_advance`
-(with ``EngineConfig.speculation``, one speculative step: ``lpserve/sim/speculative.py``).
+(with ``EngineConfig.speculation``, one speculative step: :mod:`lpserve.sim.speculative`).
 In reference mode the planner runs before every iteration instead. The semantics are
 written down in ``models/simulator.md``.
+
+A replica gets everything it needs from the run's :class:`~lpserve.sim.state.RunContext`
+and reports completions and KV handoffs through its ``events`` outbox; it never calls
+back into the event loop.
 """
 from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lpserve.cost._kernels import iteration_time
-from lpserve.policy import PolicyError, SchedulerView
-from lpserve.views import readonly as _ro
+from lpserve.cost import iteration_time
+from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
+from lpserve.policy.checks import check_preemption_choice, check_ranks
 from lpserve.sim import _kernels as K
-from lpserve.sim import eviction, priority, swapping
+from lpserve.sim import preempt
+from lpserve.sim import views as V
 from lpserve.sim.blocks import BlockManager
-from lpserve.sim.eviction import PREFIX_ESTIMATE_MAX
-from lpserve.sim.state import FINISHED, REJECTED, RUNNING, TRANSFER, WAITING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lpserve.sim.engine import Simulation
+from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS, choose_evictions, queued_slots
+from lpserve.sim.state import FINISHED, RUNNING, TRANSFER, WAITING, RunContext
 
 _BIG = 1 << 62
+_EMPTY = np.zeros(0, np.int64)
 
 
 class Replica:
     """Engine of one replica; ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
 
-    def __init__(self, sim: "Simulation", index: int, role: str) -> None:
-        self.sim = sim
-        self.S = sim.state
+    compiled = False
+
+    def __init__(self, ctx: RunContext, index: int, role: str) -> None:
+        self.ctx = ctx
+        self.S = ctx.state
         self.index = index
         self.role = role
-        self.eng = sim.policy.engine
-        self.bt = sim.block_tokens
-        self.params = sim.params
-        self.bm = BlockManager(sim.total_blocks, self.bt, self.eng.prefix_caching)
-        self.wm_blocks = int(self.eng.watermark * sim.total_blocks)
-        self.reserve_blocks = (0 if self.eng.reserve_tokens is None
-                               else -(-self.eng.reserve_tokens // self.bt))
-        self.host_free = sim.host_blocks
+        self.key = (role, index)
+        self.eng = eng = ctx.policy.engine
+        self.bt = ctx.block_tokens
+        self.params = ctx.params
+        self.bm = BlockManager(ctx.total_blocks, self.bt, eng.prefix_caching)
+        self.wm_blocks = int(eng.watermark * ctx.total_blocks)
+        self.reserve_blocks = (0 if eng.reserve_tokens is None
+                               else -(-eng.reserve_tokens // self.bt))
+        self.host_free = ctx.host_blocks
         self.waiting: list[int] = []
         self.running: list[int] = []
         self.releases: list[tuple[float, int, list[int], int]] = []
@@ -64,27 +69,24 @@ class Replica:
         self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
         self._resumed = False
         self._turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
-        # EngineConfig.budget_controller: sets decode-first budgets, observes iterations
-        self.ctl = self.eng.budget_controller
-        self.ctl_state = None if self.ctl is None else self.ctl.start(self)
-        # EngineConfig.speculation: pure-decode steps become speculative steps
-        self.spec = None if sim.spec is None else sim.spec.start(self)
+        self.ctl = eng.budget_controller  # sets decode-first budgets, observes iterations
+        self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public
     @property
     def outstanding(self) -> int:
+        """Requests routed here and not finished (waiting or running)."""
         return len(self.waiting) + len(self.running)
 
     def enqueue(self, i: int, t: float) -> None:
         """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
         self.advance(t)
         S = self.S
-        reason = self._reject_reason(i)
+        reason = S.reject_reason(i, self.eng, self.bm.total, self.wm_blocks,
+                                 self.reserve_blocks, self.bt)
         if reason:
-            self.sim.reject(i, reason, t)
+            S.reject(i, reason)
             return
-        if not self.running and not self.waiting and self.now < t:
-            self.now = t
         if self.now < t:
             self.now = t
         self.waiting.append(i)
@@ -93,13 +95,13 @@ class Replica:
             S.decode_replica[i] = self.index
         else:
             S.replica[i] = self.index
-        self.sim.check_replica(self)
+        self._check()
 
     def advance(self, t: float) -> None:
         """Run every iteration that starts before ``min(t, horizon)``."""
-        stop = min(t, self.sim.horizon_s)
+        stop = min(t, self.ctx.horizon_s)
         while True:
-            self._apply_releases()
+            self.apply_releases()
             if self.now >= stop:
                 break
             if not self._step(stop):
@@ -107,82 +109,69 @@ class Replica:
                     self.now = max(self.now, self.releases[0][0])
                     continue
                 break
-            self.sim.check_replica(self)
+            self._check()
 
-    # =============================================================== checks
-    def _reject_reason(self, i: int) -> str:
-        S, eng = self.S, self.eng
-        p = int(S.prompt[i])
-        total = self.bm.total
-        if eng.max_model_len is not None and p + int(S.out[i]) > eng.max_model_len:
-            return "exceeds_max_model_len"
-        if self.reserve_blocks and self.reserve_blocks > total:
-            return "prompt_exceeds_kv"
-        if -(-(p + 1) // self.bt) > total - self.wm_blocks:
-            return "prompt_exceeds_kv"
-        if not eng.chunked_prefill and p > eng.max_num_batched_tokens and not S.kv_remote[i]:
-            return "prompt_exceeds_token_budget"
-        return ""
+    def step(self, stop: float) -> bool:
+        """One planning step (one iteration or a decode run) that starts before ``stop``
+        (and the horizon); False if the replica has nothing to do before it."""
+        stop = min(stop, self.ctx.horizon_s)
+        self.apply_releases()
+        if self.now >= stop:
+            return False
+        if self._step(stop):
+            self._check()
+            return True
+        if self.releases and self.releases[0][0] < stop:
+            self.now = max(self.now, self.releases[0][0])
+            return True
+        return False
+
+    def apply_releases(self) -> None:
+        """Free the blocks of outgoing copies (KV handoffs, migrations) that ended."""
+        while self.releases and self.releases[0][0] <= self.now:
+            _, _, slots, anon = heapq.heappop(self.releases)
+            self.bm.release(slots, anon, self.now)
+
+    def account(self, dt_s: float, n_iters: int, decode_only: bool) -> None:
+        """Advance the clock by ``n_iters`` iterations taking ``dt_s`` seconds in all (the
+        blocks in use held over them)."""
+        self.now += dt_s
+        self.busy_s += dt_s
+        self.used_block_s += self.bm.used * dt_s
+        self.n_iters += n_iters
+        if decode_only:
+            self.n_decode_iters += n_iters
+
+    def _check(self) -> None:
+        if self.ctx.check is not None:
+            self.ctx.check(self)
 
     # =============================================================== ranking
-    def _rank_all(self) -> dict[int, float]:
-        if self._ranks is not None:
-            return self._ranks
-        S = self.S
-        cand = self.waiting + self.running
-        idx = np.asarray(cand, np.int64)
-        clair = self.sim.policy.meta.clairvoyant
-        tr = S.trace
-        view = SchedulerView(
-            now_s=self.now, replica=self.index, request=_ro(idx),
-            arrival_s=_ro(S.arrival[idx]), prompt_tokens=_ro(S.prompt[idx]),
-            generated_tokens=_ro(S.gen[idx]), computed_tokens=_ro(S.computed[idx]),
-            cached_tokens=_ro(self._cached_estimate(cand)),
-            running=_ro(np.arange(len(cand)) >= len(self.waiting)),
-            swapped=_ro(S.swapped[idx]), preemptions=_ro(S.preempt[idx]),
-            first_scheduled_s=_ro(S.first_sched[idx]), tenant=_ro(S.tenant[idx]),
-            session_id=_ro(S.session[idx]),
-            predicted_lo=None if self.sim.pred_lo is None else _ro(self.sim.pred_lo[idx]),
-            predicted_hi=None if self.sim.pred_hi is None else _ro(self.sim.pred_hi[idx]),
-            output_tokens=_ro(S.out[idx]) if clair else None,
-            free_blocks=self.bm.available, total_blocks=self.bm.total, block_tokens=self.bt,
-            program_id=None if tr.program_id is None else _ro(tr.program_id[idx]),
-            parent=None if tr.parent is None else _ro(tr.parent[idx]))
-        r = self.sim.policy.scheduler.rank(view)
-        r = np.asarray(r)
-        name = self.sim.role_name("scheduler")
-        if r.shape != (len(cand),):
-            raise PolicyError(f"{name}: rank() returned shape {r.shape}, expected "
-                              f"({len(cand)},) (one value per candidate)")
-        if r.dtype.kind not in "iuf" or np.isnan(r.astype(float)).any():
-            raise PolicyError(f"{name}: rank() returned NaN or non-numeric values ({r.dtype})")
-        self._ranks = dict(zip(cand, r.astype(float).tolist()))
+    def ranks(self) -> dict[int, float]:
+        """The scheduler's rank of every candidate (waiting and running) at this planning
+        step, asked once per step."""
+        if self._ranks is None:
+            cand = self.waiting + self.running
+            view = V.scheduler_view(self, cand)
+            r = check_ranks(self.ctx.policy.scheduler.rank(view), len(cand),
+                            self.ctx.who("scheduler"), view.request)
+            self._ranks = dict(zip(cand, r.tolist()))
         return self._ranks
 
-    def _cached_estimate(self, cand: list[int]) -> np.ndarray:
-        out = np.zeros(len(cand), np.int64)
-        if not self.eng.prefix_caching or self.bm.hashed_used + self.bm.evictable == 0:
-            return out
-        # as SGLang (WAITING_QUEUE_PREFIX_MATCH_MAX), only the first candidates of the queue
-        # are matched against the cache; the rest read 0
-        for k, i in enumerate(cand[:PREFIX_ESTIMATE_MAX]):
-            if self.S.status[i] == WAITING and not self.S.swapped[i]:
-                out[k] = len(self.bm.match(self.S.block_keys(i, self.bt))) * self.bt
-        return out
-
     # =============================================================== memory
-    def _evict(self, need: int) -> None:
-        """Reclaim ``need`` evictable blocks chosen by the policy's evictor."""
-        eviction.evict(self, need)
-
-    def _make_room(self, need: int) -> bool:
+    def make_room(self, need: int) -> bool:
         """Ensure ``need`` plain free blocks, evicting cached ones; False if impossible."""
         bm = self.bm
         if need <= bm.plain_free:
             return True
         if need > bm.available:
             return False
-        self._evict(min(bm.evictable, max(need - bm.plain_free, self.eng.evict_batch_blocks)))
+        n = min(bm.evictable, max(need - bm.plain_free, self.eng.evict_batch_blocks))
+        ev = self.ctx.policy.evictor
+        queued = (queued_slots(bm, self.S, self.waiting, self.bt)
+                  if getattr(ev, "reads_queue", False) else None)
+        bm.evict(choose_evictions(bm, ev, n, now_s=self.now, replica=self.index,
+                                  queued=queued, who=self.ctx.who("evictor")))
         return True
 
     def _alloc_prompt_blocks(self, i: int, target_blocks: int) -> None:
@@ -192,7 +181,7 @@ class Replica:
         extra = target_blocks - held
         if extra <= 0:
             return
-        if not self._make_room(extra):
+        if not self.make_room(extra):
             raise RuntimeError("internal: allocation without room")
         n_keyed = 0
         if self.eng.prefix_caching and not S.kv_remote[i] and held == S.nslots[i]:
@@ -221,16 +210,35 @@ class Replica:
         S.nslots[i] = 0
         S.anon[i] = 0
 
-    def _apply_releases(self) -> None:
-        while self.releases and self.releases[0][0] <= self.now:
-            _, _, slots, anon = heapq.heappop(self.releases)
-            self.bm.release(slots, anon, self.now)
+    def _freed(self, v: int, taken: dict[int, int]) -> int:
+        """Blocks that releasing ``v`` frees after the references in ``taken`` dropped
+        (which it extends): its anonymous blocks and its slots no one else holds."""
+        n = int(self.S.anon[v])
+        for s in self.S.slots[v]:
+            t = taken.get(s, 0)
+            if self.bm.ref[s] - t == 1:
+                n += 1
+            taken[s] = t + 1
+        return n
 
-    def _preempt(self, v: int) -> None:
-        S = self.S
+    def _preemption_mode(self, v: int, held: int) -> str:
+        d = self.eng.preemption_decider
+        if d is None:
+            return self.eng.preemption
+        view = preempt.preemption_view(
+            now_s=self.now, replica=self.index, request=v,
+            context_tokens=int(self.S.computed[v]), held_blocks=held, block_tokens=self.bt,
+            host_free_blocks=self.host_free, eng=self.eng, cost=self.ctx.cost,
+            params=self.params)
+        return check_preemption_choice(d.decide(view), self.ctx.who("preemption_decider"))
+
+    def preempt(self, v: int) -> None:
+        """Preempt running request ``v`` by the engine's (or the decider's) mode: swap or
+        compress-and-swap it out when its KV fits in host memory, else recompute."""
+        S, eng = self.S, self.eng
         held = int(S.anon[v] + S.nslots[v])
-        mode = (self.eng.preemption if self.eng.preemption_decider is None
-                else swapping.decide(self, v, held))
+        mode = self._preemption_mode(v, held)
+        compressed = compressed_host_blocks(held, eng.compression_ratio)
         if mode == "swap" and held <= self.host_free:
             self.host_free -= held
             S.host_blocks[v] = held
@@ -238,8 +246,17 @@ class Replica:
             S.swapped[v] = True
             self._swap_blocks += held
             self.n_swaps += 1
-        elif mode == "compress-swap" and swapping.compress_out(self, v, held):
-            pass
+        elif mode == "compress-swap" and compressed <= self.host_free:
+            # models/kv-compression-swap.md (2), (4): quantize, copy the smaller KV
+            self.host_free -= compressed
+            S.host_blocks[v] = compressed
+            S.swap_gpu_blocks[v] = held
+            S.swapped[v] = True
+            S.compressed[v] = True
+            self._swap_s += self._one_way_s(held, "compress-swap")
+            self.n_swaps += 1
+            self.n_compressed_swaps += 1
+            self.compressed_tokens += int(S.computed[v])
         else:
             S.computed[v] = 0
             S.draft_computed[v] = 0
@@ -251,16 +268,11 @@ class Replica:
         self.running.remove(v)
         self.waiting.insert(0, v)
 
-    def _victim(self) -> int:
-        ranks = self._rank_all()
-        best, key = -1, None
-        for pos, i in enumerate(self.running):
-            k = (ranks.get(i, math.inf), pos)
-            if key is None or k > key:
-                best, key = i, k
-        return best
+    def _one_way_s(self, held_blocks: int, mode: str) -> float:
+        return swap_one_way_s(self.ctx.cost, held_blocks, self.bt, mode,
+                              self.eng.compression_ratio)
 
-    def _admit_need(self, i: int) -> int:
+    def admit_need(self, i: int) -> int:
         """KV blocks waiting request ``i`` needs to be admitted (its whole context)."""
         S, bt = self.S, self.bt
         if S.swapped[i]:
@@ -288,11 +300,21 @@ class Replica:
         left = S.prompt[idx] + S.gen[idx] - S.computed[idx]
         return idx[left == 1].tolist(), idx[left > 1].tolist()
 
+    def _preempt_outranked(self) -> None:
+        """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
+        bm = self.bm
+        victims = preempt.outranked_victims(
+            self.waiting, self.running, self.ranks(),
+            self.eng.max_num_seqs - len(self.running), bm.available - self.wm_blocks,
+            bm.total - self.wm_blocks, self.admit_need, self._freed)
+        for v in victims:
+            self.preempt(v)
+
     # =============================================================== admission
     def _admit(self, budget: int, chunks: list, allow_chunk: bool) -> int:
         """Admit waiting requests in rank order; returns the token budget left."""
         S, eng, bm, bt = self.S, self.eng, self.bm, self.bt
-        ranks = self._rank_all()
+        ranks = self.ranks()
         order = sorted((ranks[i], pos, i) for pos, i in enumerate(self.waiting)
                        if ranks[i] != math.inf)
         for _, _, i in order:
@@ -303,13 +325,13 @@ class Replica:
                 n = int(S.swap_gpu_blocks[i]) if S.swapped[i] else -(-int(S.computed[i]) // bt)
                 if bm.available - n < self.wm_blocks:
                     break
-                self._make_room(n)
+                self.make_room(n)
                 bm.take_anon(n)
                 S.anon[i] = n
                 if S.swapped[i]:
                     self.host_free += int(S.host_blocks[i])
                     if S.compressed[i]:  # dequantize pass and compressed PCIe bytes
-                        self._swap_s += swapping.one_way_s(self, n, "compress-swap")
+                        self._swap_s += self._one_way_s(n, "compress-swap")
                         S.compressed[i] = False
                     else:
                         self._swap_blocks += n
@@ -339,7 +361,7 @@ class Replica:
                 if bm.available - n_hit_free - (target - len(hits)) < self.wm_blocks:
                     break
                 gap = 0.0
-                if len(hits) * bt >= eviction.SESSION_MIN_HIT_TOKENS:
+                if len(hits) * bt >= SESSION_MIN_HIT_TOKENS:
                     gap = self.now - float(bm.last_access_s[hits[-1]])
                     self._turn_gap[i] = gap
                 bm.acquire(hits, self.now, gap)
@@ -360,7 +382,7 @@ class Replica:
 
     def _drop_waiting(self, i: int, reason: str) -> None:
         self.waiting.remove(i)
-        self.sim.reject(i, reason, self.now)
+        self.S.reject(i, reason)
 
     # =============================================================== one step
     def _step(self, stop: float) -> bool:
@@ -375,7 +397,7 @@ class Replica:
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
         if admit_ok and eng.priority_preemption and self.running:
             n_run = len(self.running)
-            priority.preempt_outranked(self)
+            self._preempt_outranked()
             # the candidates changed after this step's ranking: as in the reference
             # mode, the scheduler sees the new set after one iteration, not a whole run
             self._resumed = len(self.running) < n_run
@@ -388,15 +410,15 @@ class Replica:
         decodes, partial = self._phases()
         need = self._decode_need(decodes)
         while need > self.bm.plain_free:
-            if self._make_room(need):
+            if self.make_room(need):
                 break
-            v = self._victim()
+            v = preempt.worst_running(self.running, self.ranks())
             if len(self.running) == 1 and not self.releases:
                 self.running.remove(v)
                 self._release_request(v)
-                self.sim.reject(v, "context_exceeds_kv", self.now)
+                S.reject(v, "context_exceeds_kv")
             else:
-                self._preempt(v)
+                self.preempt(v)
             decodes = [i for i in decodes if i in self.running]
             need = self._decode_need(decodes)
             admit_ok = False  # as vLLM: no new admissions in a step that preempted
@@ -408,11 +430,11 @@ class Replica:
             S.anon[grow] += 1
         budget -= len(decodes)
         if self.ctl is not None and eng.batching == "decode-first":
-            budget = min(budget, int(self.ctl.budget(self, self.ctl_state, decodes, budget)))
+            budget = min(budget, int(self.ctl.budget(V.budget_view(self, decodes, budget))))
         if eng.batching == "decode-first":
             partial = [i for i in partial if i in self.running]
             if partial:
-                ranks = self._rank_all()
+                ranks = self.ranks()
                 partial.sort(key=lambda i: (ranks.get(i, math.inf), self.running.index(i)))
             for i in partial:
                 if budget <= 0:
@@ -435,7 +457,7 @@ class Replica:
                 self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
-            return self.spec.step(decodes)
+            return self.spec.step(self, decodes)
         return self._decode_run(decodes, stop)
 
     def _iterate(self, chunks: list, decodes: list[int]) -> bool:
@@ -443,12 +465,13 @@ class Replica:
         S = self.S
         pt = np.array([c for _, c, _ in chunks], np.int64)
         pc = np.array([h for _, _, h in chunks], np.int64)
-        dc = S.computed[np.asarray(decodes, np.int64)] if decodes else np.zeros(0, np.int64)
+        didx = np.asarray(decodes, np.int64)
+        dc = S.computed[didx] if decodes else _EMPTY
         dt = float(iteration_time(self.params, pt, pc, dc))
         if self.spec is not None:  # the draft prefills the chunks too (speculative.py)
             dt += self.spec.prefill_s(chunks)
         if self._swap_blocks:
-            sw = self.sim.cost.swap_time_s(self._swap_blocks, self.bt) * self.sim.kv_scale
+            sw = self.ctx.cost.swap_time_s(self._swap_blocks, self.bt) * self.ctx.kv_scale
             dt += sw
             self.swap_wait_s += sw
             self._swap_blocks = 0
@@ -456,12 +479,7 @@ class Replica:
             dt += self._swap_s
             self.swap_wait_s += self._swap_s
             self._swap_s = 0.0
-        self.now += dt
-        self.busy_s += dt
-        self.used_block_s += self.bm.used * dt
-        self.n_iters += 1
-        if not chunks:
-            self.n_decode_iters += 1
+        self.account(dt, 1, decode_only=not chunks)
         done = []
         for i, c, _ in chunks:
             S.computed[i] += c
@@ -471,7 +489,7 @@ class Replica:
             S.computed[i] += 1
             done.append(i)
         if self.ctl is not None:
-            self.ctl.observe(self, self.ctl_state, dt, chunks, decodes, done)
+            self.ctl.observe(V.iteration_view(self, dt, pt, pc, dc, done))
         for i in done:
             self._produce(i)
         return True
@@ -486,28 +504,30 @@ class Replica:
         stop_s = stop
         if self.releases:
             stop_s = min(stop_s, self.releases[0][0])
-        q = self.sim.policy.scheduler.quantum_s
+        q = self.ctx.policy.scheduler.quantum_s
         if q:
             stop_s = min(stop_s, (math.floor(self.now / q) + 1) * q)
         # the planner already gave this first iteration its new blocks (held0), so the
         # kernel's first iteration needs none; later ones take plain free blocks
-        max_iters = 1 if self.sim.reference else _BIG
+        max_iters = 1 if self.ctx.reference else _BIG
+        view = None
         if self.ctl is not None:  # the controller may need to decide again within the run
-            ctx0, start_s = ctx.copy(), self.now
-            max_iters = self.ctl.decode_limit(
-                self, self.ctl_state, idx, ctx0, held0,
-                min(max_iters, int((S.out[idx] - gen).min())))
+            view = V.decode_run_view(self, idx, ctx, held0,
+                                     min(max_iters, int((S.out[idx] - gen).min())))
+            max_iters = int(self.ctl.decode_limit(view))
         free = self.bm.plain_free
         if self.eng.priority_preemption and self.waiting:
-            cap = priority.free_cap(self)
+            cap = preempt.free_cap(self.running, self.waiting, self.ranks(), self.admit_need,
+                                   self.bm.available - self.wm_blocks,
+                                   self.bm.total - self.wm_blocks)
             free = min(free, max(cap, 0))
             if cap < 0:
                 max_iters = 1
         n, now, taken, _, area = K.decode_advance(
             self.params, ctx, gen, S.out[idx], held, self.bt, free,
             self.bm.used, self.now, stop_s, max_iters)
-        if self.ctl is not None:
-            self.ctl.observe_decode_run(self, self.ctl_state, idx, ctx0, held0, n, start_s)
+        if view is not None:
+            self.ctl.observe_decode_run(view, int(n))
         if n == 0:  # cannot happen: the caller checked now < stop and memory
             raise RuntimeError("internal: empty decode run")
         self.bm.take_anon(int(taken))
@@ -521,7 +541,7 @@ class Replica:
         self.n_decode_iters += n
         fin = idx[gen >= S.out[idx]]
         for i in fin.tolist():
-            self._finish(i)
+            self.finish(i)
         return True
 
     # =============================================================== outcomes
@@ -531,27 +551,27 @@ class Replica:
         if np.isnan(S.first_token[i]):
             S.first_token[i] = self.now
         if S.gen[i] >= S.out[i]:
-            self._finish(i)
+            self.finish(i)
         elif self.role == "prefill":
             self._handoff(i)
 
-    def _finish(self, i: int) -> None:
+    def finish(self, i: int) -> None:
+        """Running request ``i`` produced its last token at ``now``."""
         S = self.S
         S.finish[i] = self.now
         S.status[i] = FINISHED
         self.running.remove(i)
         self._release_request(i)
         S.forget_keys(i)
-        if self.sim.deps is not None:  # release the requests that depend on ``i``
-            self.sim.deps.finished(i, self.now)
+        self.ctx.events.finish(self.now, i)
 
     def _handoff(self, i: int) -> None:
         """Send request ``i``'s KV to the decode pool over this replica's link."""
-        S = self.S
+        S, ctx = self.S, self.ctx
         self.running.remove(i)
         start = max(self.now, self.link_free_s)
-        end = start + float(self.sim.cost.transfer_time_s(int(S.computed[i]),
-                                                          self.sim.link_gbps)) * self.sim.kv_scale
+        end = start + float(ctx.cost.transfer_time_s(int(S.computed[i]),
+                                                     ctx.link_gbps)) * ctx.kv_scale
         self.link_free_s = end
         heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))
         S.slots[i] = []
@@ -559,4 +579,4 @@ class Replica:
         S.anon[i] = 0
         S.kv_remote[i] = True
         S.status[i] = TRANSFER
-        self.sim.kv_ready(i, end)
+        ctx.events.kv_ready(end, i)

@@ -15,85 +15,87 @@ decider rewards (10)-(11).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from lpserve.cost._kernels import iteration_time
-from lpserve.policy import PolicyError
-from lpserve.speculation import batch_bucket
+from lpserve.arrays import readonly
+from lpserve.cost import iteration_time
+from lpserve.cost.speculation import batch_bucket
+from lpserve.policy import StepContext, StepResult
+from lpserve.policy.checks import check_arm
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lpserve.sim.engine import Simulation
-    from lpserve.sim.replica import Replica
+__all__ = ["ReplicaSpeculation", "SpecRunner", "batch_class", "speculation_memory"]
 
 _EMPTY = np.zeros(0, np.int64)
-_ROLE_CODE = {"colocated": 0, "prefill": 1, "decode": 2}
+
+
+def speculation_memory(target: Any, drafts: list[Any], gpu_memory_fraction: float,
+                       host_memory_gb: float, block_tokens: int, where: str
+                       ) -> tuple[int, int, float]:
+    """KV blocks on one replica with the target and every draft loaded, eq. (1)-(3):
+    ``(total_blocks, host_blocks, kv_scale)``, where ``kv_scale`` is the KV bytes per
+    token of all models over the target's. ``where`` names the policy in errors."""
+    f = float(gpu_memory_fraction)
+    # (1) bytes left for KV on one GPU: the target's and every draft's weights loaded
+    free = f * target.gpu.memory_bytes - target.weight_bytes_per_gpu \
+        - sum(d.weight_bytes_per_gpu for d in drafts)
+    if free <= 0:
+        raise ValueError(f"{where}: target {target.llm.key} and draft(s) "
+                         f"{[d.llm.key for d in drafts]} weights exceed "
+                         f"gpu_memory_fraction={f} of {target.gpu.key} at tp={target.tp}")
+    # (2) KV bytes per token per GPU: the target's plus every draft's (lockstep)
+    kv = target.kv_bytes_per_token_per_gpu + sum(d.kv_bytes_per_token_per_gpu for d in drafts)
+    # (3) blocks of b tokens, each holding target and draft KV of its positions
+    total_blocks = int(int(free // kv) // block_tokens)
+    kv_scale = kv / target.kv_bytes_per_token_per_gpu
+    block_bytes = float(target.kv_bytes_per_token) * kv_scale * block_tokens
+    return total_blocks, int(host_memory_gb * 1e9 // block_bytes), float(kv_scale)
 
 
 class SpecRunner:
-    """Speculative decoding of one run: draft cost models, KV sizing, acceptance rates.
+    """Speculative decoding of one run: draft cost models, acceptance rates, counters.
 
-    Sets ``sim.total_blocks``, ``sim.host_blocks`` and ``sim.kv_scale`` from the target
-    and draft memory footprints (eq. (1)-(3)). ``rates`` has shape ``(n_requests,
-    n_drafts)``; ``draft_computed`` (int64 ``(n_requests,)``, in ``sim.state``) counts the
-    tokens of each request's context that the draft has in its KV.
+    ``rates`` has shape ``(n_requests, n_drafts)``; ``draft_computed`` (int64
+    ``(n_requests,)``, in the state) counts the tokens of each request's context that the
+    draft has in its KV. ``seeds`` spawns each replica's generator of acceptance draws.
+    The KV sizing with the drafts loaded is :func:`speculation_memory`.
     """
 
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, decider: Any, target: Any, state: Any, seeds: np.random.SeedSequence,
+                 policy_name: str) -> None:
         from lpserve.cost import cost_model
 
-        dec = sim.policy.engine.speculation
-        self.decider = dec
-        target = sim.cost
-        name = f"policy {sim.policy.name!r}: EngineConfig.speculation"
+        where = f"policy {policy_name!r}: EngineConfig.speculation"
+        self.who = f"policy {policy_name!r} (speculation {decider.name!r})"
+        self.decider = decider
         if not hasattr(target, "weight_bytes_per_gpu") or not hasattr(target, "gpu"):
-            raise ValueError(f"{name} needs an analytic cost model (weights and KV bytes "
+            raise ValueError(f"{where} needs an analytic cost model (weights and KV bytes "
                              f"per GPU); the instance's cost model is {type(target).__name__}")
         drafts = []
-        for d in dec.drafts:
+        for d in decider.drafts:
             try:
                 drafts.append(cost_model(gpu=target.gpu, llm=d, tp=target.tp))
             except ValueError as exc:
-                raise ValueError(f"{name}: draft {d!r} does not fit: {exc}") from None
+                raise ValueError(f"{where}: draft {d!r} does not fit: {exc}") from None
         self.drafts = drafts
-        self.target_params = sim.params
+        self.target_params = np.ascontiguousarray(target.params, dtype=np.float64)
         self.draft_params = [np.ascontiguousarray(d.params, dtype=np.float64) for d in drafts]
-        cl = sim.cluster
-        f = float(cl.gpu_memory_fraction)
-        # (1) bytes left for KV on one GPU: the target's and every draft's weights loaded
-        free = f * target.gpu.memory_bytes - target.weight_bytes_per_gpu \
-            - sum(d.weight_bytes_per_gpu for d in drafts)
-        # (2) KV bytes per token per GPU: the target's plus every draft's (lockstep)
-        kv = target.kv_bytes_per_token_per_gpu + sum(d.kv_bytes_per_token_per_gpu
-                                                     for d in drafts)
-        if free <= 0:
-            raise ValueError(f"{name}: target {target.llm.key} and draft(s) "
-                             f"{list(dec.drafts)} weights exceed gpu_memory_fraction={f} of "
-                             f"{target.gpu.key} at tp={target.tp}")
-        # (3) blocks of b tokens, each holding target and draft KV of its positions
-        sim.total_blocks = int(int(free // kv) // sim.block_tokens)
-        self.kv_scale = kv / target.kv_bytes_per_token_per_gpu
-        sim.kv_scale = self.kv_scale
-        block_bytes = float(target.kv_bytes_per_token) * self.kv_scale * sim.block_tokens
-        sim.host_blocks = int(cl.host_memory_gb * 1e9 // block_bytes)
-        S = sim.state
         try:
-            self.rates = dec.rates_for(S.tenant)
+            self.rates = decider.rates_for(state.tenant)
         except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-        self.seed = sim.seed
-        self.state = S
+            raise ValueError(f"{where}: {exc}") from None
+        self.seeds = seeds
+        self.state = state
         # (4) a decider that may speculate has the draft prefill with the target
-        self.eager = dec.max_k >= 1
+        self.eager = decider.max_k >= 1
         self.counts = {"steps": 0, "speculative_steps": 0, "draft_tokens": 0,
                        "accepted_tokens": 0, "emitted_tokens": 0, "sequence_steps": 0}
 
-    def start(self, replica: "Replica") -> "ReplicaSpeculation":
-        """The speculation state of one replica (its own generator and decider state)."""
-        rng = np.random.default_rng([self.seed, 0x5BEC, _ROLE_CODE[replica.role],
-                                     replica.index])
-        return ReplicaSpeculation(self, replica, rng, self.decider.start())
+    def start(self, replica: tuple[str, int]) -> "ReplicaSpeculation":
+        """The speculative steps of one replica ``(role, index)``, with a generator of its
+        own spawned from the run's seeds (in the order the replicas are built)."""
+        return ReplicaSpeculation(self, replica, np.random.default_rng(self.seeds.spawn(1)[0]))
 
     def prefill_s(self, chunks: list) -> float:
         """Seconds the drafts add to an iteration with these prefill chunks ``(request,
@@ -158,21 +160,21 @@ def batch_class(tenant: np.ndarray) -> int:
 class ReplicaSpeculation:
     """Speculative decode steps of one replica (see the module docstring)."""
 
-    def __init__(self, runner: SpecRunner, replica: "Replica", rng: np.random.Generator,
-                 state: Any) -> None:
+    def __init__(self, runner: SpecRunner, replica: tuple[str, int],
+                 rng: np.random.Generator) -> None:
         self.runner = runner
-        self.r = replica
+        self.replica = replica
         self.rng = rng
-        self.state = state
 
     def prefill_s(self, chunks: list) -> float:
         """See :meth:`SpecRunner.prefill_s`."""
         return self.runner.prefill_s(chunks)
 
-    def step(self, decodes: list[int]) -> bool:
-        """One speculative step of the decode batch ``decodes`` (blocks for one token each
-        already allocated by the planner). Returns True (an iteration ran)."""
-        run, r = self.runner, self.r
+    def step(self, r: Any, decodes: list[int]) -> bool:
+        """One speculative step of replica ``r``'s decode batch ``decodes`` (blocks for one
+        token each already allocated by the planner), through ``r``'s public methods.
+        Returns True (an iteration ran)."""
+        run = self.runner
         S, bm, bt, dec = r.S, r.bm, r.bt, run.decider
         idx = np.asarray(decodes, np.int64)
         m = idx.size
@@ -180,25 +182,19 @@ class ReplicaSpeculation:
         lag = c - S.draft_computed[idx]  # (4)
         held0 = S.anon[idx] + S.nslots[idx]
         rates = run.rates[idx]
-        from lpserve.policies.speculation import StepContext
-
         ctx = StepContext((batch_class(S.tenant[idx]), batch_bucket(m, dec.bucket_edges)),
                           m, dec.arms, run.step_timer(c, lag),
-                          rates if dec.meta.clairvoyant else None, S.tenant[idx])
-        j = dec.choose(self.state, ctx)
-        if isinstance(j, bool) or not isinstance(j, (int, np.integer)) \
-                or not 0 <= j < len(dec.arms):
-            raise PolicyError(f"policy {r.sim.policy.name!r} (speculation {dec.name!r}): "
-                              f"choose() returned {j!r}, expected an arm index in "
-                              f"[0, {len(dec.arms)})")
-        arm = dec.arms[int(j)]
+                          rates if dec.meta.clairvoyant else None, S.tenant[idx],
+                          replica=self.replica)
+        j = check_arm(dec.choose(ctx), len(dec.arms), run.who)
+        arm = dec.arms[j]
         k, d = arm.k, max(arm.draft, 0)
         # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
         grow = np.zeros(m, np.int64)
         while k > 0:
             grow = np.maximum(-(-(c + k + 1) // bt) - held0, 0)
             need = int(grow.sum())
-            if need == 0 or r._make_room(need):
+            if need == 0 or r.make_room(need):
                 break
             k -= 1
             grow = np.zeros(m, np.int64)
@@ -207,10 +203,7 @@ class ReplicaSpeculation:
             bm.take_anon(int(grow.sum()))
             S.anon[idx] += grow
         dt = ctx.time_s(j)
-        r.now += dt
-        r.used_block_s += bm.used * dt
-        r.n_iters += 1
-        r.n_decode_iters += 1
+        r.account(dt, 1, decode_only=True)
         # (8) accepted drafts: the leading run of i.i.d. Bernoulli(a_i) acceptances
         if k:
             acc = self.rng.random((m, k)) < rates[:, d][:, None]
@@ -230,8 +223,9 @@ class ReplicaSpeculation:
             S.anon[idx] -= trim
             bm.release([], int(trim.sum()), r.now)
         if dec.learns:  # (10) normalized reward in [0, 1]
-            ctx.k, ctx.accepted = k, accepted
-            dec.observe(self.state, ctx, j, min(1.0, float(emit.sum()) / dt / ctx.reward_bound))
+            reward = min(1.0, float(emit.sum()) / dt / ctx.reward_bound)
+            dec.observe(ctx, StepResult(arm=j, k=k, accepted=readonly(accepted),
+                                        reward=reward))
         cnt = run.counts
         cnt["steps"] += 1
         cnt["speculative_steps"] += int(k > 0)
@@ -240,5 +234,5 @@ class ReplicaSpeculation:
         cnt["emitted_tokens"] += int(emit.sum())
         cnt["sequence_steps"] += m
         for i in idx[S.gen[idx] >= S.out[idx]].tolist():
-            r._finish(i)
+            r.finish(i)
         return True

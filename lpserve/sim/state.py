@@ -1,5 +1,11 @@
-"""Per-request simulation state as arrays (one entry per trace request)."""
+"""Per-request simulation state as arrays (one entry per trace request), what every
+replica of one run shares (:class:`RunContext`), and what replicas report back to the
+event loop (:class:`Events`)."""
 from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -26,11 +32,13 @@ class State:
         n = len(trace)
         self.n = n
         self.trace = trace
-        self.arrival = np.asarray(trace.arrival_s, np.float64)
-        # release (routing) time: the arrival, or for a request with a parent
-        # max(arrival, parent's finish) and NaN while unreleased; ``arrival`` then holds
-        # the effective arrival (see lpserve.sim.dependencies)
+        # effective arrival: the trace's, or for a request with a parent its release
+        # (routing) time max(arrival, parent's finish); ``release`` is NaN while a request
+        # is unreleased (lpserve.sim.dependencies)
+        self.arrival = np.array(trace.arrival_s, np.float64, copy=True)
         self.release = self.arrival.copy()
+        if trace.parent is not None:
+            self.release[np.asarray(trace.parent) >= 0] = np.nan
         self.prompt = np.asarray(trace.prompt_tokens, np.int64)
         self.out = np.asarray(trace.output_tokens, np.int64)
         self.computed = np.zeros(n, np.int64)
@@ -112,3 +120,98 @@ class State:
     def forget_keys(self, i: int) -> None:
         """Drop the memoized keys of a request that left the system."""
         self._block_keys.pop(i, None)
+
+    # ------------------------------------------------------------------ outcomes
+    def release_at(self, i: int, t: float) -> None:
+        """Request ``i`` (a child) is released, and so effectively arrives, at ``t``."""
+        self.release[i] = t
+        self.arrival[i] = t
+
+    def reject(self, i: int, reason: str) -> None:
+        """Request ``i`` leaves the system unserved, for ``reason``."""
+        self.status[i] = REJECTED
+        self.reason[i] = reason
+        self.forget_keys(i)
+        self.finish[i] = np.nan
+
+    def reject_reason(self, i: int, eng: Any, total_blocks: int, wm_blocks: int,
+                      reserve_blocks: int, block_tokens: int) -> str:
+        """Why request ``i`` can never be served by a replica of ``total_blocks`` KV blocks
+        under ``eng`` (an :class:`~lpserve.policy.EngineConfig`); ``""`` if it can
+        (``models/simulator.md``, admission on arrival)."""
+        p = int(self.prompt[i])
+        if eng.max_model_len is not None and p + int(self.out[i]) > eng.max_model_len:
+            return "exceeds_max_model_len"
+        if reserve_blocks and reserve_blocks > total_blocks:
+            return "prompt_exceeds_kv"
+        if -(-(p + 1) // block_tokens) > total_blocks - wm_blocks:
+            return "prompt_exceeds_kv"
+        if not eng.chunked_prefill and p > eng.max_num_batched_tokens and not self.kv_remote[i]:
+            return "prompt_exceeds_token_budget"
+        return ""
+
+
+class Events:
+    """What replicas report to the event loop: KV handoffs to the decode pool (a heap of
+    ``(ready_s, request)``) and, when ``track_finished``, completions ``(finish_s,
+    request)`` in the order they happen (the loop releases dependent requests from them)."""
+
+    def __init__(self, track_finished: bool = False) -> None:
+        self.kv_heap: list[tuple[float, int]] = []
+        self.track_finished = bool(track_finished)
+        self.finished: list[tuple[float, int]] = []
+
+    def kv_ready(self, t: float, i: int) -> None:
+        """Request ``i``'s KV reaches the decode pool at ``t``."""
+        heapq.heappush(self.kv_heap, (t, i))
+
+    def finish(self, t: float, i: int) -> None:
+        """Request ``i`` finished at ``t``."""
+        if self.track_finished:
+            self.finished.append((t, i))
+
+
+@dataclass(frozen=True, eq=False)
+class RunContext:
+    """What every replica of one run shares (built once by the event loop).
+
+    Attributes:
+        state: the per-request arrays; policy: the :class:`~lpserve.policy.Policy`;
+        cost: the instance's cost model and params its float64 parameters.
+        block_tokens, total_blocks, host_blocks: KV block size (tokens) and the GPU and
+            host blocks of one replica (after any draft model's memory).
+        kv_scale: KV bytes per token over the target model's (> 1 with draft models).
+        link_gbps: the cluster's network link (GB/s) for KV transfers.
+        horizon_s: no iteration starts at or after it (``inf``: none).
+        reference: plan every iteration in Python (the reference mode).
+        pred_lo, pred_hi: the predicted output intervals shown to schedulers (or None).
+        events: the outbox of completions and KV handoffs.
+        check: ``check(replica)`` after every planning step (``check=True``), else None.
+        spec: the run's speculative-decoding runner (``lpserve.sim.speculative``) or None.
+    """
+
+    state: State
+    policy: Any
+    cost: Any
+    params: np.ndarray
+    block_tokens: int
+    total_blocks: int
+    host_blocks: int
+    kv_scale: float
+    link_gbps: float
+    horizon_s: float
+    reference: bool
+    pred_lo: np.ndarray | None
+    pred_hi: np.ndarray | None
+    events: Events
+    check: Callable[[Any], None] | None
+    spec: Any = None
+
+    def who(self, role: str) -> str:
+        """``policy 'name' (role 'its name')``: how errors name the policy's ``role``
+        (an attribute of the policy or of its engine)."""
+        pol = self.policy
+        obj = getattr(pol, role, None)
+        if obj is None:
+            obj = getattr(pol.engine, role, None)
+        return f"policy {pol.name!r} ({role} {getattr(obj, 'name', obj)!r})"

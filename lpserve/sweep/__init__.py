@@ -11,11 +11,20 @@ See :mod:`lpserve.sweep.grid` for the grid format.
 """
 from __future__ import annotations
 
-from lpserve.sweep.grid import (AXES, KINDS, Cell, Grid, GridError, bundled_grids,
-                                cell_digest, load_grid, replication_seeds)
+from lpserve.sweep.backends import BACKENDS
+from lpserve.sweep.grid import (
+                                AXES,
+                                KINDS,
+                                Cell,
+                                Grid,
+                                GridError,
+                                bundled_grids,
+                                cell_digest,
+                                load_grid,
+                                replication_seeds,
+)
 from lpserve.sweep.runner import SweepReport, load_results, run_sweep
 from lpserve.sweep.store import ResultStore
-from lpserve.sweep.backends import BACKENDS
 from lpserve.sweep.worker import VOLATILE_COLUMNS
 
 __all__ = ["AXES", "BACKENDS", "KINDS", "VOLATILE_COLUMNS", "Cell", "Grid", "GridError",

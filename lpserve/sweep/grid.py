@@ -287,7 +287,7 @@ class Grid:
 
     @staticmethod
     def _parse_traces(section: Any, base_dir: str | os.PathLike | None) -> dict[str, TraceSpec]:
-        from lpserve.loaders import BUNDLED, DEFAULT_TRACE
+        from lpserve.trace.loaders import BUNDLED, DEFAULT_TRACE
 
         if section is None:
             section = {"default": {"source": DEFAULT_TRACE}}

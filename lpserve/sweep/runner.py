@@ -59,7 +59,7 @@ class SweepReport:
 
 def load_traces(grid: Grid) -> dict[str, Any]:
     """Load every base trace of ``grid`` once: name -> :class:`lpserve.Trace`."""
-    from lpserve.loaders import load_trace
+    from lpserve.trace.loaders import load_trace
 
     return {name: load_trace(spec.source, spec.format) for name, spec in grid.traces.items()}
 
@@ -89,7 +89,7 @@ def build_payload(cells: list[Cell], traces: Mapping[str, Any]) -> Payload:
             from lpserve.cost import cost_model
 
             costs[key] = cost_model(gpu=cl["gpu"], llm=cl["llm"], tp=cl["tp"])
-        except Exception:  # noqa: BLE001 - reported per cell by the worker
+        except Exception:
             continue
     return Payload(traces={d: by_digest[d] for d in used}, costs=costs)
 

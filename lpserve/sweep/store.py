@@ -98,6 +98,7 @@ class ResultStore:
         os.replace(tmp, self.out_dir / "manifest.json")
 
     def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest written by :meth:`write_manifest`, or None."""
         p = self.out_dir / "manifest.json"
         return json.loads(p.read_text()) if p.exists() else None
 
@@ -116,8 +117,10 @@ class ResultStore:
             if p.suffix == ".parquet":
                 frames.append(pd.read_parquet(p))
             else:
-                frames.append(pd.read_csv(p, dtype={"cell": str, "error": str,
-                                                    "result_digest": str},
+                # identifiers stay strings (a hex run id such as "12e45..." would
+                # otherwise read back as a number)
+                frames.append(pd.read_csv(p, dtype={"run_id": str, "part": str, "cell": str,
+                                                    "error": str, "result_digest": str},
                                           keep_default_na=True))
         if not frames:
             return pd.DataFrame(columns=["cell", "status", "error", "result_digest"])

@@ -120,7 +120,7 @@ def cell_trace(inputs: dict[str, Any]) -> Any:
         raise ValueError(f"trace {spec['name']!r}: slice start={start} head={spec['head']} "
                          f"leaves {len(sub)} request(s); need >= 2 to set a load")
     if poisson:
-        from lpserve.generate import Poisson, with_arrivals
+        from lpserve.trace.generate import Poisson, with_arrivals
 
         rate = inputs["rate_per_s"] if "rate_per_s" in inputs else \
             inputs["load"] * sub.rate_per_s
@@ -188,29 +188,15 @@ def metrics_digest(metrics: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- cell kinds
 def _run_simulate(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    from lpserve.sim import simulate
+    from lpserve.registry import simulate
 
     res = simulate(_instance(inputs), inputs["policy"], seed=inputs["seed"])
     return flatten_metrics(res.summary()), res.digest()
 
 
-def _solve_fn() -> Callable[..., Any]:
-    import lpserve
-
-    try:
-        return getattr(lpserve, "solve")
-    except AttributeError:
-        pass
-    try:
-        from lpserve.opt import solve
-    except ImportError as exc:
-        raise RuntimeError(f"lp.solve is not available in this installation "
-                           f"(lpserve.opt.solve: {exc})") from None
-    return solve
-
-
 def _run_solve(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    solve = _solve_fn()
+    from lpserve.opt import solve
+
     kw = {} if inputs.get("time_limit_s") is None else {"time_limit_s": inputs["time_limit_s"]}
     sol = solve(inputs["formulation"], _instance(inputs), **kw)
     m = flatten_metrics(sol.summary())
@@ -222,20 +208,10 @@ def _run_solve(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _run_cache(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    import lpserve
+    from lpserve.evaluate.cache import cache_replay
 
-    try:
-        replay = getattr(lpserve, "cache_replay")
-    except AttributeError:
-        raise RuntimeError("lp.cache_replay is not available in this installation") from None
-    out = replay(cell_trace(inputs), capacity_blocks=inputs["capacity_blocks"],
-                 policy=inputs["cache_policy"])
-    if hasattr(out, "as_dict"):
-        out = out.as_dict()
-    elif hasattr(out, "summary"):
-        out = out.summary()
-    elif not isinstance(out, dict):
-        out = {"hit_rate": float(out)}
+    out = cache_replay(cell_trace(inputs), capacity_blocks=inputs["capacity_blocks"],
+                       policy=inputs["cache_policy"]).as_dict()
     out = {k: v for k, v in dict(out).items() if k not in ("policy", "capacity_blocks")}
     m = flatten_metrics(out)
     return m, metrics_digest(m)
@@ -275,7 +251,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     try:
         metrics, rdigest = RUNNERS[cell.inputs["kind"]](cell.inputs)
         status, error = "ok", ""
-    except Exception as exc:  # noqa: BLE001 - a failed cell is recorded, the sweep goes on
+    except Exception as exc:
         metrics, rdigest, status, error = {}, "", "error", _error_text(exc)
     for k, v in metrics.items():
         row[k if k not in row and k not in STATUS_COLUMNS else f"metric_{k}"] = v

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpserve.cachesim import replay_accesses
+from lpserve.evaluate.cache import replay_accesses
 from lpserve.opt import cache_flow as cf
 from lpserve.policies.evictors_kv import SPECS
 from lpserve.trace import Trace

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
+from lpserve.cost.preemption import compressed_host_blocks
 from lpserve.policies.kvcompress import CostBasedDecider
-from lpserve.preemption import PreemptionView, compressed_host_blocks
+from lpserve.policy import PreemptionView
 from tests.strategies import preempting_instance
 
 ENGINES = ["vllm", "vllm-chunked", "fastserve", "las", "srpt-oracle", "mlfq"]

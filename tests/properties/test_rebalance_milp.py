@@ -5,8 +5,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpserve.opt.rebalance import (RebalanceModel, brute_force_rebalance,
-                                   rebalance_objective, solve_rebalance)
+from lpserve.opt.rebalance import (
+    RebalanceModel,
+    brute_force_rebalance,
+    rebalance_objective,
+    solve_rebalance,
+)
 
 
 @st.composite

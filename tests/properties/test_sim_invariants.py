@@ -7,9 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lpserve as lp
-from lpserve.policy import Meta
-from lpserve.rebalancer import Rebalancer
+from lpserve.policy import Meta, Rebalancer
 from tests.strategies import fast_and_reference, sim_instances
 
 
@@ -69,7 +67,8 @@ class _RandomMover(Rebalancer):
 @given(sim_instances(), st.sampled_from([0.05, 0.3, 2.0]),
        st.sampled_from(["random", "llumnix", "lp"]))
 def test_fast_equals_reference_with_live_migration(case, period_s, kind):
-    from lpserve.policies.rebalancers import AssignmentRebalancer, LlumnixFreeness
+    from lpserve.opt.rebalance import AssignmentRebalancer
+    from lpserve.policies.rebalancers import LlumnixFreeness
 
     inst, policy = case
     rb = {"random": lambda: _RandomMover(period_s),

@@ -7,9 +7,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lpserve.acceptance import simulate_acceptance_ucb
-from lpserve.speculation import (SpeculationBandit, arm_means, simulate_bandit,
-                                 speculation_cost)
+from lpserve.cost.speculation import speculation_cost
+from lpserve.policies.bandits import (
+    SpeculationBandit,
+    arm_means,
+    simulate_acceptance_ucb,
+    simulate_bandit,
+)
 
 COST = speculation_cost("llama-2-70b", "llama-2-7b", gpu="a100-80gb", tp=4)
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,

@@ -7,8 +7,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
-from lpserve.policies.speculation import (AcceptanceUCBSpeculation, FixedSpeculation,
-                                          NeverSpeculate, OracleSpeculation, UCBSpeculation)
+from lpserve.policies.speculation import (
+    AcceptanceUCBSpeculation,
+    FixedSpeculation,
+    NeverSpeculate,
+    OracleSpeculation,
+    UCBSpeculation,
+)
 from tests.strategies import SIM_ENGINES, fast_and_reference, sim_traces
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
-from lpserve import generate as g
+from lpserve.trace import generate as g
 from tests.strategies import traces
 
 

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve import generate as G
 from lpserve.policies.lyapunov import constants, lyapunov, prefill_first_capacity_rps
 from lpserve.registry import make_policy
 from lpserve.sim import simulate
+from lpserve.trace import generate as G
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def test_knife_edge():
         print(f"{name}: mean queue first/last third at 0.95: {lo}, at 1.05: {hi}")
         assert _bounded(*lo), name
         assert _growing(*hi), name
-    vllm = lambda: make_policy("vllm", max_num_batched_tokens=BUDGET)  # noqa: E731
+    vllm = lambda: make_policy("vllm", max_num_batched_tokens=BUDGET)
     under = _queue_growth(0.9 * cap_vllm, vllm())
     over = _queue_growth(0.95 * cap, vllm())
     print(f"vllm: at 0.9 of its fluid capacity {under}, at 0.95 of Li-Dai-Peng {over}")

@@ -8,7 +8,6 @@ import pytest
 from lpserve.sweep import load_grid, run_sweep
 from lpserve.sweep import worker as W
 from lpserve.sweep.runner import expand, load_traces
-
 from tests.unit.sweep._grids import comparable, sim_grid
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from lpserve.sweep import ResultStore, run_sweep
-
 from tests.unit.sweep._grids import comparable, sim_grid
 
 pytestmark = pytest.mark.slow

@@ -87,8 +87,9 @@ if INNER:
     def test_registered_under_new_keys():
         from vidur.execution_time_predictor import ExecutionTimePredictorRegistry
         from vidur.scheduler import GlobalSchedulerRegistry
-        from vidur.scheduler.replica_scheduler.replica_scheduler_registry import \
-            ReplicaSchedulerRegistry
+        from vidur.scheduler.replica_scheduler.replica_scheduler_registry import (
+            ReplicaSchedulerRegistry,
+        )
 
         assert GlobalSchedulerRegistry.get_class(V.LpserveGlobalSchedulerType.LPSERVE) is \
             V.LpserveGlobalScheduler

@@ -107,8 +107,7 @@ if INNER:
         0.32): no model runner, no forward pass."""
         import torch
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
-        from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,
-                                                KVCacheGroupSpec)
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.structured_output import StructuredOutputManager
 
         from lpserve.adapters.vllm import PolicyScheduler

@@ -1,4 +1,4 @@
-"""lpserve.evaluate and lpserve.plots: tidy comparisons, asserted lower bounds, robustness,
+"""lpserve.evaluate and lpserve.evaluate.plots: tidy comparisons, asserted lower bounds, robustness,
 labelled figures."""
 from __future__ import annotations
 
@@ -6,10 +6,22 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.evaluate import (BASELINES, METRIC_KEYS, BoundViolation, ClaimedBound,
-                              CostModelBound, PolicyUnavailable, check_bound, common_cases,
-                              compare, default_policies, flatten, resolve_bounds, robustness,
-                              robustness_summary)
+from lpserve.evaluate import (
+    BASELINES,
+    METRIC_KEYS,
+    BoundViolation,
+    ClaimedBound,
+    CostModelBound,
+    PolicyUnavailable,
+    check_bound,
+    common_cases,
+    compare,
+    default_policies,
+    flatten,
+    resolve_bounds,
+    robustness,
+    robustness_summary,
+)
 
 POLICIES = ["vllm", "vllm+least-outstanding", "sarathi"]
 
@@ -243,7 +255,7 @@ def test_flatten():
 
 
 def test_plots_are_labelled_figures(inst, table, tmp_path):
-    from lpserve.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
+    from lpserve.evaluate.plots import plot_gap_to_bound, plot_latency_cdf, plot_latency_vs_load
 
     _, runs = robustness({"0.5": inst.with_(trace=inst.trace.scale_rate(0.5)), "1.0": inst},
                          ["vllm", "sarathi"], return_runs=True)

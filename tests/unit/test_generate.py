@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve import generate as g
 from lpserve.trace import TraceError
+from lpserve.trace import generate as g
 
 
 def test_seeded_and_reproducible():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.loaders import detect_format
 from lpserve.trace import TraceError
+from lpserve.trace.loaders import detect_format
 
 
 def test_detects_every_fixture_format(fixtures):

@@ -7,8 +7,20 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policy import (FCFS, LRU, Claim, EngineConfig, EvictorView, Meta, Policy,
-                            RoundRobin, RouterView, as_evictor, as_router, as_scheduler)
+from lpserve.policy import (
+    FCFS,
+    LRU,
+    Claim,
+    EngineConfig,
+    EvictorView,
+    Meta,
+    Policy,
+    RoundRobin,
+    RouterView,
+    as_evictor,
+    as_router,
+    as_scheduler,
+)
 from lpserve.registry import POLICIES, make_policy, policy_names
 
 

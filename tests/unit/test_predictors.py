@@ -6,7 +6,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lpserve.predictors import History, IntervalClasses, NoisyOracle, Oracle, make_predictor
+from lpserve.cluster import Cluster
+from lpserve.policies.predictors import (
+    History,
+    IntervalClasses,
+    NoisyOracle,
+    Oracle,
+    make_predictor,
+)
+from lpserve.policy import PredictorView
+
+CLUSTER = Cluster(gpu="a100-80gb", llm="llama-2-7b")
+
+
+def _view(prompt, tenant=None, truth=None) -> PredictorView:
+    p = np.asarray(prompt, np.int64)
+    return PredictorView(now_s=0.0, request=np.arange(p.size), prompt_tokens=p,
+                         tenant=np.full(p.size, -1) if tenant is None else np.asarray(tenant),
+                         output_tokens=None if truth is None else np.asarray(truth))
 
 truths = st.lists(st.integers(1, 100000), min_size=1, max_size=50).map(np.asarray)
 
@@ -14,8 +31,8 @@ truths = st.lists(st.integers(1, 100000), min_size=1, max_size=50).map(np.asarra
 @given(truths, st.floats(0.05, 0.95))
 def test_interval_classes_contain_truth_with_ratio_alpha(t, alpha):
     p = IntervalClasses(alpha=alpha)
-    p.reset(np.random.default_rng(0))
-    pr = p.predict(np.ones_like(t), _truth=t)
+    p.reset(CLUSTER, np.random.default_rng(0))
+    pr = p.predict(_view(np.ones_like(t), truth=t))
     assert np.all(pr.lo <= t) and np.all(t <= pr.hi)
     assert np.all(pr.lo <= pr.point) and np.all(pr.point <= pr.hi)
     big = pr.lo >= 50  # away from integer rounding at tiny lengths
@@ -25,34 +42,34 @@ def test_interval_classes_contain_truth_with_ratio_alpha(t, alpha):
 def test_oracle_and_noisy_oracle():
     t = np.array([10, 100, 1000])
     o = Oracle()
-    o.reset(np.random.default_rng(0))
-    assert o.predict(t, _truth=t).point.tolist() == [10, 100, 1000]
+    o.reset(CLUSTER, np.random.default_rng(0))
+    assert o.predict(_view(t, truth=t)).point.tolist() == [10, 100, 1000]
     n = NoisyOracle(sigma=0.0)
-    n.reset(np.random.default_rng(0))
-    assert n.predict(t, _truth=t).point.tolist() == [10, 100, 1000]
+    n.reset(CLUSTER, np.random.default_rng(0))
+    assert n.predict(_view(t, truth=t)).point.tolist() == [10, 100, 1000]
     n = NoisyOracle(sigma=0.5, interval_z=2.0)
-    n.reset(np.random.default_rng(1))
+    n.reset(CLUSTER, np.random.default_rng(1))
     big = np.full(20000, 1000)
-    pr = n.predict(big, _truth=big)
+    pr = n.predict(_view(big, truth=big))
     # log-error sd matches sigma; a +-2 sigma interval around the point covers ~95 %
     assert np.log(pr.point / 1000).std() == pytest.approx(0.5, rel=0.05)
     assert np.mean((pr.lo <= 1000) & (1000 <= pr.hi)) == pytest.approx(0.954, abs=0.02)
     with pytest.raises(RuntimeError, match="call reset"):
-        NoisyOracle().predict(t, _truth=t)
+        NoisyOracle().predict(_view(t, truth=t))
 
 
 def test_history_learns_only_from_observations():
     h = History(min_samples=5, prior=(10, 500, 100))
-    h.reset(np.random.default_rng(0))
-    first = h.predict(np.array([1000, 4000]), np.array([0, 1]))
+    h.reset(CLUSTER, np.random.default_rng(0))
+    first = h.predict(_view([1000, 4000], [0, 1]))
     assert first.point.tolist() == [100, 100]  # the prior, before any completion
-    h.observe(np.full(10, 1000), np.zeros(10, int), np.arange(1, 11) * 10)
-    pr = h.predict(np.array([1000, 1023, 4000]), np.array([0, 1, 1]))
+    h.observe(_view(np.full(10, 1000), np.zeros(10, int), np.arange(1, 11) * 10))
+    pr = h.predict(_view([1000, 1023, 4000], [0, 1, 1]))
     assert pr.point[0] == 55 and pr.lo[0] <= 20 and pr.hi[0] >= 90
     assert pr.point[1] == 55  # same prompt bucket, other tenant: falls back to the bucket
     assert pr.point[2] == 55  # other bucket: falls back to all completions
-    h.reset(np.random.default_rng(0))
-    assert h.predict(np.array([1000]), np.array([0])).point.tolist() == [100]
+    h.reset(CLUSTER, np.random.default_rng(0))
+    assert h.predict(_view([1000], [0])).point.tolist() == [100]
 
 
 def test_bad_parameters_named():
@@ -62,3 +79,5 @@ def test_bad_parameters_named():
         make_predictor("x")
     with pytest.raises(ValueError, match="prior"):
         History(prior=(10, 5, 7))
+    with pytest.raises(ValueError, match="clairvoyant: its view needs the true output_tokens"):
+        Oracle().predict(_view([10]))

@@ -1,4 +1,4 @@
-"""Unit tests of lpserve.speculation: cost of a speculative step, expected tokens, optimum."""
+"""Unit tests of lpserve.cost.speculation: cost of a speculative step, expected tokens, optimum."""
 from __future__ import annotations
 
 import itertools
@@ -7,10 +7,22 @@ import numpy as np
 import pytest
 
 from lpserve.cost import cost_model
-from lpserve.speculation import (Arm, FixedSpeculation, SpeculationBandit, SpeculationCost,
-                                 arm_means, batch_bucket, expected_tokens, optimal_k,
-                                 sample_tokens, simulate_bandit, speculation_cost,
-                                 ucb1_regret_bound)
+from lpserve.cost.speculation import (
+    Arm,
+    SpeculationCost,
+    batch_bucket,
+    expected_tokens,
+    optimal_k,
+    sample_tokens,
+    speculation_cost,
+)
+from lpserve.policies.bandits import FixedArm
+from lpserve.policies.bandits import (
+    SpeculationBandit,
+    arm_means,
+    simulate_bandit,
+    ucb1_regret_bound,
+)
 
 COST = speculation_cost("llama-2-70b", "llama-2-7b", gpu="a100-80gb", tp=4)
 
@@ -98,8 +110,8 @@ def test_bandit_prefers_best_arm_and_baselines():
     run = simulate_bandit(COST, bandit, ctxs, acc, 3000, 3, seed=7)
     counts = bandit.counts(("chat", batch_bucket(1)))
     assert counts.sum() == 3000 and int(np.argmax(counts)) == best
-    never = simulate_bandit(COST, FixedSpeculation(0), ctxs, acc, 3000, 3, seed=7)
-    always = simulate_bandit(COST, FixedSpeculation(best), ctxs, acc, 3000, 3, seed=7)
+    never = simulate_bandit(COST, FixedArm(0), ctxs, acc, 3000, 3, seed=7)
+    always = simulate_bandit(COST, FixedArm(best), ctxs, acc, 3000, 3, seed=7)
     assert (never.arms == 0).all() and always.regret[-1] == 0.0
     assert run.regret[-1] < never.regret[-1]
     # same seed, same result
@@ -168,7 +180,7 @@ def test_other_bad_inputs():
 
 
 def test_acceptance_ucb_counts_trials():
-    from lpserve.acceptance import A_MAX, AcceptanceUCB
+    from lpserve.policies.bandits import A_MAX, AcceptanceUCB
 
     u = AcceptanceUCB()
     assert u.rate(("x", 0)) == A_MAX  # optimistic before any trial
@@ -189,7 +201,7 @@ def test_acceptance_ucb_counts_trials():
 
 
 def test_acceptance_ucb_bound_formula():
-    from lpserve.acceptance import acceptance_ucb_bound
+    from lpserve.policies.bandits import acceptance_ucb_bound
 
     g = np.array([[0.0, 2.0, 1.0]])
     e = np.array([[np.inf, 0.1, np.inf]])

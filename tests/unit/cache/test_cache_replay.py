@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.cachesim import cache_replay, policy_names, replay_accesses
+from lpserve.evaluate.cache import cache_replay, policy_names, replay_accesses
 from lpserve.opt import cache_flow as cf
 from lpserve.opt import kv_knapsack as kk
 from lpserve.policies import _evict_kernels as K
-from lpserve.policies.evictors_kv import make_evictor, EVICTORS, SPECS
+from lpserve.policies.evictors_kv import EVICTORS, SPECS, make_evictor
 from lpserve.policy import EvictorView
 from lpserve.trace import Trace, TraceError
 

@@ -9,8 +9,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 ANCHORS = {"lru": 0.1347, "belady": 0.3326, "lp": 0.3353, "lp-rounded": 0.3353,
            "infinite": 0.3409}
 

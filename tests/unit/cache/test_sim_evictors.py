@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve import generate as g
 from lpserve.policies.evictors_kv import EVICTORS, make_evictor
+from lpserve.trace import generate as g
 
 
 def _instance(kv_fraction: float = 0.18) -> lp.Instance:

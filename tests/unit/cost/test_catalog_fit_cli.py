@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from lpserve.cli import main
-from lpserve.cost import (cost_model, fit, get_gpu, get_llm, gpu_names, llm_from_hf_config,
-                          llm_names, load_catalog_file)
+from lpserve.cost import (
+    cost_model,
+    fit,
+    get_gpu,
+    get_llm,
+    gpu_names,
+    llm_from_hf_config,
+    llm_names,
+    load_catalog_file,
+)
 from lpserve.cost.analytic import calibrations
 from lpserve.cost.fit import MAX_REL_ERROR, fit_minimax
 

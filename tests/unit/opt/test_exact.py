@@ -6,10 +6,19 @@ import itertools
 import numpy as np
 import pytest
 
-from lpserve.opt.exact import (KVProblem, check_schedule, kv_optimal, memory_profile,
-                               nonpreemptive_flow_optimal, preemptive_flow_optimal, srpt_flow,
-                               total_latency, weighted_completion, weighted_completion_optimal,
-                               wspt_order)
+from lpserve.opt.exact import (
+    KVProblem,
+    check_schedule,
+    kv_optimal,
+    memory_profile,
+    nonpreemptive_flow_optimal,
+    preemptive_flow_optimal,
+    srpt_flow,
+    total_latency,
+    weighted_completion,
+    weighted_completion_optimal,
+    wspt_order,
+)
 
 
 def test_kv_optimal_hand_example():

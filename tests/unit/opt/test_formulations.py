@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.opt import FORMULATIONS, Status, formulation, load_instance, solve
+from lpserve.instance import load_instance
+from lpserve.opt import FORMULATIONS, Status, formulation, solve
 from lpserve.opt.solution import Solution, SolutionError
 
 

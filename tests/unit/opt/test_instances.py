@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from lpserve.opt import instance_names, load_instance, solve
+from lpserve.instance import instance_names, load_instance
+from lpserve.opt import solve
 from lpserve.opt.exact import KVProblem, kv_optimal
 
 NAMES = instance_names()

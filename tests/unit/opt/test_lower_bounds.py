@@ -6,9 +6,8 @@ import pytest
 
 import lpserve as lp
 from lpserve.opt import Status, solve
-from lpserve.opt.lower_bounds import (area_bound, order_statistic_bound,
-                                      reusable_prefix_tokens)
 from lpserve.opt.exact import KVProblem, kv_optimal
+from lpserve.opt.lower_bounds import area_bound, order_statistic_bound, reusable_prefix_tokens
 
 
 @pytest.fixture(scope="module")

@@ -98,7 +98,7 @@ def test_fluid_lp_duals_and_complementary_slackness():
                              "cache_residency"}
     res = RL.certify_fluid(m, sol)
     assert res["demand"] < 1e-7 and res["capacity"] < 1e-7
-    a, u = sol.primal["rate_per_s"], sol.primal["cached_rate_per_s"]
+    a = sol.primal["rate_per_s"]
     slack_dec = m.utilization * m.decode_tokens_per_s - m.output_tokens @ a
     assert np.all(sol.dual["decode"] * slack_dec <= 1e-6 * m.decode_tokens_per_s)
     # strong duality: b'y equals the objective

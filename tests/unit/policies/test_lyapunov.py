@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve import generate as G
 from lpserve.policies import _lyapunov_kernels as K
 from lpserve.policies.disagg import link_schedule, lyapunov_disagg, pool_sizes
-from lpserve.policies.lyapunov import (DPPController, TBTRecorder, constants, lyapunov,
-                                       with_recorder)
+from lpserve.policies.lyapunov import DPPController, TBTRecorder, constants, lyapunov, with_recorder
 from lpserve.policy import EngineConfig
 from lpserve.registry import make_policy
 from lpserve.sim import simulate
+from lpserve.trace import generate as G
 
 COST = lp.cost_model(gpu="a100-80gb", llm="mistral-7b")
 PARAMS = np.ascontiguousarray(COST.params, np.float64)

@@ -9,9 +9,9 @@ import pytest
 
 import lpserve as lp
 from lpserve.policies.mlfq import MLFQ, entry_level, iteration_toy
+from lpserve.policies.predictors import Oracle
 from lpserve.policies.programs import ProgramScheduler, program_toy
 from lpserve.policy import FCFS, as_scheduler
-from lpserve.predictors import Oracle
 
 
 def _srpt_time(view):  # remaining time on the toy model (first iteration = prompt length)

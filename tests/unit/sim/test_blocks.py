@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from lpserve.sim.blocks import BlockError, BlockManager

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
-from lpserve import generate as G
+from lpserve.trace import generate as G
 
 A100 = dict(gpu="a100-80gb", llm="llama-2-7b")
 

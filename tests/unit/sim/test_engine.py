@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policy import FCFS, Policy, PolicyError, as_router, as_scheduler
+from lpserve.policy import Policy, PolicyError, as_router, as_scheduler
 
 A100 = dict(gpu="a100-80gb", llm="llama-2-7b")
 

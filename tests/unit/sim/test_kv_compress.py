@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import lpserve as lp
+from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.policies.kvcompress import CostBasedDecider
-from lpserve.policy import EngineConfig, PolicyError
-from lpserve.preemption import (PreemptionDecider, PreemptionView, compressed_host_blocks,
-                                swap_one_way_s)
+from lpserve.policy import EngineConfig, PolicyError, PreemptionDecider, PreemptionView
 from tests.strategies import preempting_instance
 
 
@@ -165,7 +164,7 @@ def test_compressed_victims_come_back_with_their_context():
 
 
 def test_tipping_bandwidth_interpolates_the_crossing():
-    from lpserve.preemption import tipping_bandwidth_gbps as tip
+    from lpserve.cost.preemption import tipping_bandwidth_gbps as tip
 
     # crosses recompute (4 s) halfway in log bandwidth between 16 and 4 GB/s: 8 GB/s
     assert tip([32, 16, 4], [3.0, 3.5, 4.5], 4.0) == pytest.approx(8.0)

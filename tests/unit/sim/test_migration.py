@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policy import PolicyError, as_router
-from lpserve.rebalancer import Rebalancer
-from lpserve.policies.rebalancers import (AssignmentRebalancer, LlumnixFreeness,
-                                          NoMigration)
+from lpserve.opt.rebalance import AssignmentRebalancer
+from lpserve.policies.rebalancers import LlumnixFreeness, NoMigration
+from lpserve.policy import PolicyError, Rebalancer, as_router
 from lpserve.sim.engine import Simulation
 from lpserve.sim.state import RUNNING, TRANSFER
 
@@ -27,7 +26,6 @@ def _started(inst, policy=None):
     policy = policy or lp.make_policy("vllm", prefix_caching=False).with_(
         rebalancer=NoMigration())
     sim = Simulation(inst, policy, seed=0, check=True)
-    policy.reset(inst.cluster, np.random.default_rng(0))
     A = sim.front[0]
     for i in range(len(inst.trace)):
         A.enqueue(i, 0.0)
@@ -41,7 +39,7 @@ def test_migration_conserves_tokens_and_frees_source_blocks():
     sim = _started(inst)
     S, A, B, mig = sim.state, sim.front[0], sim.front[1], sim.migrator
     ctx, gen, used_a = int(S.computed[0]), int(S.gen[0]), A.bm.used
-    nb = -(-ctx // sim.block_tokens)
+    nb = -(-ctx // inst.cluster.block_tokens)
     mig.start(0, 1)
     assert S.status[0] == TRANSFER and 0 not in A.running
     assert B.inbound[0] == nb and B.bm.used == nb          # reserved on the destination
@@ -49,7 +47,8 @@ def test_migration_conserves_tokens_and_frees_source_blocks():
     end = mig.heap[0][0]
     A.advance(end)
     assert A.bm.used == int(S.anon[A.running].sum())       # ... and freed after it
-    mig.run_until(end)
+    while mig.heap and mig.next_landing_s <= end:
+        mig.land()
     assert S.status[0] == RUNNING and 0 in B.running and not B.inbound
     assert (int(S.computed[0]), int(S.gen[0]), int(S.anon[0])) == (ctx, gen, nb)
     assert S.migrations[0] == 1 and S.migrated_to[0] == 1 and S.replica[0] == 0
@@ -86,7 +85,6 @@ def test_capacity_and_seats_are_enforced_with_the_value_named():
     inst = _inst(n=4)
     pol = lp.make_policy("vllm", max_num_seqs=2).with_(rebalancer=NoMigration())
     sim = Simulation(inst, pol, seed=0, check=True)
-    pol.reset(inst.cluster, np.random.default_rng(0))
     for i in range(4):
         sim.front[i // 2].enqueue(i, 0.0)
     for r in sim.front:
@@ -142,7 +140,7 @@ def test_rebalancer_is_validated_by_the_policy():
 
 
 def _bursty(n=90, replicas=3):
-    from lpserve import generate as G
+    from lpserve.trace import generate as G
 
     tr = G.synthetic(n, arrivals=G.GammaRenewal(rate_per_s=6.0, cv=3.0),
                      prompt=G.Uniform(200, 1500),
@@ -210,8 +208,8 @@ def _view(free, running_src, blocks, waiting, ctx=None, seats=None):
     R = len(free)
     n = len(running_src)
     ctx = np.full(n, 500) if ctx is None else np.asarray(ctx)
-    ro = lambda a, t=np.int64: np.asarray(a, t)  # noqa: E731
-    from lpserve.rebalancer import RebalanceView
+    ro = lambda a, t=np.int64: np.asarray(a, t)
+    from lpserve.policy import RebalanceView
 
     return RebalanceView(
         now_s=1.0, block_tokens=16, free_blocks=ro(free), total_blocks=ro([100] * R),

@@ -4,8 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 import lpserve as lp
-from lpserve.policies.routers import (LeastKVLoad, LeastOutstanding, PowerOfTwo,
-                                      PrefixAffinity, RandomRouter)
+from lpserve.policies.routers import (
+    LeastKVLoad,
+    LeastOutstanding,
+    PowerOfTwo,
+    PrefixAffinity,
+    RandomRouter,
+)
 from lpserve.policy import RouterView
 
 

@@ -7,8 +7,12 @@ import pytest
 
 import lpserve as lp
 from lpserve.cost import UnitRoundCost, cost_model
-from lpserve.policies.speculation import (FixedSpeculation, NeverSpeculate, OracleSpeculation,
-                                          UCBSpeculation)
+from lpserve.policies.speculation import (
+    FixedSpeculation,
+    NeverSpeculate,
+    OracleSpeculation,
+    UCBSpeculation,
+)
 from lpserve.policy import EngineConfig
 from lpserve.sim.engine import Simulation
 
@@ -38,11 +42,11 @@ def _run_recording(inst, policy, seed=0, reference=False):
     for r in sim.replicas():
         orig = r.spec.step
 
-        def step(decodes, orig=orig):
+        def step(rep, decodes, orig=orig):
             idx = np.asarray(decodes, np.int64)
             S, c = sim.state, sim.spec.counts
             gen0, left0, drafted0 = S.gen[idx].copy(), S.out[idx] - S.gen[idx], c["draft_tokens"]
-            out = orig(decodes)
+            out = orig(rep, decodes)
             steps.append(((c["draft_tokens"] - drafted0) // idx.size, S.gen[idx] - gen0, left0))
             return out
 
@@ -143,9 +147,9 @@ class _LoggingUCB(UCBSpeculation):
         super().__init__(*a, **kw)
         self.log = []
 
-    def observe(self, state, ctx, arm, reward):
-        self.log.append((ctx.key, arm, reward))
-        super().observe(state, ctx, arm, reward)
+    def observe(self, ctx, result):
+        self.log.append((ctx.key, result.arm, result.reward))
+        super().observe(ctx, result)
 
 
 def test_ucb_rewards_are_normalized_and_rank_arms_by_tokens_per_s():
@@ -191,12 +195,10 @@ def test_meta_and_registry():
 
 
 def test_compiled_loop_is_off_with_speculation():
-    from lpserve.sim import compiled
-
     inst = _inst(_trace(n=5)).with_(cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
     plain = Simulation(inst, lp.make_policy("vllm", prefix_caching=False))
     spec = Simulation(inst, lp.make_policy("spec-never", prefix_caching=False))
-    assert compiled.eligible(plain) and not compiled.eligible(spec)
+    assert plain.compiled and not spec.compiled
 
 
 # ------------------------------------------------------------------ errors
@@ -239,7 +241,7 @@ def test_invalid_run_configurations_name_the_cause():
 def test_step_and_prefill_times_follow_the_model_by_hand():
     """models/speculative-decoding.md (4)-(6) for one request with nothing accepted: TTFT is
     the target's plus the draft's prefill, each later step is SpeculationCost.step_time_s."""
-    from lpserve.speculation import speculation_cost
+    from lpserve.cost.speculation import speculation_cost
 
     tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[500], output_tokens=[4])
     inst = _inst(tr, llm="llama-2-13b")

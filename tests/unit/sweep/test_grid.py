@@ -6,8 +6,7 @@ import copy
 import numpy as np
 import pytest
 
-from lpserve.sweep import Grid, GridError, bundled_grids, cell_digest, load_grid
-from lpserve.sweep import replication_seeds
+from lpserve.sweep import Grid, GridError, bundled_grids, cell_digest, load_grid, replication_seeds
 from lpserve.sweep.runner import expand, load_traces
 
 from ._grids import sim_grid, stats_grid

@@ -29,7 +29,7 @@ def test_simulate_cells_match_a_direct_simulation(tmp_path):
         assert key in rep.table.columns, key
     # rebuild the cell by hand: slice, Poisson arrivals at 2x the slice's rate, simulate
     sub = lp.bundled_trace().slice(0, 40).rebased()
-    from lpserve.generate import Poisson, with_arrivals
+    from lpserve.trace.generate import Poisson, with_arrivals
 
     tr = with_arrivals(sub, Poisson(rate_per_s=2.0 * sub.rate_per_s),
                        seed=W.arrival_seed(int(row["seed"])))
@@ -148,11 +148,7 @@ def test_bad_backend_and_workers_are_clear_errors(tmp_path):
 
 
 def test_cache_cells_match_a_direct_replay(tmp_path):
-    import lpserve
-
-    replay = getattr(lpserve, "cache_replay", None)
-    if replay is None:
-        pytest.skip("lp.cache_replay is not part of this installation")
+    replay = lp.cache_replay
     grid = {"name": "cache", "kind": "cache", "replications": 1,
             "traces": {"mc": {"source": "mooncake-conv-5min", "head": 300}},
             "axes": {"capacity_blocks": [64, 512], "cache_policy": ["lru"]}}
@@ -165,10 +161,11 @@ def test_cache_cells_match_a_direct_replay(tmp_path):
 
 
 def test_solve_and_bound_cells_call_lp_solve(tmp_path, monkeypatch):
-    """The plumbing of solve/bound cells, with a stand-in ``lp.solve`` in this process."""
+    """The plumbing of solve/bound cells, with a stand-in ``lpserve.opt.solve`` in this
+    process."""
     import math
 
-    import lpserve
+    import lpserve.opt
     from lpserve.opt.solution import Solution, Status
 
     calls = []
@@ -180,7 +177,7 @@ def test_solve_and_bound_cells_call_lp_solve(tmp_path, monkeypatch):
         return Solution(formulation=name, status=Status.OPTIMAL, objective=work,
                         bound=bound, digest=instance.digest(), objective_units="tokens")
 
-    monkeypatch.setattr(lpserve, "solve", fake_solve, raising=False)
+    monkeypatch.setattr(lpserve.opt, "solve", fake_solve)
     grid = {"name": "solve", "kind": "solve", "replications": 1,
             "traces": {"conv": {"source": "azure-conv-10min", "head": 25}},
             "params": {"time_limit_s": 5.0},

@@ -73,6 +73,15 @@ def test_compact_keeps_rows_and_run_ids(store):
     assert after.loc["b", "run_id"] == other.run_id
 
 
+@pytest.mark.parametrize("run_id", ["123456789012", "12e456789012", "0000000000ab"])
+def test_run_ids_read_back_as_written(store, run_id):
+    """Hex run ids that look like numbers stay strings (CSV parts used to read them back
+    as int or float, so the ids of two parts stopped comparing equal)."""
+    store.run_id = run_id
+    store.write_part([_row("a")])
+    assert store.read()["run_id"].tolist() == [run_id]
+
+
 def test_manifest_roundtrip(store):
     store.write_manifest({"n_cells": 3, "grid": {"name": "x"}})
     assert store.read_manifest() == {"n_cells": 3, "grid": {"name": "x"}}

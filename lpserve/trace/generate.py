@@ -440,7 +440,7 @@ def sessions(n_sessions: int, *, session_arrivals: ArrivalProcess, turns: Length
         blocks.append(row)
     rep = LoadReport(source=f"{name}(seed={seed})", format="generated", n_read=total,
                      n_kept=total)
-    return Trace._unsorted(name=name, arrival_s=arrival, packed=pack_blocks(blocks, total),
+    return Trace.from_columns(name=name, arrival_s=arrival, packed=pack_blocks(blocks, total),
                            sort=True, report=rep, prompt_tokens=prompt, output_tokens=out,
                            block_tokens=block_tokens, session_id=sess)
 
@@ -482,7 +482,7 @@ def agentic_programs(n_programs: int, *, program_arrivals: ArrivalProcess, stage
     total = len(arrival)
     rep = LoadReport(source=f"{name}(seed={seed})", format="generated", n_read=total,
                      n_kept=total)
-    return Trace._unsorted(name=name, arrival_s=np.asarray(arrival), packed=None, sort=True,
+    return Trace.from_columns(name=name, arrival_s=np.asarray(arrival), packed=None, sort=True,
                            report=rep, parent=np.asarray(parent, np.int64),
                            prompt_tokens=prompt.sample(total, rng),
                            output_tokens=output.sample(total, rng),

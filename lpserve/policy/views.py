@@ -2,39 +2,16 @@
 
 Each view holds numpy arrays aligned with the candidates of one decision, all read-only;
 fields a policy may not see (true output lengths for a non-clairvoyant policy) are
-``None``. The roles themselves are in :mod:`lpserve.policy`.
+``None``. The roles themselves are in :mod:`lpserve.policy.roles`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-
-def readonly(a: Any, copy: bool = False) -> np.ndarray:
-    """``a`` as a contiguous read-only array: a copy when ``copy`` or when ``a`` is not
-    contiguous, else ``a`` itself (pass fresh arrays, e.g. fancy-indexed slices)."""
-    arr = np.array(a, copy=True) if copy else np.ascontiguousarray(a)
-    arr.setflags(write=False)
-    return arr
-
-
-def _ro(a: Any, dtype: Any) -> np.ndarray:
-    arr = np.array(a, dtype=dtype, copy=True)
-    arr.setflags(write=False)
-    return arr
-
-
-def _ro_view(a: Any, dtype: Any) -> np.ndarray:
-    """A read-only view of ``a`` (no copy when it already has ``dtype``)."""
-    arr = np.asarray(a)
-    if arr.dtype != dtype:
-        arr = arr.astype(dtype)
-    else:
-        arr = arr.view()
-    arr.setflags(write=False)
-    return arr
+from lpserve.arrays import readonly
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +152,7 @@ class RouterView:
     def block_keys(self) -> tuple[np.ndarray, ...]:
         """Per arriving request, the chained hashes of its prefix blocks (int64 arrays)."""
         if callable(self._keys):
-            self._keys = tuple(_ro(k, np.int64) for k in self._keys())
+            self._keys = tuple(readonly(k, np.int64) for k in self._keys())
         return self._keys
 
     _DTYPES = {"request": np.int64, "arrival_s": np.float64, "prompt_tokens": np.int64,
@@ -187,7 +164,7 @@ class RouterView:
         if src is None or name not in src:
             raise AttributeError(f"RouterView has no field {name!r}")
         v = src[name]
-        v = None if v is None else _ro_view(v, self._DTYPES[name])
+        v = None if v is None else readonly(v, self._DTYPES[name])
         self.__dict__[name] = v
         return v
 
@@ -197,7 +174,7 @@ class RouterView:
     def _replica(self, name: str) -> np.ndarray:
         if self._state is None:
             raw = self._state_fn() if callable(self._state_fn) else self._state_fn
-            self._state = {k: _ro(raw[k], np.int64) for k in self._REPLICA_FIELDS}
+            self._state = {k: readonly(raw[k], np.int64) for k in self._REPLICA_FIELDS}
             self._state_fn = None  # never keep the simulator alive through a stored view
         return self._state[name]
 
@@ -207,5 +184,3 @@ class RouterView:
     used_blocks = property(lambda self: self._replica("used_blocks"))
     total_blocks = property(lambda self: self._replica("total_blocks"))
 
-
-# ===================================================================================== roles

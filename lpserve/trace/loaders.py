@@ -223,7 +223,7 @@ def _load_azure(path: Path, *, sort: bool, name: str) -> Trace:
     output = _numeric(path, df, "GeneratedTokens", integer=True)
     _reject_zero(path, prompt, "ContextTokens")
     _reject_zero(path, output, "GeneratedTokens")
-    return Trace._unsorted(name=name, arrival_s=arrival, packed=None, sort=sort,
+    return Trace.from_columns(name=name, arrival_s=arrival, packed=None, sort=sort,
                            report=_report(path, "azure", len(df), {}),
                            prompt_tokens=prompt, output_tokens=output)
 
@@ -250,7 +250,7 @@ def _load_burstgpt(path: Path, *, sort: bool, name: str) -> Trace:
     rep = replace(rep, labels=labels)
     if not keep.any():
         raise TraceError(f"{path}: every one of the {len(df)} rows is a failed request")
-    return Trace._unsorted(name=name, arrival_s=arrival[keep], packed=None, sort=sort,
+    return Trace.from_columns(name=name, arrival_s=arrival[keep], packed=None, sort=sort,
                            report=rep, prompt_tokens=prompt[keep], output_tokens=output[keep],
                            tenant=tenant)
 
@@ -309,7 +309,7 @@ def _load_mooncake(path: Path, *, sort: bool, name: str) -> Trace:
                          f"({len(blocks)} of {n_lines})")
     arrival = np.asarray(ts, dtype=np.float64)
     packed = pack_blocks(blocks, n_lines, source=str(path)) if blocks else None
-    return Trace._unsorted(name=name, arrival_s=arrival, packed=packed, sort=sort,
+    return Trace.from_columns(name=name, arrival_s=arrival, packed=packed, sort=sort,
                            report=_report(path, "mooncake", n_lines, {}),
                            prompt_tokens=np.asarray(inp, np.int64),
                            output_tokens=np.asarray(out, np.int64),
@@ -350,6 +350,6 @@ def _load_lengths(path: Path, *, sort: bool, name: str, rate_per_s: float | None
         arrival -= arrival[0]
     rep = _report(path, "lengths", len(df), {f"zero-token prompt ({pcol})": int(zp.sum()),
                                              f"zero-token output ({ocol})": int(zo.sum())})
-    return Trace._unsorted(name=name, arrival_s=arrival, packed=None, sort=sort, report=rep,
+    return Trace.from_columns(name=name, arrival_s=arrival, packed=None, sort=sort, report=rep,
                            prompt_tokens=prompt[keep], output_tokens=output[keep],
                            session_id=None if session is None else session[keep])

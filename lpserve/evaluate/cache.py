@@ -93,10 +93,9 @@ def replay_accesses(acc: cf.BlockAccesses, capacity_blocks: int, policy: str = "
     """:func:`cache_replay` on prepared :class:`~lpserve.opt.cache_flow.BlockAccesses`
     (prepare once, replay many evictors). ``overrides`` change the evictor's spec fields
     (e.g. ``credit_s``)."""
-    from lpserve.policies import _evict_kernels as K
-    from lpserve.policies.evictors_kv import spec
+    from lpserve.policies.evictors_kv import replay_hits, spec
 
-    C = cf._check_capacity(capacity_blocks)
+    C = cf.check_capacity(capacity_blocks)
     t0 = time.perf_counter()
     if policy == "infinite":
         hits = cf.prefix_hits_from_mask(acc, acc.prev >= 0)
@@ -112,16 +111,8 @@ def replay_accesses(acc: cf.BlockAccesses, capacity_blocks: int, policy: str = "
         hits = sol.primal["hits"]
     elif policy == "belady-prefix":
         hits = cf.belady(acc, C, tie="deep")
-    elif policy == "lru":
-        hits = K.lru_replay(acc.offsets, acc.key, acc.n_keys, C)
     else:
-        s = spec(policy, **overrides)
-        ok = np.diff(acc.offsets) > 0
-        partial = np.zeros(acc.n_requests, bool)  # last prompt block shorter than a block
-        partial[ok] = acc.tokens[acc.offsets[1:][ok] - 1] < acc.block_tokens
-        hits = K.heap_replay(acc.offsets, acc.key, acc.parent, acc.depth, acc.value_s,
-                             acc.next_request(), partial, acc.arrival_s, acc.n_keys, C,
-                             s.mode, s.leaves_only, s.params())
+        hits = replay_hits(acc, C, spec(policy, **overrides))
     return _result(acc, policy, C, hits, time.perf_counter() - t0)
 
 
@@ -137,7 +128,7 @@ def cache_replay(trace: Trace, capacity_blocks: int = 5859, policy: str = "lru",
         policy: see :func:`policy_names`.
         cost: an ``lpserve.cost`` model; fills ``recompute_s_saved`` and weights ``gdsf``.
     """
-    C = cf._check_capacity(capacity_blocks)
+    C = cf.check_capacity(capacity_blocks)
     if policy not in policy_names():
         raise KeyError(f"unknown cache policy {policy!r}; known: {policy_names()}")
     acc = cf.block_accesses(trace, cost=cost)

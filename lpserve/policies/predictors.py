@@ -1,12 +1,10 @@
-"""Output-length predictors behind one interface (layer 0: numpy only).
+"""Output-length predictors (:class:`~lpserve.policy.hooks.Predictor`).
 
 The simulator owns a predictor and is the only party that shows it true output lengths:
 at arrival it asks for a prediction of each request's output length as an interval
 ``[lo, hi]`` plus a point estimate, and hands non-clairvoyant policies only those. When a
-request completes, the simulator reports its true length with :meth:`observe`, so a
-learning predictor trains on completed requests only — never on the future.
-
-Predictors:
+request completes, the simulator reports its true length with ``observe``, so a learning
+predictor trains on completed requests only -- never on the future.
 
 ``Oracle``           the truth (``lo == hi == point``); for clairvoyant baselines.
 ``NoisyOracle``      the truth times a log-normal multiplicative error of chosen spread.
@@ -15,26 +13,26 @@ Predictors:
 ``History``          online, history-based: empirical quantiles of completed requests in
                      the same (prompt-length bucket, tenant) bucket, falling back to coarser
                      buckets and finally to a stated prior.
+
+The first three are clairvoyant (``meta.clairvoyant``): their views carry the truth.
 """
 from __future__ import annotations
 
-import abc
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from lpserve.policy import Meta, Prediction, Predictor, PredictorView
 
-@dataclass(frozen=True)
-class Prediction:
-    """Predicted output lengths of ``n`` requests (int64 arrays of shape ``(n,)``)."""
+__all__ = ["PREDICTORS", "History", "IntervalClasses", "NoisyOracle", "Oracle",
+           "make_predictor"]
 
-    lo: np.ndarray
-    hi: np.ndarray
-    point: np.ndarray
+_CLAIRVOYANT = Meta(clairvoyant=True)
 
 
-def _as_int(name: str, x) -> np.ndarray:
+def _ints(name: str, x) -> np.ndarray:
     a = np.asarray(x)
     if a.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array, got shape {a.shape}")
@@ -44,39 +42,22 @@ def _as_int(name: str, x) -> np.ndarray:
     return a.astype(np.int64)
 
 
-class Predictor(abc.ABC):
-    """Base class. ``predict`` sees true lengths only through ``_truth`` for the oracle
-    family; learning predictors ignore it and use :meth:`observe`d completions."""
-
-    name = "predictor"
-    uses_truth = False
-
-    def reset(self, rng: np.random.Generator) -> None:
-        """Forget learned state and take a new random stream."""
-        self._rng = rng
-
-    @property
-    def rng(self) -> np.random.Generator:
-        r = getattr(self, "_rng", None)
-        if r is None:
-            raise RuntimeError(f"predictor {self.name!r}: call reset(rng) before predict()")
-        return r
-
-    @abc.abstractmethod
-    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
-        """Predictions for requests with these prompts (and tenants, -1 for none)."""
-
-    def observe(self, prompt_tokens, tenant, output_tokens) -> None:
-        """Completed requests' true output lengths (default: nothing to learn)."""
+def _truth(p: Predictor, view: PredictorView) -> np.ndarray:
+    if view.output_tokens is None:
+        raise ValueError(f"predictor {p.name!r} is clairvoyant: its view needs the true "
+                         "output_tokens")
+    return _ints("true output_tokens", view.output_tokens)
 
 
 @dataclass
 class Oracle(Predictor):
-    name = "oracle"
-    uses_truth = True
+    """The truth: ``lo == hi == point == output_tokens``."""
 
-    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
-        t = _as_int("true output_tokens", _truth)
+    name = "oracle"
+    meta = _CLAIRVOYANT
+
+    def predict(self, view: PredictorView) -> Prediction:
+        t = _truth(self, view)
         return Prediction(t.copy(), t.copy(), t.copy())
 
 
@@ -88,7 +69,7 @@ class NoisyOracle(Predictor):
     sigma: float = 0.5
     interval_z: float = 0.0
     name = "noisy-oracle"
-    uses_truth = True
+    meta = _CLAIRVOYANT
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.sigma) and self.sigma >= 0):
@@ -96,8 +77,8 @@ class NoisyOracle(Predictor):
         if not (math.isfinite(self.interval_z) and self.interval_z >= 0):
             raise ValueError(f"NoisyOracle.interval_z must be >= 0, got {self.interval_z!r}")
 
-    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
-        t = _as_int("true output_tokens", _truth)
+    def predict(self, view: PredictorView) -> Prediction:
+        t = _truth(self, view)
         noise = self.rng.normal(0.0, self.sigma, size=t.size)
         point = np.maximum(1, np.rint(t * np.exp(noise))).astype(np.int64)
         w = math.exp(self.interval_z * self.sigma)
@@ -115,7 +96,7 @@ class IntervalClasses(Predictor):
     alpha: float = 0.5
     base_tokens: float = 1.0
     name = "interval-classes"
-    uses_truth = True
+    meta = _CLAIRVOYANT
 
     def __post_init__(self) -> None:
         if not (0.0 < self.alpha < 1.0):
@@ -125,13 +106,13 @@ class IntervalClasses(Predictor):
                              f"{self.base_tokens!r}")
 
     def classes(self, truth) -> np.ndarray:
-        t = _as_int("true output_tokens", truth)
+        t = _ints("true output_tokens", truth)
         r = 1.0 / self.alpha
         k = np.floor(np.log(np.maximum(t, 1) / self.base_tokens) / math.log(r) + 1e-12)
         return np.maximum(k, 0).astype(np.int64)
 
-    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
-        t = _as_int("true output_tokens", _truth)
+    def predict(self, view: PredictorView) -> Prediction:
+        t = _truth(self, view)
         r = 1.0 / self.alpha
         k = self.classes(t)
         lo = np.ceil(self.base_tokens * r ** k - 1e-9).astype(np.int64)
@@ -175,8 +156,8 @@ class History(Predictor):
             raise ValueError(f"History.prior must be (lo, hi, point) with 1 <= lo <= point "
                              f"<= hi, got {self.prior!r}")
 
-    def reset(self, rng: np.random.Generator) -> None:
-        super().reset(rng)
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        super().reset(cluster, rng)
         self._buckets = {}
 
     @staticmethod
@@ -184,9 +165,9 @@ class History(Predictor):
         b = int(math.log2(max(prompt, 1)))
         return (b, tenant), (b, None), (None, None)
 
-    def predict(self, prompt_tokens, tenant=None, *, _truth=None) -> Prediction:
-        p = _as_int("prompt_tokens", prompt_tokens)
-        ten = np.full(p.size, -1, np.int64) if tenant is None else _as_int("tenant", tenant)
+    def predict(self, view: PredictorView) -> Prediction:
+        p = _ints("prompt_tokens", view.prompt_tokens)
+        ten = _ints("tenant", view.tenant)
         lo = np.empty(p.size, np.int64)
         hi = np.empty(p.size, np.int64)
         pt = np.empty(p.size, np.int64)
@@ -207,10 +188,10 @@ class History(Predictor):
                 lo[i], hi[i], pt[i] = self.prior
         return Prediction(lo, hi, pt)
 
-    def observe(self, prompt_tokens, tenant, output_tokens) -> None:
-        p = _as_int("prompt_tokens", prompt_tokens)
-        o = _as_int("output_tokens", output_tokens)
-        ten = np.full(p.size, -1, np.int64) if tenant is None else _as_int("tenant", tenant)
+    def observe(self, view: PredictorView) -> None:
+        p = _ints("prompt_tokens", view.prompt_tokens)
+        o = _ints("output_tokens", view.output_tokens)
+        ten = _ints("tenant", view.tenant)
         for i in range(p.size):
             for key in self._keys(int(p[i]), int(ten[i])):
                 obs = self._buckets.setdefault(key, [])

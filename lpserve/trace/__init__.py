@@ -5,8 +5,8 @@ A :class:`Trace` holds ``n`` requests sorted by arrival. Every per-request field
 source has no such information. Prefix-block ids are ragged and stored as a flat array
 plus offsets (CSR layout), as Mooncake's ``hash_ids``.
 
-Records exist only at the edges: loaders (:mod:`lpserve.loaders`) and generators
-(:mod:`lpserve.generate`) build traces from files and distributions; everything else
+Records exist only at the edges: loaders (:mod:`lpserve.trace.loaders`) and generators
+(:mod:`lpserve.trace.generate`) build traces from files and distributions; everything else
 works on the arrays.
 """
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from lpserve.arrays import readonly
 
 _NONE = -1  # "no value" marker in optional integer id columns (session, program, parent, tenant)
 
@@ -57,12 +59,6 @@ class LoadReport:
             "n_dropped": self.n_dropped, "n_reordered": self.n_reordered,
             "labels": [f"{k}: {v}" for k, v in self.labels],
         }
-
-
-def _ro(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    a.setflags(write=False)
-    return a
 
 
 def _int_column(name: str, values: Any, n: int | None, *, source: str,
@@ -232,7 +228,7 @@ class Trace:
                 )
             cols["block_flat"], cols["block_offsets"] = flat, offs
         for k, v in cols.items():
-            object.__setattr__(self, k, _ro(v))
+            object.__setattr__(self, k, readonly(v))
         object.__setattr__(self, "block_tokens", int(self.block_tokens))
 
     @classmethod
@@ -264,7 +260,7 @@ class Trace:
         packed = pack_blocks(block_ids, n, source=name)
         if block_ids is not None and block_tokens == 0:
             raise TraceError(f"{name}: block_ids given without block_tokens (tokens per block)")
-        return cls._unsorted(
+        return cls.from_columns(
             name=name, arrival_s=arr, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
             packed=packed, block_tokens=block_tokens, session_id=session_id,
             program_id=program_id, parent=parent, tenant=tenant, predicted_lo=predicted_lo,
@@ -273,10 +269,13 @@ class Trace:
         )
 
     @classmethod
-    def _unsorted(cls, *, name: str, arrival_s: np.ndarray, packed: tuple | None,
-                  sort: bool, report: LoadReport, parent: Any = None, block_tokens: int = 0,
-                  **cols: Any) -> "Trace":
-        """Build from columns that may be out of order (shared by loaders)."""
+    def from_columns(cls, *, name: str, arrival_s: np.ndarray, packed: tuple | None,
+                     sort: bool, report: LoadReport, parent: Any = None,
+                     block_tokens: int = 0, **cols: Any) -> "Trace":
+        """Build from per-request columns that may be out of arrival order (loaders and
+        generators): ``sort=True`` sorts them stably (parents remapped, the moved rows
+        counted in ``report.n_reordered``), else out-of-order input is an error.
+        ``packed`` is ``(block_flat, block_offsets)`` or None."""
         n = arrival_s.shape[0]
         order = None
         if n and np.any(np.diff(arrival_s) < 0):

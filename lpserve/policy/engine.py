@@ -1,0 +1,124 @@
+"""How one replica batches, reserves KV memory and preempts: :class:`EngineConfig`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lpserve.policy.hooks import BudgetController, PreemptionDecider, SpeculationDecider
+
+__all__ = ["BATCHING_MODES", "PREEMPTION_MODES", "EngineConfig"]
+
+BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
+PREEMPTION_MODES = ("recompute", "swap", "compress-swap")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How one replica batches, reserves KV memory and preempts.
+
+    Attributes:
+        batching: ``"prefill-first"`` (vLLM V0: an iteration is either whole prefills of
+            newly admitted requests or decodes of all running ones), ``"decode-first"``
+            (Sarathi-Serve / vLLM chunked prefill: running decodes first, then prefill
+            chunks within the token budget), ``"mixed"`` (Orca: decodes plus whole prefills
+            in one iteration), ``"static"`` (request-level batching: admit only into an
+            empty batch, which then runs until all of its requests finish).
+        max_num_seqs: most requests in the running batch.
+        max_num_batched_tokens: token budget of one iteration (prefill tokens + decodes).
+        chunked_prefill: split prompts into chunks to fit the token budget (decode-first).
+        preemption: ``"recompute"`` (drop KV, re-prefill later), ``"swap"`` (copy KV to
+            host memory over PCIe, priced by the cost model; recompute when host is full)
+            or ``"compress-swap"`` (quantize the KV by ``compression_ratio`` on the GPU,
+            then swap the smaller copy; models/kv-compression-swap.md).
+        compression_ratio: full / compressed KV bytes of ``"compress-swap"`` (4.0: FP16
+            KV, the cost model's default KV dtype, to INT4; 2.0 from FP8 KV); finite, > 1.
+        compression_accuracy_cost: quality loss per context token swapped compressed, a
+            stated parameter (>= 0) that is reported, not simulated: timing ignores it.
+        preemption_decider: ``None`` or a :class:`~lpserve.policy.hooks.PreemptionDecider`
+            choosing recompute, swap or compress-swap per victim (replacing ``preemption``).
+        reserve_tokens: ``None`` allocates KV blocks as tokens are produced; an integer
+            reserves blocks for that many tokens at admission (Orca / static: the maximum
+            sequence length).
+        max_model_len: requests with ``prompt + output`` above it are rejected on arrival
+            (the engine validates ``max_tokens`` as vLLM does); ``None`` for no limit.
+        watermark: share of KV blocks kept free when admitting a new request (vLLM: 0.01).
+        prefix_caching: keep full prompt blocks hashed after release and reuse them.
+        evict_batch_blocks: cached blocks reclaimed at once when the plain free pool runs
+            out (a low-watermark reclaim; LRU order is unaffected by the batch size).
+        budget_controller: ``None`` or a :class:`~lpserve.policy.hooks.BudgetController` that sets the prefill
+            token budget of every decode-first iteration (capped by
+            ``max_num_batched_tokens``) and observes every iteration's time.
+        priority_preemption: before admitting, preempt (by ``preemption``) the worst-ranked
+            running requests whose rank is strictly worse than that of a better-ranked
+            waiting request that cannot be admitted (batch full or KV memory short);
+            needed by preemptive schedulers (SRPT, LAS, MLFQ, round robin).
+        speculation: ``None`` or a speculation decider
+            (:class:`~lpserve.policy.hooks.SpeculationDecider`): speculative
+            decoding with a draft model on every pure-decode step (lpserve's simulator
+            only; ``models/speculative-decoding.md``). Not combinable with
+            ``budget_controller``.
+    """
+
+    batching: str = "prefill-first"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = False
+    preemption: str = "recompute"
+    reserve_tokens: int | None = None
+    max_model_len: int | None = None
+    watermark: float = 0.01
+    prefix_caching: bool = True
+    evict_batch_blocks: int = 32
+    budget_controller: Any = None
+    priority_preemption: bool = False
+    speculation: Any = None
+    compression_ratio: float = 4.0
+    compression_accuracy_cost: float = 0.0
+    preemption_decider: Any = None
+
+    def __post_init__(self) -> None:
+        from lpserve.cost.base import check_ratio  # the cost package loads numba
+
+        check_ratio(self.compression_ratio, "EngineConfig.compression_ratio")
+        c = self.compression_accuracy_cost
+        if isinstance(c, bool) or not isinstance(c, (int, float, np.number)) or \
+                not (np.isfinite(c) and c >= 0):
+            raise ValueError("EngineConfig.compression_accuracy_cost must be a finite number "
+                             f">= 0, got {c!r}")
+        if self.preemption_decider is not None and not isinstance(self.preemption_decider,
+                                                                   PreemptionDecider):
+            raise ValueError("EngineConfig.preemption_decider must be None or a "
+                             f"PreemptionDecider, got {self.preemption_decider!r}")
+        if self.batching not in BATCHING_MODES:
+            raise ValueError(f"EngineConfig.batching must be one of {BATCHING_MODES}, "
+                             f"got {self.batching!r}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"EngineConfig.preemption must be one of {PREEMPTION_MODES}, "
+                             f"got {self.preemption!r}")
+        for k in ("max_num_seqs", "max_num_batched_tokens", "evict_batch_blocks"):
+            v = getattr(self, k)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"EngineConfig.{k} must be a positive integer, got {v!r}")
+        for k in ("reserve_tokens", "max_model_len"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, (int, np.integer)) or v < 1):
+                raise ValueError(f"EngineConfig.{k} must be None or a positive integer, "
+                                 f"got {v!r}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"EngineConfig.watermark must be in [0, 1), got {self.watermark}")
+        if self.budget_controller is not None and not isinstance(self.budget_controller,
+                                                                  BudgetController):
+            raise ValueError("EngineConfig.budget_controller must be None or a "
+                             f"BudgetController, got {self.budget_controller!r}")
+        if self.speculation is not None:
+            if not isinstance(self.speculation, SpeculationDecider):
+                raise ValueError("EngineConfig.speculation must be None or a "
+                                 f"SpeculationDecider, got {self.speculation!r}")
+            if self.budget_controller is not None:
+                raise ValueError("EngineConfig.speculation cannot be combined with "
+                                 "EngineConfig.budget_controller")
+        if self.chunked_prefill and self.batching != "decode-first":
+            raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
+                             f"got {self.batching!r}")
