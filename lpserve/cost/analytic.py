@@ -34,7 +34,7 @@ CALIBRATED = {
 }
 # not in params directly: all-reduce bus bandwidth = ar_link_efficiency x link (one way)
 EXTRA_CALIBRATED = ("ar_link_efficiency",)
-OTHER_OVERRIDES = ("dtype", "pcie_efficiency", "calibration")
+OTHER_OVERRIDES = ("dtype", "kv_dtype", "pcie_efficiency", "calibration")
 BOUNDED_01 = ("eff_compute", "eff_weights", "eff_attn", "eff_kv", "ar_link_efficiency",
               "pcie_efficiency")
 
@@ -63,8 +63,10 @@ class AnalyticCost(CostModel):
     Parameters beyond the catalog (efficiencies, overheads) come from the calibration
     that best matches the pair; any of them can be overridden by keyword (names in
     ``CALIBRATED`` and ``ar_link_efficiency``), as can ``dtype`` (``"fp16"``, ``"bf16"``,
-    ``"fp8"``) and ``pcie_efficiency`` (share of PCIe peak reached by swaps; default 1.0,
-    i.e. swaps at peak, since no swap timing is in the calibration data).
+    ``"fp8"``: weights and activations; routed experts stored in another dtype, such as
+    gpt-oss's MXFP4, keep it), ``kv_dtype`` (KV-cache elements; default the model's
+    ``kv_dtype``, else ``dtype``) and ``pcie_efficiency`` (share of PCIe peak reached by
+    swaps; default 1.0, i.e. swaps at peak, since no swap timing is in the calibration data).
     """
 
     kind = K.KIND_ANALYTIC
@@ -83,13 +85,15 @@ class AnalyticCost(CostModel):
         m = self.llm
         if m.heads % self.tp:
             raise ValueError(f"tp={self.tp} does not divide the {m.heads} attention heads of {m.key}")
-        if m.kv_heads % self.tp and self.tp % m.kv_heads:
+        if m.attention == "gqa" and m.kv_heads % self.tp and self.tp % m.kv_heads:
             raise ValueError(f"tp={self.tp} and the {m.kv_heads} KV heads of {m.key} do not "
                              "divide one another")
+        from lpserve.cost.catalog import MODEL_DTYPES
         self.dtype = overrides.get("dtype", m.dtype)
-        from lpserve.cost.catalog import DTYPE_BYTES
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
+        self.kv_dtype = overrides.get("kv_dtype", m.kv_dtype or self.dtype)
+        for name, v in (("dtype", self.dtype), ("kv_dtype", self.kv_dtype)):
+            if v not in MODEL_DTYPES:
+                raise ValueError(f"{name} must be one of {MODEL_DTYPES}, got {v!r}")
         self.peak_flops = self.gpu.peak_flops(self.dtype)
         calib = dict(calibration_for(self.gpu, m))
         if "calibration" in overrides:
@@ -127,34 +131,54 @@ class AnalyticCost(CostModel):
 
     # ---- sizes ---------------------------------------------------------------------
     @property
-    def bytes_per_weight(self) -> int:
+    def bytes_per_weight(self) -> float:
+        """Bytes of one weight at ``dtype`` (routed experts may differ: ``LLMSpec.expert_dtype``)."""
         from lpserve.cost.catalog import DTYPE_BYTES
 
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def kv_dtype_bytes(self) -> int:
-        """KV cache elements are stored at the weight dtype (fp8 KV with fp8 weights)."""
-        return self.bytes_per_weight
+    def kv_dtype_bytes(self) -> float:
+        """Bytes of one KV-cache element (``kv_dtype``: the model's, else the weight dtype)."""
+        from lpserve.cost.catalog import DTYPE_BYTES
+
+        return DTYPE_BYTES[self.kv_dtype]
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """All weights of the model on one GPU (embeddings and LM head included)."""
-        return self.llm.n_params * self.bytes_per_weight / self.tp
+        """All weights of the model on one GPU (embeddings and LM head included; routed
+        experts at their own dtype where the model stores them in another)."""
+        return self.llm.weight_bytes(self.dtype) / self.tp
 
     @property
     def kv_heads_per_gpu(self) -> float:
+        """KV heads one GPU holds (replicated when tp exceeds them); latent attention keeps
+        its one latent per token on every GPU, counted as 1."""
+        if self.llm.attention == "mla":
+            return 1.0
         return max(self.llm.kv_heads / self.tp, 1.0)
 
     @property
-    def kv_bytes_per_token_per_gpu(self) -> float:
-        """models/cost-model.md (11): KV bytes of one token held by one GPU."""
+    def kv_layer_bytes_per_gpu(self) -> float:
+        """models/cost-model.md (11): KV bytes one token holds in one layer on one GPU:
+        2 max(K/tp, 1) d b (grouped-query) or (kv_lora_rank + qk_rope_head_dim) b (latent,
+        replicated on every GPU)."""
         m = self.llm
-        return 2.0 * m.layers * self.kv_heads_per_gpu * m.head_dim * self.kv_dtype_bytes
+        if m.attention == "mla":
+            return m.kv_elems_per_token_layer * self.kv_dtype_bytes
+        return 2.0 * self.kv_heads_per_gpu * m.head_dim * self.kv_dtype_bytes
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """models/cost-model.md (11): KV bytes one more token of a long context puts on one
+        GPU (the layers :attr:`LLMSpec.kv_bytes_per_token` counts)."""
+        m = self.llm
+        return (m.full_attention_layers or m.sliding_layers) * self.kv_layer_bytes_per_gpu
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """models/cost-model.md (11): 2 x layers x KV heads x head dim x bytes, whole replica."""
+        """models/cost-model.md (11): KV bytes per token over the whole replica (replicated
+        heads and latents counted on every GPU)."""
         return self.kv_bytes_per_token_per_gpu * self.tp
 
     def kv_capacity_tokens(self, gpu_memory_fraction: float = 0.9) -> int:
@@ -209,18 +233,24 @@ class AnalyticCost(CostModel):
         p[K.P_LAYERS] = m.layers
         p[K.P_TP] = tp
         p[K.P_HIDDEN] = m.hidden
-        dense = m.attn_params_per_layer + (m.mlp_params_per_expert if m.experts == 0 else 0)
-        dense += m.hidden * m.experts  # router
+        from lpserve.cost.catalog import DTYPE_BYTES
+
+        # per-layer averages: dense MLPs of an MoE model's leading layers and its experts
+        # spread over all L layers (exact in FLOPs and bytes summed over the layers)
+        moe_share = m.moe_layers / m.layers
+        dense = m.attn_params_per_layer + (m.layers - m.moe_layers) / m.layers * m.dense_mlp_params
+        dense += moe_share * (m.shared_experts * m.mlp_params_per_expert + m.hidden * m.experts)
+        b_e = DTYPE_BYTES[m.expert_dtype or self.dtype]
         p[K.P_LIN_FLOPS] = 2.0 * dense / tp
         p[K.P_LIN_BYTES] = dense * b / tp
         p[K.P_MOE_EXPERTS] = m.experts
         p[K.P_MOE_TOPK] = m.top_k
-        p[K.P_MOE_FLOPS] = 2.0 * m.mlp_params_per_expert / tp if m.experts else 0.0
-        p[K.P_MOE_BYTES] = m.mlp_params_per_expert * b / tp if m.experts else 0.0
+        p[K.P_MOE_FLOPS] = moe_share * 2.0 * m.mlp_params_per_expert / tp if m.experts else 0.0
+        p[K.P_MOE_BYTES] = moe_share * m.mlp_params_per_expert * b_e / tp if m.experts else 0.0
         p[K.P_HEAD_FLOPS] = 2.0 * m.vocab * m.hidden / tp
         p[K.P_HEAD_BYTES] = m.vocab * m.hidden * b / tp
-        p[K.P_ATTN_FLOPS] = 4.0 * m.heads * m.head_dim / tp
-        p[K.P_KV_BYTES] = 2.0 * self.kv_heads_per_gpu * m.head_dim * self.kv_dtype_bytes
+        p[K.P_ATTN_FLOPS] = m.attn_flops_per_pair / tp
+        p[K.P_KV_BYTES] = self.kv_layer_bytes_per_gpu
         p[K.P_PEAK_FLOPS] = self.peak_flops
         p[K.P_PEAK_BW] = self.gpu.hbm_gbps * 1e9
         for name, idx in CALIBRATED.items():

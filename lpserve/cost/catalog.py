@@ -15,12 +15,24 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+#: bytes per element of each storage dtype; ``mxfp4`` is OCP microscaling FP4 (4-bit
+#: elements plus one 8-bit scale per 32, i.e. 4.25 bits), used for routed-expert weights
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "mxfp4": 4.25 / 8}
+#: dtypes a whole model (activations, KV, non-expert weights) can be served in
+MODEL_DTYPES = ("fp32", "fp16", "bf16", "fp8")
+#: GPU-to-GPU interconnects known to the communication model (``lpserve/data/links.toml``)
+INTERCONNECTS = ("pcie", "nvlink-bridge", "nvlink3", "nvlink4", "nvlink5", "infinity-fabric")
+VENDORS = ("nvidia", "amd")
 
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One GPU model. Bandwidths in GB/s (10^9 bytes/s), NVLink/PCIe bidirectional."""
+    """One GPU model. Bandwidths in GB/s (10^9 bytes/s), links and PCIe bidirectional.
+
+    ``nvlink_gbps`` is the GPU-to-GPU bandwidth of one GPU over all its links (NVLink, or
+    AMD Infinity Fabric), 0 where GPUs talk over PCIe only; ``interconnect`` names the link
+    kind (one of :data:`INTERCONNECTS`), which fixes its topology and latency.
+    """
 
     key: str
     name: str
@@ -32,6 +44,8 @@ class GPUSpec:
     nvlink_gbps: float
     pcie_gbps: float
     source: str
+    interconnect: str = "pcie"
+    vendor: str = "nvidia"
 
     def __post_init__(self) -> None:
         for f in ("bf16_tflops", "hbm_gbps", "memory_gib", "pcie_gbps"):
@@ -42,13 +56,22 @@ class GPUSpec:
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise ValueError(f"GPU {self.key!r}: {f} must be >= 0, got {v!r}")
+        if self.interconnect not in INTERCONNECTS:
+            raise ValueError(f"GPU {self.key!r}: interconnect must be one of {INTERCONNECTS}, "
+                             f"got {self.interconnect!r}")
+        if (self.interconnect == "pcie") != (self.nvlink_gbps == 0):
+            raise ValueError(f"GPU {self.key!r}: interconnect {self.interconnect!r} with "
+                             f"nvlink_gbps={self.nvlink_gbps!r} (0 exactly when 'pcie')")
+        if self.vendor not in VENDORS:
+            raise ValueError(f"GPU {self.key!r}: vendor must be one of {VENDORS}, "
+                             f"got {self.vendor!r}")
 
     @property
     def memory_bytes(self) -> float:
         return self.memory_gib * 2.0**30
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak FLOP/s for weights of ``dtype``."""
+        """Dense peak FLOP/s for weights of ``dtype`` (4-bit weights compute at bf16)."""
         if dtype == "fp8":
             if self.fp8_tflops <= 0:
                 raise ValueError(f"GPU {self.key!r} has no FP8 tensor cores (dtype='fp8')")
@@ -58,61 +81,232 @@ class GPUSpec:
 
 @dataclass(frozen=True)
 class LLMSpec:
-    """One decoder-only LLM's shape (Hugging Face ``config.json`` names in comments)."""
+    """One decoder-only LLM's shape (Hugging Face ``config.json`` names in comments).
+
+    Attention is grouped-query (``kv_heads`` KV heads of ``head_dim``) unless
+    ``kv_lora_rank`` > 0: multi-head latent attention (DeepSeek), whose KV cache holds one
+    latent of ``kv_lora_rank`` plus a rotary key of ``qk_rope_head_dim`` per token and
+    layer; there ``head_dim`` is the query/key head width (nope + rope) and ``v_head_dim``
+    the value width. ``sliding_layers`` of the layers attend only to the last
+    ``sliding_window`` tokens. A mixture-of-experts model (``experts`` > 0) routes each
+    token to ``top_k`` experts of intermediate width ``ffn`` in every layer but the first
+    ``dense_layers`` (which have a dense MLP of ``dense_ffn``), plus ``shared_experts``
+    always-active experts of width ``ffn``.
+    """
 
     key: str
     layers: int          # num_hidden_layers
     hidden: int          # hidden_size
     heads: int           # num_attention_heads
     kv_heads: int        # num_key_value_heads
-    head_dim: int
-    ffn: int             # intermediate_size (per expert for MoE)
+    head_dim: int        # head_dim (MLA: qk_nope_head_dim + qk_rope_head_dim)
+    ffn: int             # intermediate_size (per expert for MoE: moe_intermediate_size)
     vocab: int           # vocab_size
     gated: bool = True   # SwiGLU three-matrix MLP
     tied: bool = False   # tie_word_embeddings
-    experts: int = 0     # num_local_experts (0 = dense)
+    experts: int = 0     # num_local_experts / num_experts / n_routed_experts (0 = dense)
     top_k: int = 0       # num_experts_per_tok
-    dtype: str = "fp16"
+    dtype: str = "fp16"  # weights and activations (fp8 checkpoints: weights only)
     source: str = ""
+    max_context: int | None = None  # max_position_embeddings (tokens)
+    shared_experts: int = 0  # n_shared_experts
+    dense_layers: int = 0    # first_k_dense_replace (MoE models)
+    dense_ffn: int = 0       # intermediate_size of those dense layers
+    kv_lora_rank: int = 0    # MLA latent width (0 = grouped-query attention)
+    q_lora_rank: int = 0     # MLA query low-rank width (0 = full-rank queries)
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0      # MLA value head width
+    sliding_window: int = 0  # tokens a sliding-window layer attends to
+    sliding_layers: int = 0  # layers with sliding-window attention (layer_types)
+    expert_dtype: str = ""   # routed-expert weights ("" = dtype), e.g. "mxfp4"
+    kv_dtype: str = ""       # KV-cache elements ("" = dtype)
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"LLM {self.key!r}: {f} must be a positive integer, got {v!r}")
+        for f in ("experts", "top_k", "shared_experts", "dense_layers", "dense_ffn",
+                  "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
+                  "sliding_window", "sliding_layers"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"LLM {self.key!r}: {f} must be an integer >= 0, got {v!r}")
         if self.heads % self.kv_heads:
             raise ValueError(f"LLM {self.key!r}: heads={self.heads} is not a multiple of "
                              f"kv_heads={self.kv_heads}")
-        if self.experts < 0 or (self.experts > 0 and not 1 <= self.top_k <= self.experts):
+        if self.experts > 0 and not 1 <= self.top_k <= self.experts:
             raise ValueError(f"LLM {self.key!r}: need 1 <= top_k <= experts, got "
                              f"experts={self.experts}, top_k={self.top_k}")
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"LLM {self.key!r}: dtype must be one of {sorted(DTYPE_BYTES)}, "
+        if self.experts == 0 and (self.top_k or self.shared_experts or self.dense_layers):
+            raise ValueError(f"LLM {self.key!r}: top_k, shared_experts and dense_layers need "
+                             f"experts > 0")
+        if self.dense_layers >= self.layers or (self.dense_layers > 0) != (self.dense_ffn > 0):
+            raise ValueError(f"LLM {self.key!r}: dense_layers={self.dense_layers} must be below "
+                             f"layers={self.layers} and come with dense_ffn > 0 (and only then)")
+        if self.kv_lora_rank and not (0 < self.qk_rope_head_dim < self.head_dim
+                                      and self.v_head_dim > 0):
+            raise ValueError(f"LLM {self.key!r}: latent attention needs 0 < qk_rope_head_dim "
+                             f"< head_dim and v_head_dim > 0")
+        if not self.kv_lora_rank and (self.q_lora_rank or self.qk_rope_head_dim
+                                      or self.v_head_dim):
+            raise ValueError(f"LLM {self.key!r}: q_lora_rank, qk_rope_head_dim and v_head_dim "
+                             "describe latent attention and need kv_lora_rank > 0")
+        if self.sliding_layers > self.layers or (self.sliding_layers > 0) != (self.sliding_window > 0):
+            raise ValueError(f"LLM {self.key!r}: sliding_layers={self.sliding_layers} (at most "
+                             f"layers) and sliding_window={self.sliding_window} must both be > 0 "
+                             "or both 0")
+        if self.dtype not in MODEL_DTYPES:
+            raise ValueError(f"LLM {self.key!r}: dtype must be one of {MODEL_DTYPES}, "
                              f"got {self.dtype!r}")
+        if self.expert_dtype and (self.expert_dtype not in DTYPE_BYTES or not self.experts):
+            raise ValueError(f"LLM {self.key!r}: expert_dtype must be one of "
+                             f"{sorted(DTYPE_BYTES)} on a model with experts, got "
+                             f"{self.expert_dtype!r}")
+        if self.kv_dtype and self.kv_dtype not in MODEL_DTYPES:
+            raise ValueError(f"LLM {self.key!r}: kv_dtype must be one of {MODEL_DTYPES}, "
+                             f"got {self.kv_dtype!r}")
+        mc = self.max_context
+        if mc is not None and (not isinstance(mc, int) or isinstance(mc, bool) or mc < 1):
+            raise ValueError(f"LLM {self.key!r}: max_context must be a positive integer, "
+                             f"got {mc!r}")
 
+    # ---- dtypes ------------------------------------------------------------------------
     @property
-    def dtype_bytes(self) -> int:
+    def dtype_bytes(self) -> float:
+        """Bytes of one weight at ``dtype``."""
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def attn_params_per_layer(self) -> int:
-        """Weights of q, k, v and output projections of one layer (elements)."""
-        q = self.heads * self.head_dim
-        kv = 2 * self.kv_heads * self.head_dim
-        return self.hidden * (q + kv) + q * self.hidden
+    def kv_dtype_bytes(self) -> float:
+        """Bytes of one KV-cache element (``kv_dtype``, else ``dtype``)."""
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    # ---- attention -----------------------------------------------------------------------
+    @property
+    def attention(self) -> str:
+        """``"mla"`` (latent KV) or ``"gqa"`` (grouped-query, MHA when kv_heads == heads)."""
+        return "mla" if self.kv_lora_rank else "gqa"
 
     @property
+    def value_dim(self) -> int:
+        """Width of one value head (``v_head_dim`` for MLA, else ``head_dim``)."""
+        return self.v_head_dim if self.kv_lora_rank else self.head_dim
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """Weights of the attention projections of one layer (elements).
+
+        GQA: q, k, v, o. MLA: q (through its low-rank ``q_lora_rank`` when > 0), the joint
+        KV down-projection with the rotary key (``kv_a``), the up-projection of the latent
+        to no-rope keys and values (``kv_b``) and o. Biases and norms are left out.
+        """
+        h, H, d = self.hidden, self.heads, self.head_dim
+        o = H * self.value_dim * h
+        if not self.kv_lora_rank:
+            return h * (H * d + 2 * self.kv_heads * d) + o
+        q = (h * self.q_lora_rank + self.q_lora_rank * H * d) if self.q_lora_rank else h * H * d
+        kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+        kv_b = self.kv_lora_rank * H * (d - self.qk_rope_head_dim + self.v_head_dim)
+        return q + kv_a + kv_b + o
+
+    @property
+    def attn_flops_per_pair(self) -> int:
+        """FLOPs of one query attending to one key in one layer (all heads): 2 H (d_qk + d_v)."""
+        return 2 * self.heads * (self.head_dim + self.value_dim)
+
+    @property
+    def decode_attn_flops_per_pair(self) -> int:
+        """As :attr:`attn_flops_per_pair` for a decode query; MLA decodes in the absorbed
+        form, against the latent: 2 H (kv_lora_rank + qk_rope_head_dim + kv_lora_rank)."""
+        if not self.kv_lora_rank:
+            return self.attn_flops_per_pair
+        return 2 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+
+    @property
+    def kv_elems_per_token_layer(self) -> int:
+        """KV-cache elements one token holds in one layer: 2 K d (GQA) or
+        kv_lora_rank + qk_rope_head_dim (MLA, DeepSeek-V2 paper section 2.1.2)."""
+        if self.kv_lora_rank:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers that attend to the whole context."""
+        return self.layers - self.sliding_layers
+
+    def kv_bytes(self, context_tokens: int) -> float:
+        """KV-cache bytes of one sequence of ``context_tokens`` tokens over the whole model:
+        full-attention layers hold every token, sliding-window layers the last
+        ``sliding_window``."""
+        n = int(context_tokens)
+        if n < 0:
+            raise ValueError(f"context_tokens must be >= 0, got {context_tokens!r}")
+        held = self.full_attention_layers * n + self.sliding_layers * min(n, self.sliding_window)
+        return held * self.kv_elems_per_token_layer * self.kv_dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes one more token of a long context adds, over the whole model.
+
+        Every layer for models without sliding windows; only the full-attention layers
+        where some layers slide (their window is a fixed cost per sequence, see
+        :meth:`kv_bytes`); the sliding layers where every layer slides (a token within
+        the window is held by all of them).
+        """
+        layers = self.full_attention_layers or self.sliding_layers
+        return layers * self.kv_elems_per_token_layer * self.kv_dtype_bytes
+
+    # ---- weights ---------------------------------------------------------------------------
+    @property
     def mlp_params_per_expert(self) -> int:
-        """Weights of one MLP (one expert for MoE) of one layer (elements)."""
+        """Weights of one MLP of width ``ffn`` (one expert for MoE) of one layer (elements)."""
         return (3 if self.gated else 2) * self.hidden * self.ffn
 
     @property
+    def dense_mlp_params(self) -> int:
+        """Weights of the MLP of one dense layer (elements): width ``ffn`` for a dense model,
+        ``dense_ffn`` for the leading dense layers of an MoE model."""
+        width = self.dense_ffn if self.experts else self.ffn
+        return (3 if self.gated else 2) * self.hidden * width
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Weights of every routed expert of the model (elements)."""
+        return self.moe_layers * self.experts * self.mlp_params_per_expert
+
+    @property
     def n_params(self) -> int:
-        """Total weights (elements), embeddings included once when tied."""
-        mlp = self.mlp_params_per_expert * max(self.experts, 1)
-        router = self.hidden * self.experts
+        """Total weights (elements), embeddings included once when tied; norms and biases
+        left out."""
+        dense = (self.layers - self.moe_layers) * self.dense_mlp_params
+        moe = self.moe_layers * (self.shared_experts * self.mlp_params_per_expert
+                                 + self.hidden * self.experts)  # shared experts, router
         emb = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * (self.attn_params_per_layer + mlp + router) + emb
+        return (self.layers * self.attn_params_per_layer + dense + moe
+                + self.routed_expert_params + emb)
+
+    @property
+    def active_params(self) -> int:
+        """Weights one token uses (elements): everything but the routed experts it is not
+        sent to and the input embedding table (a lookup), LM head included."""
+        unused = self.moe_layers * (self.experts - self.top_k) * self.mlp_params_per_expert
+        emb_in = 0 if self.tied else self.vocab * self.hidden
+        return self.n_params - unused - emb_in
+
+    def weight_bytes(self, dtype: str | None = None) -> float:
+        """Bytes of all weights: routed experts at ``expert_dtype`` (else ``dtype``), the rest
+        at ``dtype`` (default: the model's)."""
+        d = dtype or self.dtype
+        routed = self.routed_expert_params
+        return ((self.n_params - routed) * DTYPE_BYTES[d]
+                + routed * DTYPE_BYTES[self.expert_dtype or d])
 
 
 _USER_GPUS: dict[str, GPUSpec] = {}
@@ -124,13 +318,18 @@ def _gpu_from_table(key: str, t: dict[str, Any]) -> GPUSpec:
     unknown = set(t) - names
     if unknown:
         raise ValueError(f"GPU {key!r}: unknown fields {sorted(unknown)}; known: {sorted(names)}")
-    missing = names - set(t) - {"family", "name", "source", "fp8_tflops", "nvlink_gbps"}
+    missing = names - set(t) - {"family", "name", "source", "fp8_tflops", "nvlink_gbps",
+                                "interconnect", "vendor"}
     if missing:
         raise ValueError(f"GPU {key!r}: missing fields {sorted(missing)}")
-    data = {"name": key, "family": key, "source": "user", "fp8_tflops": 0.0, "nvlink_gbps": 0.0}
+    if float(t.get("nvlink_gbps", 0.0)) > 0 and "interconnect" not in t:
+        raise ValueError(f"GPU {key!r}: nvlink_gbps > 0 needs interconnect (one of "
+                         f"{INTERCONNECTS[1:]})")
+    data = {"name": key, "family": key, "source": "user", "fp8_tflops": 0.0, "nvlink_gbps": 0.0,
+            "interconnect": "pcie", "vendor": "nvidia"}
     data.update(t)
-    return GPUSpec(key=key, **{k: (float(v) if k not in ("name", "family", "source") else v)
-                               for k, v in data.items()})
+    text = ("name", "family", "source", "interconnect", "vendor")
+    return GPUSpec(key=key, **{k: (v if k in text else float(v)) for k, v in data.items()})
 
 
 def _llm_from_table(key: str, t: dict[str, Any]) -> LLMSpec:
@@ -219,10 +418,17 @@ def llm_from_hf_config(path: str | Path, key: str | None = None, *,
                        register: bool = True) -> LLMSpec:
     """Build an :class:`LLMSpec` from a Hugging Face ``config.json`` on disk.
 
-    Understands Llama/Mistral/Mixtral/Qwen2 names (``num_hidden_layers``, ``hidden_size``,
-    ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
-    ``num_local_experts``), OPT (``ffn_dim``, ``word_embed_proj_dim``) and BLOOM
-    (``n_layer``, ``n_head``). fp32 checkpoints are served as fp16.
+    Understands Llama/Mistral/Mixtral/Qwen2/Qwen3 names (``num_hidden_layers``,
+    ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``,
+    ``intermediate_size``, ``num_local_experts`` / ``num_experts``,
+    ``moe_intermediate_size``), DeepSeek-V3 (``n_routed_experts``, ``n_shared_experts``,
+    ``first_k_dense_replace``, ``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``,
+    ``qk_rope_head_dim``, ``v_head_dim``), gpt-oss (``layer_types``, ``sliding_window``),
+    OPT (``ffn_dim``) and BLOOM (``n_layer``, ``n_head``); ``quantization_config`` with
+    ``quant_method`` ``"fp8"`` (fp8 weights, KV at the activation dtype) or ``"mxfp4"``
+    (4-bit routed experts). fp32 checkpoints are served as fp16. Layouts it cannot
+    represent (MoE layers interleaved with dense ones, Qwen2-MoE shared experts) raise a
+    ValueError naming the field.
     """
     p = Path(path)
     if p.is_dir():
@@ -238,22 +444,64 @@ def llm_from_hf_config(path: str | Path, key: str | None = None, *,
             raise ValueError(f"config {str(p)!r}: none of {names} present")
         return default
 
+    def unsupported(field: str, why: str) -> ValueError:
+        return ValueError(f"config {str(p)!r}: {field}={cfg.get(field)!r} is not supported ({why})")
+
     layers = int(pick("num_hidden_layers", "n_layer", "num_layers"))
     hidden = int(pick("hidden_size", "n_embd", "d_model"))
     heads = int(pick("num_attention_heads", "n_head"))
     kv_heads = int(pick("num_key_value_heads", default=heads))
-    head_dim = int(pick("head_dim", default=hidden // heads))
     arch = " ".join(cfg.get("architectures", [])) + " " + str(cfg.get("model_type", ""))
     gated = not any(s in arch.lower() for s in ("opt", "bloom", "gpt2", "falcon"))
     ffn = int(pick("intermediate_size", "ffn_dim", default=4 * hidden))
+    mla: dict[str, int] = {}
+    if cfg.get("kv_lora_rank"):
+        rope = int(pick("qk_rope_head_dim"))
+        mla = {"kv_lora_rank": int(cfg["kv_lora_rank"]), "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+               "qk_rope_head_dim": rope, "v_head_dim": int(pick("v_head_dim"))}
+        head_dim = int(pick("qk_nope_head_dim")) + rope
+    else:
+        head_dim = int(pick("head_dim", default=hidden // heads))
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts")
+                  or cfg.get("n_routed_experts") or 0)
+    moe: dict[str, int] = {}
+    if experts:
+        if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step", 1)) != 1:
+            raise unsupported("mlp_only_layers" if cfg.get("mlp_only_layers")
+                              else "decoder_sparse_step", "dense layers between MoE layers")
+        if int(cfg.get("moe_layer_freq", 1)) != 1:
+            raise unsupported("moe_layer_freq", "dense layers between MoE layers")
+        if int(cfg.get("shared_expert_intermediate_size") or 0):
+            raise unsupported("shared_expert_intermediate_size", "shared experts of another width")
+        dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+        moe = {"experts": experts, "top_k": int(pick("num_experts_per_tok", "experts_per_token")),
+               "shared_experts": int(cfg.get("n_shared_experts") or 0),
+               "dense_layers": dense_layers, "dense_ffn": ffn if dense_layers else 0}
+        ffn = int(cfg.get("moe_intermediate_size") or ffn)
+    window = int(cfg.get("sliding_window") or 0)
+    max_ctx = cfg.get("max_position_embeddings")
+    if "layer_types" in cfg:
+        n_slide = sum(t == "sliding_attention" for t in cfg["layer_types"])
+    elif window and cfg.get("use_sliding_window", True) and (max_ctx is None or window < max_ctx):
+        n_slide = layers  # Mistral: every layer slides
+    else:
+        n_slide = 0
+    act = _HF_DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "float16"), "fp16")
+    quant = (cfg.get("quantization_config") or {}).get("quant_method")
+    dtypes = {"dtype": act}
+    if quant == "fp8":
+        dtypes = {"dtype": "fp8", "kv_dtype": act}
+    elif quant == "mxfp4":
+        dtypes["expert_dtype"] = "mxfp4"
+    elif quant is not None:
+        raise unsupported("quantization_config", f"quant_method {quant!r}; known: fp8, mxfp4")
     spec = LLMSpec(
         key=str(key), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, ffn=ffn, vocab=int(pick("vocab_size")), gated=gated,
         tied=bool(cfg.get("tie_word_embeddings", not gated)),
-        experts=int(cfg.get("num_local_experts", 0) or 0),
-        top_k=int(cfg.get("num_experts_per_tok", 0) or 0),
-        dtype=_HF_DTYPES.get(str(cfg.get("torch_dtype", "float16")), "fp16"),
-        source=f"config.json at {p}",
+        source=f"config.json at {p}", max_context=int(max_ctx) if max_ctx else None,
+        sliding_window=window if n_slide else 0, sliding_layers=n_slide,
+        **moe, **mla, **dtypes,
     )
     if register:
         register_llm(spec)
