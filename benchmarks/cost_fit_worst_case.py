@@ -2,7 +2,7 @@
 Splitwise medians.
 
 For each Splitwise group (model x hardware) it refits the engine parameters
-(``lpserve.cost.fit.ENGINE_PARAMETERS``) several ways and prints the median and worst
+(``lpserve.cost.fit.engine_parameters``) several ways and prints the median and worst
 |predicted / measured - 1| over every row, with the worst point:
 
 - least squares on log-ratios to the power ``p`` on every row (``fit(..., power=p)``;
@@ -31,39 +31,42 @@ from collections import defaultdict
 
 import numpy as np
 
-from lpserve.cost.analytic import AnalyticCost
+from lpserve.cost.analytic import CALIBRATED, AnalyticCost, link_defaults
+from lpserve.cost.catalog import get_gpu
 from lpserve.cost.data import CalibrationData
 from lpserve.cost.fit import (
-    ENGINE_PARAMETERS,
     MAX_REL_ERROR,
     SPLITWISE_GROUPS,
     _model,
+    engine_parameters,
     fit,
     fit_minimax,
     predict_row,
 )
 
 
-def vidur_base() -> dict[str, float]:
-    """The operator-profile (``vidur-a100``) parameters every engine fit starts from."""
-    return dict(AnalyticCost(gpu="a100-80gb", llm="llama-2-7b", tp=1).values)
+def vidur_base(gpu: str) -> dict[str, float]:
+    """The operator-profile (``vidur-a100``) parameters every engine fit starts from, with
+    the communication defaults of ``gpu``'s interconnect for vLLM (as ``calibrate`` does)."""
+    values = AnalyticCost(gpu="a100-80gb", llm="llama-2-7b", tp=1).values
+    return {**{k: values[k] for k in CALIBRATED}, **link_defaults(get_gpu(gpu), "vllm")}
 
 
 def _errors(res, gpu: str, llm: str, rows: list[dict]) -> np.ndarray:
     """|predicted / measured - 1| of ``rows`` under the fitted values of ``res``."""
-    models = {tp: _model(gpu, llm, tp, res.values) for tp in sorted({int(r["tp"]) for r in rows})}
+    models = {tp: _model(gpu, llm, tp, res.values, engine="vllm")
+              for tp in sorted({int(r["tp"]) for r in rows})}
     return np.array([abs(predict_row(models[int(r["tp"])], r) / r["measured_s"] - 1)
                      for r in rows])
 
 
 def worst_case(data: CalibrationData, powers: list[float]) -> None:
-    base = vidur_base()
     print("engine fits, |predicted / measured - 1| over every row (prefill and decode):")
     print(f"  {'group':24s} {'fit':48s} {'median':>7s} {'max':>7s}  worst point")
     for llm, hw, gpu in SPLITWISE_GROUPS:
         rows = [r for r in data.splitwise_rows(llm=llm, hardware=hw) if not r["excluded"]]
         train = [r for r in rows if r["fit_split"] == "train"]
-        kw = dict(parameters=ENGINE_PARAMETERS, base=base)
+        kw = dict(parameters=engine_parameters(train), base=vidur_base(gpu), engine="vllm")
         fits = [(f"least squares, p={p:g}, every row", fit(rows, gpu, llm, power=p, **kw))
                 for p in powers]
         fits.append(("least squares, train rows", fit(train, gpu, llm, **kw)))

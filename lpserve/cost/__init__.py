@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from lpserve.cost._kernels import iteration_time, iteration_time_ref
-from lpserve.cost.analytic import AnalyticCost, calibration_for, calibrations
+from lpserve.cost.analytic import AnalyticCost
 from lpserve.cost.base import CostModel
+from lpserve.cost.calibration import calibration_for, calibrations, load_calibration_file
 from lpserve.cost.catalog import (
     GPUSpec,
     LLMSpec,
@@ -30,21 +31,28 @@ from lpserve.cost.catalog import (
     register_gpu,
     register_llm,
 )
+from lpserve.cost.links import engine_names, get_engine, get_link
 from lpserve.cost.table import TableCost, UnitRoundCost
 
 __all__ = [
     "AnalyticCost", "CostModel", "GPUSpec", "LLMSpec", "TableCost", "UnitRoundCost",
-    "calibration_for", "calibrations", "cost_model", "cost_model_for", "fit", "get_gpu",
-    "get_llm", "gpu_names", "iteration_time", "iteration_time_ref", "llm_from_hf_config",
-    "llm_names", "load_catalog_file",
+    "calibration_for", "calibrations", "cost_model", "cost_model_for", "engine_names", "fit",
+    "get_engine", "get_gpu", "get_link", "get_llm", "gpu_names", "iteration_time",
+    "iteration_time_ref", "llm_from_hf_config", "llm_names", "load_calibration_file",
+    "load_catalog_file",
     "register_gpu", "register_llm", "validation_table",
 ]
 
 
 def cost_model(gpu: str | GPUSpec = "a100-80gb", llm: str | LLMSpec = "llama-2-7b", tp: int = 1,
-               **overrides: Any) -> AnalyticCost:
-    """The calibrated analytic cost model of one replica (see :class:`AnalyticCost`)."""
-    return AnalyticCost(gpu=gpu, llm=llm, tp=tp, **overrides)
+               engine: str | None = None, **overrides: Any) -> AnalyticCost:
+    """The calibrated analytic cost model of one replica (see :class:`AnalyticCost`).
+
+    ``engine``: ``"vllm"``, ``"trtllm"``, ``"sglang"`` or ``"kernels"`` (the engine the model
+    stands for; ``None`` keeps the package's default calibration); ``calibration=PATH``
+    loads a TOML file written by ``lpserve calibrate``.
+    """
+    return AnalyticCost(gpu=gpu, llm=llm, tp=tp, engine=engine, **overrides)
 
 
 def cost_model_for(cluster: Any, **overrides: Any) -> AnalyticCost:

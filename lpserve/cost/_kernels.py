@@ -75,7 +75,20 @@ P_ATTN_FIXED_S = 29     # fixed decode-attention cost per layer (s)
 P_MULTI_PROMPT_S = 30   # per prefill token outside the largest chunk (s)
 P_ATTN_CHUNK_S = 31     # prefill attention cost per chunk per layer (s)
 P_ATTN_TOKEN_S = 32     # prefill attention cost per query token per layer (s)
-N_ANALYTIC_PARAMS = 33
+P_AR_FIXED_S = 33       # all-reduce latency per call, independent of tp (s; tp > 1)
+P_MOE_LAYERS = 34       # layers with routed experts (0 = dense model)
+P_DENSE_MLP_FLOPS = 35  # MLP FLOPs per token of a non-MoE layer of an MoE model, per GPU
+P_DENSE_MLP_BYTES = 36  # MLP weight bytes of such a layer, per GPU
+P_MOE_SHARED_FLOPS = 37  # shared-expert and router FLOPs per token of an MoE layer, per GPU
+P_MOE_SHARED_BYTES = 38  # shared-expert and router weight bytes of an MoE layer, per GPU
+P_EP = 39               # expert-parallel degree (1: experts sharded like the rest; tp)
+P_MOE_IMBALANCE = 40    # most-loaded GPU's routed tokens over the mean (>= 1; ep > 1)
+P_A2A_FIXED_S = 41      # all-to-all (dispatch or combine) latency per call (s)
+P_A2A_BW = 42           # all-to-all bytes/s one GPU sends
+P_SLIDE_LAYERS = 43     # layers with sliding-window attention
+P_WINDOW = 44           # sliding window (tokens)
+P_DA_FLOPS = 45         # decode-attention FLOPs per (query x key token) per layer per GPU
+N_ANALYTIC_PARAMS = 46
 
 # ---- table layout -------------------------------------------------------------------
 T_LAYERS = 1            # multiplier of the per-layer tables
@@ -96,50 +109,70 @@ U_MEMORY_TOKENS = 1
 
 @njit(cache=True)
 def _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_decode,
-                     decode_ctx_sum, side_tokens):
-    """Analytic iteration time from batch totals; models/cost-model.md (1)-(8)."""
+                     decode_ctx_sum, side_tokens, attn_work_w, attn_kv_w, decode_win_sum):
+    """Analytic iteration time from batch totals; models/cost-model.md (1)-(8).
+
+    ``*_w`` are the windowed sums of the sliding-window layers (keys capped at the
+    window); they equal the full sums when no layer slides."""
     layers = params[P_LAYERS]
     peak_f = params[P_PEAK_FLOPS]
     peak_b = params[P_PEAK_BW]
+    bw_w = peak_b * params[P_EFF_WEIGHTS]
+    fl_c = peak_f * params[P_EFF_COMPUTE]
+    n0 = params[P_PLATEAU_TOKENS]
     # (2)-(3) linear layers: max of weight streaming and compute with plateau
-    n_exp = params[P_MOE_EXPERTS]
-    w_bytes = params[P_LIN_BYTES]
-    f_tok = params[P_LIN_FLOPS]
-    if n_exp > 0.0:
+    moe_layers = params[P_MOE_LAYERS]
+    w_dense = params[P_LIN_BYTES] + params[P_DENSE_MLP_BYTES]
+    f_dense = params[P_LIN_FLOPS] + params[P_DENSE_MLP_FLOPS]
+    t_lin = (layers - moe_layers) * max(w_dense / bw_w, f_dense * (n_tokens + n0) / fl_c)
+    t_a2a = 0.0
+    if moe_layers > 0.0:
+        n_exp = params[P_MOE_EXPERTS]
         k = params[P_MOE_TOPK]
         touched = n_exp * (1.0 - (1.0 - k / n_exp) ** n_tokens)
-        w_bytes += touched * params[P_MOE_BYTES]
-        f_tok += k * params[P_MOE_FLOPS]
-    t_mem = w_bytes / (peak_b * params[P_EFF_WEIGHTS])
-    t_cmp = f_tok * (n_tokens + params[P_PLATEAU_TOKENS]) / (peak_f * params[P_EFF_COMPUTE])
-    t_lin = max(t_mem, t_cmp)
+        ep = params[P_EP]
+        imb = params[P_MOE_IMBALANCE] if ep > 1.0 else 1.0
+        w_moe = (params[P_LIN_BYTES] + params[P_MOE_SHARED_BYTES]
+                 + min(n_exp, imb * touched) * params[P_MOE_BYTES])
+        f_moe = ((params[P_LIN_FLOPS] + params[P_MOE_SHARED_FLOPS]) * (n_tokens + n0)
+                 + imb * params[P_MOE_FLOPS] * (k * n_tokens + touched * n0))
+        t_lin += moe_layers * max(w_moe / bw_w, f_moe / fl_c)
+        if ep > 1.0:  # (7b) dispatch and combine of the tokens this GPU routes
+            sent = (imb * n_tokens / params[P_TP] * k * (ep - 1.0) / ep
+                    * params[P_HIDDEN] * params[P_ACT_BYTES])
+            t_a2a = 2.0 * (params[P_A2A_FIXED_S] + sent / params[P_A2A_BW])
     # (4) LM head, once per sequence
-    t_head = max(params[P_HEAD_BYTES] / (peak_b * params[P_EFF_WEIGHTS]),
-                 params[P_HEAD_FLOPS] * n_seqs / (peak_f * params[P_EFF_COMPUTE]))
-    # (5) prefill attention
-    t_pa = 0.0
+    t_head = max(params[P_HEAD_BYTES] / bw_w, params[P_HEAD_FLOPS] * n_seqs / fl_c)
+    # (5)-(6) attention: full layers see every key, sliding layers their window
+    slide = params[P_SLIDE_LAYERS]
+    t_attn = 0.0
     n_chunks = n_seqs - n_decode
+    fl_a = peak_f * params[P_EFF_ATTN]
+    bw_kv = peak_b * params[P_EFF_KV]
     if attn_work > 0.0:
-        t_pa = max(params[P_ATTN_FLOPS] * attn_work / (peak_f * params[P_EFF_ATTN]),
-                   params[P_KV_BYTES] * attn_kv_tokens / (peak_b * params[P_EFF_KV]))
-        t_pa += params[P_ATTN_CHUNK_S] * n_chunks + params[P_ATTN_TOKEN_S] * (n_tokens - n_decode)
-    # (6) decode attention
-    t_da = 0.0
+        fixed = params[P_ATTN_CHUNK_S] * n_chunks + params[P_ATTN_TOKEN_S] * (n_tokens - n_decode)
+        t_pa = max(params[P_ATTN_FLOPS] * attn_work / fl_a, params[P_KV_BYTES] * attn_kv_tokens / bw_kv)
+        t_pw = max(params[P_ATTN_FLOPS] * attn_work_w / fl_a, params[P_KV_BYTES] * attn_kv_w / bw_kv)
+        t_attn += (layers - slide) * t_pa + slide * t_pw + layers * fixed
     if n_decode > 0:
-        t_da = max(params[P_KV_BYTES] * decode_ctx_sum / (peak_b * params[P_EFF_KV]),
-                   params[P_ATTN_FLOPS] * decode_ctx_sum / (peak_f * params[P_EFF_ATTN]))
-        t_da += params[P_ATTN_SEQ_S] * n_decode + params[P_ATTN_FIXED_S]
-    # (7) tensor-parallel all-reduce, two per layer
+        fixed = params[P_ATTN_SEQ_S] * n_decode + params[P_ATTN_FIXED_S]
+        t_da = max(params[P_KV_BYTES] * decode_ctx_sum / bw_kv, params[P_DA_FLOPS] * decode_ctx_sum / fl_a)
+        t_dw = max(params[P_KV_BYTES] * decode_win_sum / bw_kv, params[P_DA_FLOPS] * decode_win_sum / fl_a)
+        t_attn += (layers - slide) * t_da + slide * t_dw + layers * fixed
+    # (7) tensor-parallel all-reduce: two per layer, one per MoE layer under expert parallelism
     t_comm = 0.0
     tp = params[P_TP]
     if tp > 1.0:
         payload = n_tokens * params[P_HIDDEN] * params[P_ACT_BYTES]
-        t_comm = 2.0 * (params[P_AR_LATENCY_S] * math.log2(tp)
-                        + 2.0 * (tp - 1.0) / tp * payload / params[P_AR_BW])
+        t_ar = (params[P_AR_FIXED_S] + params[P_AR_LATENCY_S] * math.log2(tp)
+                + 2.0 * (tp - 1.0) / tp * payload / params[P_AR_BW])
+        n_ar = 2.0 * layers - (moe_layers if params[P_EP] > 1.0 else 0.0)
+        t_comm = n_ar * t_ar
+    t_comm += moe_layers * t_a2a
     # (8) overheads
     t_over = (layers * params[P_LAYER_OVERHEAD_S] + params[P_ITER_OVERHEAD_S]
               + params[P_SEQ_OVERHEAD_S] * n_seqs + params[P_MULTI_PROMPT_S] * side_tokens)
-    return layers * (t_lin + t_pa + t_da + t_comm) + t_head + t_over
+    return t_lin + t_attn + t_comm + t_head + t_over
 
 
 # =====================================================================================
@@ -196,7 +229,7 @@ def _table_totals(params, n_tokens, n_seqs, attn_work, decode_ctx_sum):
 
 @njit(cache=True)
 def _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_decode,
-                      decode_ctx_sum, side_tokens):
+                      decode_ctx_sum, side_tokens, attn_work_w, attn_kv_w, decode_win_sum):
     if n_tokens <= 0.0:
         return 0.0
     kind = int(params[0])
@@ -205,7 +238,25 @@ def _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_dec
     if kind == KIND_TABLE:
         return _table_totals(params, n_tokens, n_seqs, attn_work, decode_ctx_sum)
     return _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens,
-                            n_decode, decode_ctx_sum, side_tokens)
+                            n_decode, decode_ctx_sum, side_tokens, attn_work_w, attn_kv_w,
+                            decode_win_sum)
+
+
+@njit(cache=True)
+def _window(params):
+    """The sliding window in tokens (0 when no layer slides or the model is not analytic)."""
+    if int(params[0]) != KIND_ANALYTIC or params[P_SLIDE_LAYERS] <= 0.0:
+        return 0.0
+    return params[P_WINDOW]
+
+
+@njit(cache=True)
+def _windowed_sum(decode_context, window, k):
+    """Sum over j of min(decode_context[j] + k, window)."""
+    s = 0.0
+    for j in range(decode_context.shape[0]):
+        s += min(float(decode_context[j]) + k, window)
+    return s
 
 
 @njit(cache=True)
@@ -215,8 +266,11 @@ def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
     n_seqs = 0.0
     attn_work = 0.0
     attn_kv = 0.0
+    work_w = 0.0
+    kv_w = 0.0
     max_chunk = 0.0
     plateau = params[P_ATTN_PLATEAU] if int(params[0]) == KIND_ANALYTIC else 0.0
+    window = _window(params)
     for i in range(prefill_tokens.shape[0]):
         c = float(prefill_tokens[i])
         if c > 0.0:
@@ -226,15 +280,19 @@ def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
             n_seqs += 1.0
             attn_work += (p + c) * (c + plateau)
             attn_kv += p + c
+            keys = min(p + c, window) if window > 0.0 else p + c
+            work_w += keys * (c + plateau)
+            kv_w += keys
     n_decode = decode_context.shape[0]
     ctx_sum = 0.0
     for j in range(n_decode):
         ctx_sum += float(decode_context[j])
+    win_sum = _windowed_sum(decode_context, window, 0.0) if window > 0.0 else ctx_sum
     side = n_tokens - max_chunk
     n_tokens += n_decode
     n_seqs += n_decode
     return _time_from_totals(params, n_tokens, n_seqs, attn_work, attn_kv, n_decode,
-                             ctx_sum, side)
+                             ctx_sum, side, work_w, kv_w, win_sum)
 
 
 @njit(cache=True)
@@ -245,9 +303,12 @@ def decode_run_times(params, decode_context, n_iters, out):
     for j in range(n_decode):
         ctx_sum += float(decode_context[j])
     nd = float(n_decode)
+    window = _window(params)
     total = 0.0
     for k in range(n_iters):
-        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd, 0.0)
+        s = ctx_sum + k * nd
+        w = _windowed_sum(decode_context, window, float(k)) if window > 0.0 else s
+        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, s, 0.0, 0.0, 0.0, w)
         out[k] = total
 
 
@@ -259,9 +320,12 @@ def decode_run(params, decode_context, n_iters):
     for j in range(n_decode):
         ctx_sum += float(decode_context[j])
     nd = float(n_decode)
+    window = _window(params)
     total = 0.0
     for k in range(n_iters):
-        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, ctx_sum + k * nd, 0.0)
+        s = ctx_sum + k * nd
+        w = _windowed_sum(decode_context, window, float(k)) if window > 0.0 else s
+        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, s, 0.0, 0.0, 0.0, w)
     return total
 
 
@@ -284,67 +348,90 @@ def batch_times(params, prefill_tokens, prefill_cached, prefill_offsets, decode_
 # =====================================================================================
 
 def analytic_parts_ref(params, prefill_tokens, prefill_cached, decode_context):
-    """Per-part seconds of the analytic model, written term by term.
+    """Per-part seconds of the analytic model, written term by term, per kind of layer.
 
     Returns a dict with ``linear_compute_s``, ``linear_memory_s`` (whole model, before
     the max), ``linear_s``, ``attention_compute_s``, ``attention_memory_s``,
-    ``attention_s``, ``communication_s``, ``comm_latency_s``, ``overhead_s`` and
+    ``attention_s``, ``communication_s`` (all-reduces and all-to-all),
+    ``comm_latency_s`` (their fixed latencies), ``all_to_all_s``, ``overhead_s`` and
     ``time_s``. Equations: models/cost-model.md (1)-(8).
     """
     p = [float(v) for v in params]
     chunks = [(float(c), float(h)) for c, h in zip(prefill_tokens, prefill_cached) if c > 0]
     ctx = [float(c) for c in decode_context]
     n_tokens = sum(c for c, _ in chunks) + len(ctx)
-    zero = dict.fromkeys(("linear_compute_s", "linear_memory_s", "linear_s",
-                          "attention_compute_s", "attention_memory_s", "attention_s",
-                          "communication_s", "comm_latency_s", "overhead_s", "time_s"), 0.0)
+    keys = ("linear_compute_s", "linear_memory_s", "linear_s", "attention_compute_s",
+            "attention_memory_s", "attention_s", "communication_s", "comm_latency_s",
+            "all_to_all_s", "overhead_s", "time_s")
+    out = dict.fromkeys(keys, 0.0)
     if n_tokens <= 0:
-        return zero
+        return out
     n_seqs = len(chunks) + len(ctx)
-    layers = p[P_LAYERS]
+    n_layers = int(p[P_LAYERS])
     bw_w = p[P_PEAK_BW] * p[P_EFF_WEIGHTS]
     fl_c = p[P_PEAK_FLOPS] * p[P_EFF_COMPUTE]
     fl_a = p[P_PEAK_FLOPS] * p[P_EFF_ATTN]
     bw_kv = p[P_PEAK_BW] * p[P_EFF_KV]
-    w_bytes, f_tok = p[P_LIN_BYTES], p[P_LIN_FLOPS]
-    if p[P_MOE_EXPERTS] > 0:
-        e, k = p[P_MOE_EXPERTS], p[P_MOE_TOPK]
-        w_bytes += e * (1.0 - math.pow(1.0 - k / e, n_tokens)) * p[P_MOE_BYTES]
-        f_tok += k * p[P_MOE_FLOPS]
-    lin_mem = w_bytes / bw_w
-    lin_cmp = f_tok * (n_tokens + p[P_PLATEAU_TOKENS]) / fl_c
+    n0, na = p[P_PLATEAU_TOKENS], p[P_ATTN_PLATEAU]
+    tp, ep = p[P_TP], p[P_EP]
+    n_moe, n_slide, window = int(p[P_MOE_LAYERS]), int(p[P_SLIDE_LAYERS]), p[P_WINDOW]
+    e, k = p[P_MOE_EXPERTS], p[P_MOE_TOPK]
+    touched = e * (1.0 - math.pow(1.0 - k / e, n_tokens)) if n_moe else 0.0
+    imb = p[P_MOE_IMBALANCE] if ep > 1 else 1.0
+    ar = 0.0
+    if tp > 1:
+        ar = (p[P_AR_FIXED_S] + p[P_AR_LATENCY_S] * math.log2(tp)
+              + 2.0 * (tp - 1.0) / tp * n_tokens * p[P_HIDDEN] * p[P_ACT_BYTES] / p[P_AR_BW])
+    ar_lat = (p[P_AR_FIXED_S] + p[P_AR_LATENCY_S] * math.log2(tp)) if tp > 1 else 0.0
+    a2a = a2a_lat = 0.0
+    if n_moe and ep > 1:
+        sent = imb * n_tokens / tp * k * (ep - 1.0) / ep * p[P_HIDDEN] * p[P_ACT_BYTES]
+        a2a, a2a_lat = 2.0 * (p[P_A2A_FIXED_S] + sent / p[P_A2A_BW]), 2.0 * p[P_A2A_FIXED_S]
+    # the linear and communication parts depend only on whether a layer is MoE, the
+    # attention part only on whether it slides: each kind once, times its layer count
+    for is_moe, count in ((False, n_layers - n_moe), (True, n_moe)):
+        if is_moe:
+            w = p[P_LIN_BYTES] + p[P_MOE_SHARED_BYTES] + min(e, imb * touched) * p[P_MOE_BYTES]
+            f = ((p[P_LIN_FLOPS] + p[P_MOE_SHARED_FLOPS]) * (n_tokens + n0)
+                 + imb * p[P_MOE_FLOPS] * (k * n_tokens + touched * n0))
+        else:
+            w = p[P_LIN_BYTES] + p[P_DENSE_MLP_BYTES]
+            f = (p[P_LIN_FLOPS] + p[P_DENSE_MLP_FLOPS]) * (n_tokens + n0)
+        out["linear_memory_s"] += count * w / bw_w
+        out["linear_compute_s"] += count * f / fl_c
+        out["linear_s"] += count * max(w / bw_w, f / fl_c)
+        n_ar = 1 if (is_moe and ep > 1) else 2
+        out["communication_s"] += count * (n_ar * ar + (a2a if is_moe else 0.0))
+        out["comm_latency_s"] += count * (n_ar * ar_lat + (a2a_lat if is_moe else 0.0))
+        out["all_to_all_s"] += count * (a2a if is_moe else 0.0)
+    for slides, count in ((False, n_layers - n_slide), (True, n_slide)):
+        if chunks:
+            seen = [min(h + c, window) if slides else h + c for c, h in chunks]
+            cmp_ = sum(p[P_ATTN_FLOPS] * s_ * (c + na) for s_, (c, _) in zip(seen, chunks)) / fl_a
+            mem = sum(p[P_KV_BYTES] * s_ for s_ in seen) / bw_kv
+            out["attention_compute_s"] += count * cmp_
+            out["attention_memory_s"] += count * mem
+            out["attention_s"] += count * (max(cmp_, mem) + p[P_ATTN_CHUNK_S] * len(chunks)
+                                           + p[P_ATTN_TOKEN_S] * sum(c for c, _ in chunks))
+        if ctx:
+            seen = [min(x, window) if slides else x for x in ctx]
+            mem = sum(p[P_KV_BYTES] * x for x in seen) / bw_kv
+            cmp_ = sum(p[P_DA_FLOPS] * x for x in seen) / fl_a
+            out["attention_compute_s"] += count * cmp_
+            out["attention_memory_s"] += count * mem
+            out["attention_s"] += count * (max(mem, cmp_) + p[P_ATTN_SEQ_S] * len(ctx)
+                                           + p[P_ATTN_FIXED_S])
     head_mem = p[P_HEAD_BYTES] / bw_w
     head_cmp = p[P_HEAD_FLOPS] * n_seqs / fl_c
-    pa_cmp = sum(p[P_ATTN_FLOPS] * (h + c) * (c + p[P_ATTN_PLATEAU]) for c, h in chunks) / fl_a
-    pa_mem = sum(p[P_KV_BYTES] * (h + c) for c, h in chunks) / bw_kv
-    da_mem = sum(p[P_KV_BYTES] * x for x in ctx) / bw_kv
-    da_cmp = sum(p[P_ATTN_FLOPS] * x for x in ctx) / fl_a
-    t_pa = (max(pa_cmp, pa_mem) + p[P_ATTN_CHUNK_S] * len(chunks)
-            + p[P_ATTN_TOKEN_S] * sum(c for c, _ in chunks)) if chunks else 0.0
-    t_da = (max(da_mem, da_cmp) + p[P_ATTN_SEQ_S] * len(ctx) + p[P_ATTN_FIXED_S]) if ctx else 0.0
-    comm = lat = 0.0
-    tp = p[P_TP]
-    if tp > 1:
-        payload = n_tokens * p[P_HIDDEN] * p[P_ACT_BYTES]
-        lat = layers * 2.0 * p[P_AR_LATENCY_S] * math.log2(tp)
-        comm = lat + layers * 2.0 * (2.0 * (tp - 1.0) / tp * payload / p[P_AR_BW])
+    out["linear_memory_s"] += head_mem
+    out["linear_compute_s"] += head_cmp
+    out["linear_s"] += max(head_mem, head_cmp)
     side = sum(c for c, _ in chunks) - max((c for c, _ in chunks), default=0.0)
-    over = (layers * p[P_LAYER_OVERHEAD_S] + p[P_ITER_OVERHEAD_S] + p[P_SEQ_OVERHEAD_S] * n_seqs
-            + p[P_MULTI_PROMPT_S] * side)
-    linear = layers * max(lin_mem, lin_cmp) + max(head_mem, head_cmp)
-    attention = layers * (t_pa + t_da)
-    return {
-        "linear_compute_s": layers * lin_cmp + head_cmp,
-        "linear_memory_s": layers * lin_mem + head_mem,
-        "linear_s": linear,
-        "attention_compute_s": layers * ((pa_cmp if chunks else 0.0) + (da_cmp if ctx else 0.0)),
-        "attention_memory_s": layers * ((pa_mem if chunks else 0.0) + (da_mem if ctx else 0.0)),
-        "attention_s": attention,
-        "communication_s": comm,
-        "comm_latency_s": lat,
-        "overhead_s": over,
-        "time_s": linear + attention + comm + over,
-    }
+    out["overhead_s"] = (n_layers * p[P_LAYER_OVERHEAD_S] + p[P_ITER_OVERHEAD_S]
+                         + p[P_SEQ_OVERHEAD_S] * n_seqs + p[P_MULTI_PROMPT_S] * side)
+    out["time_s"] = (out["linear_s"] + out["attention_s"] + out["communication_s"]
+                     + out["overhead_s"])
+    return out
 
 
 def interp_ref(xs, ys, x):

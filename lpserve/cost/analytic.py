@@ -1,16 +1,19 @@
 """The analytic (calibrated roofline) cost model; math in ``models/cost-model.md``."""
 from __future__ import annotations
 
-import tomllib
-from functools import lru_cache
-from importlib import resources
+import math
 from typing import Any
 
 import numpy as np
 
 from lpserve.cost import _kernels as K
 from lpserve.cost.base import ArrayLike, CostModel, check_batch, check_ratio
+from lpserve.cost.calibration import calibration_for, calibrations, resolve
 from lpserve.cost.catalog import GPUSpec, LLMSpec, get_gpu, get_llm
+from lpserve.cost.links import get_engine, get_link
+
+__all__ = ["AnalyticCost", "CALIBRATED", "LINK_PARAMETERS", "VALID_TP", "calibration_for",
+           "calibrations"]
 
 VALID_TP = (1, 2, 4, 8)
 
@@ -27,55 +30,58 @@ CALIBRATED = {
     "multi_prompt_token_s": K.P_MULTI_PROMPT_S,
     "attn_chunk_s": K.P_ATTN_CHUNK_S,
     "attn_token_s": K.P_ATTN_TOKEN_S,
-    "ar_latency_s": K.P_AR_LATENCY_S,
     "layer_overhead_s": K.P_LAYER_OVERHEAD_S,
     "iter_overhead_s": K.P_ITER_OVERHEAD_S,
     "seq_overhead_s": K.P_SEQ_OVERHEAD_S,
 }
-# not in params directly: all-reduce bus bandwidth = ar_link_efficiency x link (one way)
-EXTRA_CALIBRATED = ("ar_link_efficiency",)
+# communication: a calibration may fix them; otherwise the interconnect's defaults for the
+# engine's algorithm (links.toml). Bandwidths are efficiency x one-way link bandwidth.
+LINK_PARAMETERS = ("ar_fixed_s", "ar_latency_s", "ar_link_efficiency", "a2a_fixed_s",
+                   "a2a_link_efficiency")
+# the replica's expert layout (not calibrated): expert-parallel degree and load imbalance
+MOE_LAYOUT = ("ep", "moe_imbalance")
 OTHER_OVERRIDES = ("dtype", "kv_dtype", "pcie_efficiency", "calibration")
 BOUNDED_01 = ("eff_compute", "eff_weights", "eff_attn", "eff_kv", "ar_link_efficiency",
-              "pcie_efficiency")
+              "a2a_link_efficiency", "pcie_efficiency")
 
 
-@lru_cache(maxsize=None)
-def calibrations() -> tuple[dict[str, Any], ...]:
-    """Calibrated parameter sets from ``lpserve/data/calibration/fitted.toml``."""
-    text = (resources.files("lpserve") / "data" / "calibration" / "fitted.toml").read_text()
-    return tuple(tomllib.loads(text)["calibration"])
-
-
-def calibration_for(gpu: GPUSpec, llm: LLMSpec) -> dict[str, Any]:
-    """The most specific calibration: (gpu key, llm), (family, llm), (gpu, *), (family, *), *."""
-    entries = calibrations()
-    for g, m in ((gpu.key, llm.key), (gpu.family, llm.key), (gpu.key, "*"),
-                 (gpu.family, "*"), ("*", "*")):
-        for e in entries:
-            if e["gpu"] == g and e["llm"] == m:
-                return e
-    raise LookupError("fitted.toml has no default ('*', '*') calibration")
+def link_defaults(gpu: GPUSpec, engine: str) -> dict[str, float]:
+    """Communication parameters of ``gpu``'s interconnect under ``engine``'s algorithm."""
+    link = get_link(gpu.interconnect)
+    fixed, step, eff = link.all_reduce(get_engine(engine).all_reduce)
+    return {"ar_fixed_s": fixed, "ar_latency_s": step, "ar_link_efficiency": eff,
+            "a2a_fixed_s": link.a2a_fixed_s, "a2a_link_efficiency": link.a2a_efficiency}
 
 
 class AnalyticCost(CostModel):
     """Calibrated roofline of one replica: ``gpu`` x ``llm`` at tensor-parallel ``tp``.
 
-    Parameters beyond the catalog (efficiencies, overheads) come from the calibration
-    that best matches the pair; any of them can be overridden by keyword (names in
-    ``CALIBRATED`` and ``ar_link_efficiency``), as can ``dtype`` (``"fp16"``, ``"bf16"``,
-    ``"fp8"``: weights and activations; routed experts stored in another dtype, such as
-    gpt-oss's MXFP4, keep it), ``kv_dtype`` (KV-cache elements; default the model's
-    ``kv_dtype``, else ``dtype``) and ``pcie_efficiency`` (share of PCIe peak reached by
-    swaps; default 1.0, i.e. swaps at peak, since no swap timing is in the calibration data).
+    ``engine`` (``"vllm"``, ``"trtllm"``, ``"sglang"``, ``"kernels"``; see
+    ``lpserve/data/engines.toml``) selects that engine's calibrations; ``None`` keeps the
+    package's default set (operator profiles on A100, vLLM-based engine fits where they
+    exist), and ``self.engine`` then names the engine of the entry used. Parameters beyond
+    the catalog (efficiencies, overheads) come from the calibration that best matches the
+    pair; communication parameters it leaves out come from the GPU's interconnect
+    (``links.toml``) for the engine's all-reduce algorithm. Any of them can be overridden
+    by keyword (names in ``CALIBRATED`` and ``LINK_PARAMETERS``), as can ``calibration``
+    (a shipped calibration's name, or a TOML file written by ``lpserve calibrate``),
+    ``dtype`` (``"fp16"``, ``"bf16"``, ``"fp8"``: weights and activations; routed experts
+    stored in another dtype, such as gpt-oss's MXFP4, keep it), ``kv_dtype`` (KV-cache
+    elements; default the model's ``kv_dtype``, else ``dtype``) and ``pcie_efficiency``
+    (share of PCIe peak reached by swaps; default 1.0, since no swap timing is in the
+    calibration data). For mixture-of-experts models, ``ep`` is the expert-parallel degree
+    (1: every GPU holds a 1/tp slice of every expert; tp: each holds whole experts, and
+    tokens travel to them by all-to-all) and ``moe_imbalance`` the most loaded GPU's share
+    of routed tokens over the mean (>= 1; 1 is uniform routing).
     """
 
     kind = K.KIND_ANALYTIC
 
     def __init__(self, gpu: str | GPUSpec = "a100-80gb", llm: str | LLMSpec = "llama-2-7b",
-                 tp: int = 1, **overrides: Any) -> None:
+                 tp: int = 1, engine: str | None = None, **overrides: Any) -> None:
         self.gpu = get_gpu(gpu)
         self.llm = get_llm(llm)
-        known = set(CALIBRATED) | set(EXTRA_CALIBRATED) | set(OTHER_OVERRIDES)
+        known = set(CALIBRATED) | set(LINK_PARAMETERS) | set(MOE_LAYOUT) | set(OTHER_OVERRIDES)
         unknown = set(overrides) - known
         if unknown:
             raise ValueError(f"unknown cost-model overrides {sorted(unknown)}; known: {sorted(known)}")
@@ -88,6 +94,12 @@ class AnalyticCost(CostModel):
         if m.attention == "gqa" and m.kv_heads % self.tp and self.tp % m.kv_heads:
             raise ValueError(f"tp={self.tp} and the {m.kv_heads} KV heads of {m.key} do not "
                              "divide one another")
+        if engine is not None:
+            spec = get_engine(engine)
+            if self.gpu.vendor not in spec.vendors:
+                raise ValueError(f"engine {engine!r} ({spec.name}) does not run on "
+                                 f"{self.gpu.vendor} GPUs ({self.gpu.key}); it supports "
+                                 f"{', '.join(spec.vendors)}")
         from lpserve.cost.catalog import MODEL_DTYPES
         self.dtype = overrides.get("dtype", m.dtype)
         self.kv_dtype = overrides.get("kv_dtype", m.kv_dtype or self.dtype)
@@ -95,16 +107,28 @@ class AnalyticCost(CostModel):
             if v not in MODEL_DTYPES:
                 raise ValueError(f"{name} must be one of {MODEL_DTYPES}, got {v!r}")
         self.peak_flops = self.gpu.peak_flops(self.dtype)
-        calib = dict(calibration_for(self.gpu, m))
         if "calibration" in overrides:
-            calib = self._named_calibration(overrides["calibration"])
+            calib = resolve(overrides["calibration"], self.gpu, m, engine)
+            if engine is not None and calib.get("engine") != engine:
+                raise ValueError(f"calibration {calib.get('name')!r} stands for engine "
+                                 f"{calib.get('engine')!r}, not {engine!r}")
+        else:
+            try:
+                calib = calibration_for(self.gpu, m, engine)
+            except LookupError:
+                if engine is None or not all(k in overrides for k in CALIBRATED):
+                    raise
+                # every calibrated value given (a fit in progress): no entry needed
+                calib = {"name": "given", "gpu": self.gpu.key, "llm": m.key, "engine": engine}
         self.calibration = calib
-        merged = {**calib, **{k: v for k, v in overrides.items()
-                              if k in CALIBRATED or k in EXTRA_CALIBRATED}}
-        missing = [k for k in (*CALIBRATED, *EXTRA_CALIBRATED) if k not in merged]
-        if missing:
-            raise ValueError(f"calibration {calib.get('name')!r} lacks {missing}")
-        values = {k: float(merged[k]) for k in (*CALIBRATED, *EXTRA_CALIBRATED)}
+        self.engine = str(calib.get("engine", engine or "kernels"))
+        base = calib
+        missing = [k for k in CALIBRATED if k not in calib and k not in overrides]
+        if missing:  # a user's file fixes some parameters: the rest from the engine's default
+            base = {**calibration_for(self.gpu, m, self.engine), **calib}
+        merged = {**link_defaults(self.gpu, self.engine), **base,
+                  **{k: v for k, v in overrides.items() if k in CALIBRATED or k in LINK_PARAMETERS}}
+        values = {k: float(merged[k]) for k in (*CALIBRATED, *LINK_PARAMETERS)}
         self.pcie_efficiency = float(overrides.get("pcie_efficiency", 1.0))
         for k in BOUNDED_01:
             v = self.pcie_efficiency if k == "pcie_efficiency" else values[k]
@@ -114,20 +138,22 @@ class AnalyticCost(CostModel):
             if v < 0 or not np.isfinite(v):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
         self.values = values
+        self.ep = overrides.get("ep", 1)
+        if isinstance(self.ep, bool) or self.ep not in (1, self.tp):
+            raise ValueError(f"ep must be 1 or tp={self.tp}, got {self.ep!r}")
+        if self.ep > 1 and (not m.experts or m.experts % self.ep):
+            raise ValueError(f"ep={self.ep} needs a mixture-of-experts model whose experts it "
+                             f"divides; {m.key} has {m.experts}")
+        self.moe_imbalance = float(overrides.get("moe_imbalance", 1.0))
+        if not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1.0):
+            raise ValueError(f"moe_imbalance must be a finite number >= 1, got "
+                             f"{overrides.get('moe_imbalance')!r}")
         if self.weight_bytes_per_gpu >= self.gpu.memory_bytes:
             raise ValueError(
                 f"{m.key} weights need {self.weight_bytes_per_gpu / 2**30:.1f} GiB per GPU at "
                 f"tp={self.tp} ({self.dtype}), more than the {self.gpu.memory_gib:g} GiB of "
                 f"{self.gpu.key}; use a larger tp or GPU")
         self.params = self._build_params()
-
-    @staticmethod
-    def _named_calibration(name: str) -> dict[str, Any]:
-        for e in calibrations():
-            if e.get("name") == name:
-                return dict(e)
-        names = sorted(e.get("name", "") for e in calibrations())
-        raise KeyError(f"unknown calibration {name!r}; known: {', '.join(names)}")
 
     # ---- sizes ---------------------------------------------------------------------
     @property
@@ -226,6 +252,8 @@ class AnalyticCost(CostModel):
 
     # ---- params --------------------------------------------------------------------
     def _build_params(self) -> np.ndarray:
+        from lpserve.cost.catalog import DTYPE_BYTES
+
         m, tp, b = self.llm, float(self.tp), float(self.bytes_per_weight)
         v = self.values
         p = np.zeros(K.N_ANALYTIC_PARAMS)
@@ -233,30 +261,44 @@ class AnalyticCost(CostModel):
         p[K.P_LAYERS] = m.layers
         p[K.P_TP] = tp
         p[K.P_HIDDEN] = m.hidden
-        from lpserve.cost.catalog import DTYPE_BYTES
-
-        # per-layer averages: dense MLPs of an MoE model's leading layers and its experts
-        # spread over all L layers (exact in FLOPs and bytes summed over the layers)
-        moe_share = m.moe_layers / m.layers
-        dense = m.attn_params_per_layer + (m.layers - m.moe_layers) / m.layers * m.dense_mlp_params
-        dense += moe_share * (m.shared_experts * m.mlp_params_per_expert + m.hidden * m.experts)
-        b_e = DTYPE_BYTES[m.expert_dtype or self.dtype]
-        p[K.P_LIN_FLOPS] = 2.0 * dense / tp
-        p[K.P_LIN_BYTES] = dense * b / tp
-        p[K.P_MOE_EXPERTS] = m.experts
-        p[K.P_MOE_TOPK] = m.top_k
-        p[K.P_MOE_FLOPS] = moe_share * 2.0 * m.mlp_params_per_expert / tp if m.experts else 0.0
-        p[K.P_MOE_BYTES] = moe_share * m.mlp_params_per_expert * b_e / tp if m.experts else 0.0
+        # (2): every layer's attention projections; a dense model's MLP with them; an MoE
+        # model's leading dense layers add their MLP, its MoE layers shared experts, router
+        # and the routed experts they touch
+        common = m.attn_params_per_layer + (m.dense_mlp_params if not m.experts else 0)
+        p[K.P_LIN_FLOPS] = 2.0 * common / tp
+        p[K.P_LIN_BYTES] = common * b / tp
+        p[K.P_MOE_LAYERS] = m.moe_layers
+        if m.experts:
+            b_e = DTYPE_BYTES[m.expert_dtype or self.dtype]
+            dense_mlp = m.dense_mlp_params if m.dense_layers else 0
+            shared = m.shared_experts * m.mlp_params_per_expert + m.hidden * m.experts
+            p[K.P_DENSE_MLP_FLOPS] = 2.0 * dense_mlp / tp
+            p[K.P_DENSE_MLP_BYTES] = dense_mlp * b / tp
+            p[K.P_MOE_SHARED_FLOPS] = 2.0 * shared / tp
+            p[K.P_MOE_SHARED_BYTES] = shared * b / tp
+            p[K.P_MOE_EXPERTS] = m.experts
+            p[K.P_MOE_TOPK] = m.top_k
+            p[K.P_MOE_FLOPS] = 2.0 * m.mlp_params_per_expert / tp
+            p[K.P_MOE_BYTES] = m.mlp_params_per_expert * b_e / tp
+        p[K.P_EP] = self.ep
+        p[K.P_MOE_IMBALANCE] = self.moe_imbalance
         p[K.P_HEAD_FLOPS] = 2.0 * m.vocab * m.hidden / tp
         p[K.P_HEAD_BYTES] = m.vocab * m.hidden * b / tp
         p[K.P_ATTN_FLOPS] = m.attn_flops_per_pair / tp
+        p[K.P_DA_FLOPS] = m.decode_attn_flops_per_pair / tp
         p[K.P_KV_BYTES] = self.kv_layer_bytes_per_gpu
+        p[K.P_SLIDE_LAYERS] = m.sliding_layers
+        p[K.P_WINDOW] = m.sliding_window
         p[K.P_PEAK_FLOPS] = self.peak_flops
         p[K.P_PEAK_BW] = self.gpu.hbm_gbps * 1e9
         for name, idx in CALIBRATED.items():
             p[idx] = v[name]
-        link = self.gpu.nvlink_gbps if self.gpu.nvlink_gbps > 0 else self.gpu.pcie_gbps
-        p[K.P_AR_BW] = v["ar_link_efficiency"] * link / 2.0 * 1e9
+        link = get_link(self.gpu.interconnect)
+        p[K.P_AR_FIXED_S] = v["ar_fixed_s"]
+        p[K.P_AR_LATENCY_S] = v["ar_latency_s"]
+        p[K.P_AR_BW] = v["ar_link_efficiency"] * link.one_way_gbps(self.gpu, self.tp) * 1e9
+        p[K.P_A2A_FIXED_S] = v["a2a_fixed_s"]
+        p[K.P_A2A_BW] = v["a2a_link_efficiency"] * link.one_way_gbps(self.gpu, self.ep) * 1e9
         p[K.P_ACT_BYTES] = 2.0
         return p
 
@@ -266,13 +308,14 @@ class AnalyticCost(CostModel):
         """``time_s`` and its parts, with ``*_bound`` naming what limits each part.
 
         ``linear_bound`` / ``attention_bound`` are ``"compute"`` or ``"memory"``;
-        ``communication_bound`` is ``"latency"`` or ``"bandwidth"`` (``"none"`` at tp=1).
+        ``communication_bound`` is ``"latency"`` or ``"bandwidth"`` (``"none"`` at tp=1);
+        ``all_to_all_s`` is the part of ``communication_s`` spent in MoE dispatch and combine.
         Also ``roofline_s``: max(FLOPs / peak FLOP/s, bytes / peak bandwidth) of the batch.
         """
         pt, pc, dc = check_batch(prefill_tokens, prefill_cached, decode_context)
         parts = K.analytic_parts_ref(self.params, pt, pc, dc)
         out = {k: parts[k] for k in ("time_s", "linear_s", "attention_s", "communication_s",
-                                     "overhead_s")}
+                                     "all_to_all_s", "overhead_s")}
         out["linear_bound"] = ("compute" if parts["linear_compute_s"] > parts["linear_memory_s"]
                                else "memory")
         out["attention_bound"] = ("compute" if parts["attention_compute_s"]
@@ -290,7 +333,8 @@ class AnalyticCost(CostModel):
 
     def roofline_work(self, prefill_tokens: ArrayLike, prefill_cached: ArrayLike | None,
                       decode_context: ArrayLike) -> tuple[float, float]:
-        """models/cost-model.md (9): (FLOPs, HBM bytes) of the batch on one GPU."""
+        """models/cost-model.md (9): (FLOPs, HBM bytes) of the batch on one GPU (routed
+        experts at their expected touched count under uniform routing)."""
         pt, pc, dc = check_batch(prefill_tokens, prefill_cached, decode_context)
         p = self.params
         live = pt > 0
@@ -298,21 +342,31 @@ class AnalyticCost(CostModel):
         n_seqs = float(live.sum() + dc.size)
         if n_tokens == 0:
             return 0.0, 0.0
-        L = p[K.P_LAYERS]
-        f_tok, w = p[K.P_LIN_FLOPS], p[K.P_LIN_BYTES]
-        if p[K.P_MOE_EXPERTS] > 0:
+        L, L_moe = p[K.P_LAYERS], p[K.P_MOE_LAYERS]
+        f_dense = p[K.P_LIN_FLOPS] + p[K.P_DENSE_MLP_FLOPS]
+        w_dense = p[K.P_LIN_BYTES] + p[K.P_DENSE_MLP_BYTES]
+        flops = (L - L_moe) * f_dense * n_tokens + p[K.P_HEAD_FLOPS] * n_seqs
+        nbytes = (L - L_moe) * w_dense + p[K.P_HEAD_BYTES]
+        if L_moe > 0:
             e, k = p[K.P_MOE_EXPERTS], p[K.P_MOE_TOPK]
-            w += e * (1.0 - (1.0 - k / e) ** n_tokens) * p[K.P_MOE_BYTES]
-            f_tok += k * p[K.P_MOE_FLOPS]
+            touched = e * (1.0 - (1.0 - k / e) ** n_tokens)
+            flops += L_moe * ((p[K.P_LIN_FLOPS] + p[K.P_MOE_SHARED_FLOPS]) * n_tokens
+                              + k * p[K.P_MOE_FLOPS] * n_tokens)
+            nbytes += L_moe * (p[K.P_LIN_BYTES] + p[K.P_MOE_SHARED_BYTES] + touched * p[K.P_MOE_BYTES])
         c = pt[live].astype(float)
         h = pc[live].astype(float)
-        attn_pairs = float((c * (h + c)).sum() + dc.sum())
-        flops = (L * f_tok * n_tokens + p[K.P_HEAD_FLOPS] * n_seqs
-                 + L * p[K.P_ATTN_FLOPS] * attn_pairs)
-        kv_tokens = float((h + c).sum() + dc.sum())
-        nbytes = L * w + p[K.P_HEAD_BYTES] + L * p[K.P_KV_BYTES] * kv_tokens
+        x = dc.astype(float)
+        slide, w = p[K.P_SLIDE_LAYERS], p[K.P_WINDOW]
+        keys_w, x_w = (np.minimum(h + c, w), np.minimum(x, w)) if slide else (h + c, x)
+        flops += ((L - slide) * p[K.P_ATTN_FLOPS] * float((c * (h + c)).sum())
+                  + slide * p[K.P_ATTN_FLOPS] * float((c * keys_w).sum())
+                  + (L - slide) * p[K.P_DA_FLOPS] * float(x.sum())
+                  + slide * p[K.P_DA_FLOPS] * float(x_w.sum()))
+        nbytes += p[K.P_KV_BYTES] * ((L - slide) * float((h + c).sum() + x.sum())
+                                     + slide * float(keys_w.sum() + x_w.sum()))
         return flops, nbytes
 
     def __repr__(self) -> str:
         return (f"AnalyticCost(gpu={self.gpu.key!r}, llm={self.llm.key!r}, tp={self.tp}, "
-                f"dtype={self.dtype!r}, calibration={self.calibration.get('name')!r})")
+                f"engine={self.engine!r}, dtype={self.dtype!r}, "
+                f"calibration={self.calibration.get('name')!r})")

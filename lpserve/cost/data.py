@@ -64,7 +64,7 @@ class CalibrationData:
     # ---- row builders ------------------------------------------------------------------
     def vidur_linear_rows(self) -> list[dict[str, Any]]:
         """Per-layer linear+norm ops of Llama-2-7B on A100 at TP 1/2/4/8."""
-        return [{"scope": "layer_linear", "source": "vidur", "tp": int(r["tp"]),
+        return [{"scope": "layer_linear", "source": "vidur", "engine": "kernels", "tp": int(r["tp"]),
                  "prefill_tokens": int(r["tokens"]), "prefill_chunks": 1,
                  "measured_s": float(r["linear_ms_per_layer"]) * 1e-3,
                  "phase": "prefill" if int(r["tokens"]) >= 128 else "decode",
@@ -77,14 +77,16 @@ class CalibrationData:
         out = []
         for r in self._rows("vidur_a100_llama2_7b_prefill_attention_tp1.csv"):
             c, h = int(r["prefill_chunk_size"]), int(r["kv_cache_size"])
-            out.append({"scope": "layer_prefill_attention", "source": "vidur", "tp": 1,
+            out.append({"scope": "layer_prefill_attention", "source": "vidur", "engine": "kernels",
+                        "tp": 1,
                         "prefill_tokens": c, "prefill_chunks": 1, "prefill_cached": h,
                         "measured_s": float(r["attn_prefill_median_ms"]) * 1e-3,
                         "phase": "prefill", "gpu": "a100-80gb", "llm": "llama-2-7b",
                         "point": f"vidur-attn-prefill-c{c}-kv{h}"})
         for r in self._rows("vidur_a100_llama2_7b_decode_attention_tp1.csv"):
             b, kv = int(r["batch_size"]), int(r["kv_cache_size"])
-            out.append({"scope": "layer_decode_attention", "source": "vidur", "tp": 1,
+            out.append({"scope": "layer_decode_attention", "source": "vidur", "engine": "kernels",
+                        "tp": 1,
                         "decode_batch": b, "decode_context": kv,
                         "measured_s": float(r["attn_decode_median_ms"]) * 1e-3,
                         "phase": "decode", "gpu": "a100-80gb", "llm": "llama-2-7b",
@@ -93,7 +95,8 @@ class CalibrationData:
 
     def all_reduce_rows(self) -> list[dict[str, Any]]:
         """NCCL all-reduce medians on one DGX-A100 node (TP 2/4/8)."""
-        return [{"scope": "all_reduce", "source": "vidur-nccl", "tp": int(r["tp"]),
+        return [{"scope": "all_reduce", "source": "vidur-nccl", "engine": "kernels",
+                 "tp": int(r["tp"]),
                  "message_bytes": int(r["message_bytes"]),
                  "measured_s": float(r["all_reduce_median_ms"]) * 1e-3, "phase": "comm",
                  "gpu": "a100-80gb", "llm": "llama-2-7b",
@@ -117,7 +120,8 @@ class CalibrationData:
             index[(m, hw)] = i + 1
             tp, p, b, t = (int(r[k]) for k in ("tensor_parallel", "prompt_size", "batch_size",
                                                "token_size"))
-            common = {"source": "splitwise", "tp": tp, "gpu": SPLITWISE_HARDWARE[hw], "llm": m,
+            common = {"source": "splitwise", "engine": "vllm", "tp": tp,
+                      "gpu": SPLITWISE_HARDWARE[hw], "llm": m,
                       "fit_split": "train" if i % 2 == 0 else "test",
                       "excluded": (r["model"], hw, tp, p, b, t) in SPLITWISE_EXCLUDED}
             tag = f"splitwise-{m}-{hw}-tp{tp}-p{p}-b{b}-o{t}"
@@ -136,7 +140,8 @@ class CalibrationData:
         out = []
         for r in self._rows("published_points.csv"):
             b = int(r["batch_size"])
-            row = {"scope": "iteration", "source": r["source"], "tp": int(r["tp"]),
+            engine = "trtllm" if r["source"].startswith("TensorRT-LLM") else None
+            row = {"scope": "iteration", "source": r["source"], "engine": engine, "tp": int(r["tp"]),
                    "gpu": r["gpu"], "llm": r["llm"], "dtype": r["dtype"], "phase": r["phase"],
                    "measured_s": float(r["measured_ms"]) * 1e-3, "point": r["point"],
                    "fit_split": "test"}
@@ -147,9 +152,59 @@ class CalibrationData:
             out.append(row)
         return out
 
+    def nemo_rows(self) -> list[dict[str, Any]]:
+        """NeMo Framework's TensorRT-LLM latencies of Llama-2 (128 in, 20 out, batch 1-8).
+
+        Each row is a whole static batch: one prefill of ``batch_size`` x 128 tokens, then
+        19 decode iterations. ``fit_split`` is ``test`` for the H100 batch-1 rows (the
+        tensor-parallel scaling the trtllm profile is checked on) and ``train`` otherwise;
+        ``excluded`` marks rows faster than their fp16 weights can be read (Llama-2-13B).
+        """
+        out = []
+        for r in self._rows("nemo_trtllm_llama2_inference.csv"):
+            tp, b = int(r["tp"]), int(r["batch_size"])
+            inp, outp = int(r["input_len"]), int(r["output_len"])
+            held_out = r["gpu"] == "h100-sxm" and b == 1
+            out.append({"scope": "static_batch", "source": "nemo-trtllm", "engine": "trtllm",
+                        "tp": tp, "gpu": r["gpu"], "llm": r["model"], "phase": "request",
+                        "prefill_tokens": inp, "prefill_chunks": b, "decode_batch": b,
+                        "decode_context": inp + 1, "decode_iters": outp - 1,
+                        "measured_s": float(r["latency_ms"]) * 1e-3,
+                        "fit_split": "test" if held_out else "train",
+                        "excluded": r["excluded"] == "1",
+                        "point": f"nemo-{r['model']}-{r['gpu']}-tp{tp}-b{b}"})
+        return out
+
+    def trtllm_rows(self) -> list[dict[str, Any]]:
+        """TensorRT-LLM v0.5 first-token latencies at 128 and 2048 prompt tokens (batch 1)
+        that ``published_points.csv`` does not already hold. Held out of the trtllm fits
+        (another release than NeMo's rows, and FP8 on H100): validation points."""
+        return [{"scope": "iteration", "source": "TensorRT-LLM v0.5 docs/source/performance.md",
+                 "engine": "trtllm", "tp": int(r["tp"]), "gpu": r["gpu"], "llm": r["llm"],
+                 "dtype": r["dtype"], "phase": "prefill", "prefill_tokens": int(r["prompt_tokens"]),
+                 "prefill_chunks": int(r["batch_size"]), "measured_s": float(r["measured_ms"]) * 1e-3,
+                 "point": r["point"], "fit_split": "test"}
+                for r in self._rows("trtllm_v05_first_token_latency.csv")]
+
+    def sglang_rows(self) -> list[dict[str, Any]]:
+        """SGLang mean decode-iteration time (TPOT) at concurrency 1 on 8 x B200: a decode
+        batch of 1 whose context grows from the input length over the output. gpt-oss-120b
+        is the fit row, Qwen3-235B-A22B held out."""
+        out = []
+        for r in self._rows("sglang_b200_tpot_c1.csv"):
+            inp, outp = int(r["input_len"]), int(r["output_len"])
+            out.append({"scope": "iteration", "source": "sglang-b200-sweep", "engine": "sglang",
+                        "tp": int(r["tp"]), "gpu": r["gpu"], "llm": r["llm"], "dtype": r["dtype"],
+                        "phase": "decode", "decode_batch": int(r["concurrency"]),
+                        "decode_context": inp + 1, "decode_iters": outp - 1,
+                        "measured_s": float(r["tpot_ms"]) * 1e-3, "point": r["point"],
+                        "fit_split": "train" if "gpt-oss" in r["llm"] else "test"})
+        return out
+
     def all_rows(self) -> list[dict[str, Any]]:
         return (self.vidur_linear_rows() + self.vidur_attention_rows() + self.all_reduce_rows()
-                + self.splitwise_rows() + self.published_rows())
+                + self.splitwise_rows() + self.published_rows() + self.nemo_rows()
+                + self.trtllm_rows() + self.sglang_rows())
 
 
 def _summarise_all_reduce(text: str) -> str:

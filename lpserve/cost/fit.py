@@ -6,12 +6,16 @@ A measured row is a dict (see :func:`predict_row`) with a ``scope``:
   iterations (contexts growing by one each);
 - ``"layer_linear"``, ``"layer_prefill_attention"``, ``"layer_decode_attention"``: one
   decoder layer's token-level ops or attention, as in operator profiles;
-- ``"all_reduce"``: one all-reduce of ``message_bytes`` bytes over ``tp`` GPUs.
+- ``"all_reduce"``: one all-reduce of ``message_bytes`` bytes over ``tp`` GPUs;
+- ``"static_batch"``: a whole static batch: one iteration prefilling the batch, then
+  ``decode_iters`` decode iterations of it (a request-level latency);
+- ``"batch"``: one iteration of an arbitrary batch given as lists (``prefill_list``,
+  ``cached_list``, ``decode_list``), as read from a user's CSV.
 
 Row fields: ``tp``, ``prefill_tokens`` (tokens per chunk), ``prefill_chunks`` (identical
 chunks), ``prefill_cached``, ``decode_batch``, ``decode_context`` (context at the first
-iteration), ``decode_iters``, ``message_bytes``, ``measured_s``. Missing fields are 0
-(``decode_iters`` 1).
+iteration), ``decode_iters``, ``message_bytes``, ``measured_s``, and optionally ``dtype``
+(the served dtype of that measurement). Missing fields are 0 (``decode_iters`` 1).
 
 Running ``python -m lpserve.cost.fit`` refits every calibration from the data in
 ``lpserve/data/calibration`` and rewrites ``fitted.toml`` there.
@@ -31,11 +35,16 @@ from lpserve.cost.catalog import GPUSpec, LLMSpec
 BOUNDS = {
     "eff_compute": (0.05, 1.0), "eff_weights": (0.05, 1.0), "plateau_tokens": (0.0, 512.0),
     "eff_attn": (0.02, 1.0), "attn_plateau_tokens": (0.0, 4096.0), "eff_kv": (0.05, 1.0),
-    "attn_seq_s": (0.0, 1e-3), "attn_fixed_s": (0.0, 1e-3), "multi_prompt_token_s": (0.0, 1e-3), "attn_chunk_s": (0.0, 1e-3), "attn_token_s": (0.0, 1e-5), "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0),
-    "layer_overhead_s": (0.0, 1e-3), "iter_overhead_s": (0.0, 0.1), "seq_overhead_s": (0.0, 1e-2),
+    "attn_seq_s": (0.0, 1e-3), "attn_fixed_s": (0.0, 1e-3), "multi_prompt_token_s": (0.0, 1e-3),
+    "attn_chunk_s": (0.0, 1e-3), "attn_token_s": (0.0, 1e-5), "ar_fixed_s": (0.0, 1e-3),
+    "ar_latency_s": (0.0, 1e-3), "ar_link_efficiency": (0.01, 1.0), "a2a_fixed_s": (0.0, 1e-3),
+    "a2a_link_efficiency": (0.01, 1.0), "layer_overhead_s": (0.0, 1e-3),
+    "iter_overhead_s": (0.0, 0.1), "seq_overhead_s": (0.0, 1e-2),
 }
 
-# parameters refitted per engine on end-to-end measurements (step 3 of ``calibrate``)
+# parameters refitted per engine on end-to-end measurements (steps 3-5 of ``calibrate``);
+# ``ar_latency_s`` only where the rows span several tensor-parallel degrees (at one degree
+# it is a per-layer constant like ``layer_overhead_s``: see :func:`engine_parameters`)
 ENGINE_PARAMETERS = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s",
                      "iter_overhead_s", "seq_overhead_s", "eff_attn", "ar_latency_s",
                      "multi_prompt_token_s")
@@ -68,14 +77,33 @@ class FitResult:
         return float(np.max(np.abs(self.rel_errors)))
 
 
+def engine_parameters(rows: Sequence[dict[str, Any]],
+                      candidates: Iterable[str] = ENGINE_PARAMETERS) -> tuple[str, ...]:
+    """The ``candidates`` that ``rows`` identify.
+
+    At a single tensor-parallel degree the all-reduce latency (``ar_latency_s``) is a
+    per-layer constant like ``layer_overhead_s``: it stays at its base value (the
+    interconnect's measured latency). For a single model (one layer count) a per-layer
+    constant is also a per-iteration one: the per-layer overhead is fitted and the
+    per-iteration overhead (``iter_overhead_s``) stays at its base (0), so that an engine's
+    fixed costs scale with the layers it runs when the fit is applied to other models
+    (``benchmarks/cost_validation.py`` checks that transfer on SGLang's held-out model).
+    """
+    several_tp = len({int(r.get("tp", 1)) for r in rows}) > 1
+    several_llm = len({r.get("llm") for r in rows}) > 1
+    drop = ({"ar_latency_s"} if not several_tp else set()) | (
+        {"iter_overhead_s"} if not several_llm else set())
+    return tuple(c for c in candidates if c not in drop)
+
+
 def _model(gpu: str | GPUSpec, llm: str | LLMSpec, tp: int, values: dict[str, float],
-           dtype: str | None = None):
+           dtype: str | None = None, engine: str | None = None):
     from lpserve.cost.analytic import AnalyticCost
 
     kw = dict(values)
     if dtype:
         kw["dtype"] = dtype
-    return AnalyticCost(gpu=gpu, llm=llm, tp=tp, **kw)
+    return AnalyticCost(gpu=gpu, llm=llm, tp=tp, engine=engine, **kw)
 
 
 def predict_row(model: Any, row: dict[str, Any]) -> float:
@@ -93,6 +121,15 @@ def predict_row(model: Any, row: dict[str, Any]) -> float:
         if chunks == 0 and b > 0:
             return K.decode_run(p, dc, iters) / iters
         return K.iteration_time(p, np.full(chunks, c, np.int64), np.full(chunks, h, np.int64), dc)
+    if scope == "static_batch":  # prefill of the whole batch, then its decode iterations
+        first = K.iteration_time(p, np.full(chunks, c, np.int64), np.full(chunks, h, np.int64),
+                                 np.zeros(0, np.int64))
+        iters = int(row.get("decode_iters", 0))
+        return first + K.decode_run(p, np.full(b, ctx, dtype=np.int64), iters)
+    if scope == "batch":
+        return K.iteration_time(p, np.asarray(row["prefill_list"], np.int64),
+                                np.asarray(row["cached_list"], np.int64),
+                                np.asarray(row["decode_list"], np.int64))
     peak_f, peak_b = p[K.P_PEAK_FLOPS], p[K.P_PEAK_BW]
     if scope == "layer_linear":  # (2)-(3) plus the per-layer overhead of (8)
         n = c * chunks + b
@@ -111,7 +148,8 @@ def predict_row(model: Any, row: dict[str, Any]) -> float:
                 + p[K.P_ATTN_SEQ_S] * b + p[K.P_ATTN_FIXED_S])
     if scope == "all_reduce":  # (7), one call
         tp = float(row["tp"])
-        return p[K.P_AR_LATENCY_S] * np.log2(tp) + 2.0 * (tp - 1.0) / tp * float(row["message_bytes"]) / p[K.P_AR_BW]
+        return (p[K.P_AR_FIXED_S] + p[K.P_AR_LATENCY_S] * np.log2(tp)
+                + 2.0 * (tp - 1.0) / tp * float(row["message_bytes"]) / p[K.P_AR_BW])
     raise ValueError(f"unknown row scope {scope!r}")
 
 
@@ -120,7 +158,7 @@ class _Problem:
 
     def __init__(self, rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec,
                  parameters: Iterable[str], base: dict[str, float] | None,
-                 dtype: str | None) -> None:
+                 dtype: str | None, engine: str | None = None) -> None:
         from lpserve.cost.analytic import AnalyticCost
 
         self.names = tuple(parameters)
@@ -134,11 +172,13 @@ class _Problem:
             if not r.get("measured_s", 0) > 0:
                 raise ValueError(f"row {i}: measured_s must be > 0, got {r.get('measured_s')!r}")
         if base is None:
-            base = dict(AnalyticCost(gpu=gpu, llm=llm, tp=int(self.rows[0].get("tp", 1))).values)
+            base = dict(AnalyticCost(gpu=gpu, llm=llm, tp=int(self.rows[0].get("tp", 1)),
+                                     engine=engine).values)
         self.base = {k: float(v) for k, v in base.items()}
-        self.gpu, self.llm, self.dtype = gpu, llm, dtype
+        self.gpu, self.llm, self.dtype, self.engine = gpu, llm, dtype, engine
         self.meas = np.array([float(r["measured_s"]) for r in self.rows])
-        self.tps = sorted({int(r.get("tp", 1)) for r in self.rows})
+        self.keys = [(r.get("gpu") or gpu, r.get("llm") or llm, int(r.get("tp", 1)),
+                      r.get("dtype") or dtype) for r in self.rows]
         self.lo = np.array([BOUNDS[n][0] for n in self.names])
         self.scale = np.maximum(np.array([BOUNDS[n][1] for n in self.names]) - self.lo, 1e-12)
         self.z0 = np.array([np.clip((self.base[n] - self.lo[i]) / self.scale[i], 1e-6, 1 - 1e-6)
@@ -152,8 +192,9 @@ class _Problem:
     def ratios(self, z: np.ndarray) -> np.ndarray:
         """predicted / measured per row."""
         v = self.values_at(z)
-        models = {tp: _model(self.gpu, self.llm, tp, v, self.dtype) for tp in self.tps}
-        pred = np.array([predict_row(models[int(r.get("tp", 1))], r) for r in self.rows])
+        models = {key: _model(key[0], key[1], key[2], v, key[3], self.engine)
+                  for key in set(self.keys)}
+        pred = np.array([predict_row(models[key], r) for key, r in zip(self.keys, self.rows)])
         return pred / self.meas
 
     def rel_errors(self, z: np.ndarray) -> np.ndarray:
@@ -177,7 +218,7 @@ class _Problem:
 def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, *,
         parameters: Iterable[str], base: dict[str, float] | None = None,
         dtype: str | None = None, power: float = 2.0,
-        max_rel_error: float | None = None) -> FitResult:
+        max_rel_error: float | None = None, engine: str | None = None) -> FitResult:
     """Least-squares fit of ``parameters`` so predictions match ``rows``.
 
     Minimises the sum of ``|log(predicted / measured)| ** power`` (relative errors weigh
@@ -188,13 +229,15 @@ def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, 
     unconstrained fit); a ``ValueError`` says so when no parameters within the bounds meet
     it (:func:`fit_minimax` gives the smallest reachable worst error).
     ``base`` gives the values of every parameter not fitted (default: the catalog's
-    calibration for the pair). Each row's ``tp`` selects the tensor-parallel degree.
+    calibration for the pair). Each row's ``tp`` selects the tensor-parallel degree and
+    its ``dtype`` (else ``dtype``) the served dtype; ``engine`` the engine whose defaults
+    (communication) apply to parameters ``base`` does not give.
     """
     if not (np.isfinite(power) and power >= 1.0):
         raise ValueError(f"power must be a finite number >= 1, got {power!r}")
     if max_rel_error is not None and not (np.isfinite(max_rel_error) and max_rel_error > 0):
         raise ValueError(f"max_rel_error must be a finite number > 0, got {max_rel_error!r}")
-    pb = _Problem(rows, gpu, llm, parameters, base, dtype)
+    pb = _Problem(rows, gpu, llm, parameters, base, dtype, engine)
     res = pb.least_squares(power)
     if max_rel_error is None or np.abs(pb.rel_errors(res.x)).max() <= max_rel_error:
         return pb.result(res.x, bool(res.success), str(res.message))
@@ -220,7 +263,7 @@ def fit(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, 
 
 def fit_minimax(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | LLMSpec, *,
                 parameters: Iterable[str], base: dict[str, float] | None = None,
-                dtype: str | None = None) -> FitResult:
+                dtype: str | None = None, engine: str | None = None) -> FitResult:
     """Fit of ``parameters`` with the smallest worst ``|predicted / measured - 1|`` over ``rows``.
 
     Solves min s subject to -s <= predicted / measured - 1 <= s on every row (SLSQP on the
@@ -229,7 +272,7 @@ def fit_minimax(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | L
     """
     from scipy.optimize import minimize
 
-    pb = _Problem(rows, gpu, llm, parameters, base, dtype)
+    pb = _Problem(rows, gpu, llm, parameters, base, dtype, engine)
     z = pb.least_squares(2.0).x
     k = len(pb.names)
     x0 = np.r_[z, np.abs(pb.rel_errors(z)).max()]
@@ -249,11 +292,18 @@ def fit_minimax(rows: Sequence[dict[str, Any]], gpu: str | GPUSpec, llm: str | L
 def calibrate(data: Any = None) -> list[dict[str, Any]]:
     """Refit every calibration entry of ``fitted.toml`` from the shipped data.
 
-    Returns the entries (dicts with ``name``, ``gpu``, ``llm``, the parameter values
-    and ``provenance``). ``data`` is a :class:`lpserve.cost.data.CalibrationData`
-    (default: the copies inside the package).
+    Returns the entries (dicts with ``name``, ``gpu``, ``llm``, ``engine``, the parameter
+    values and ``provenance``). ``data`` is a :class:`lpserve.cost.data.CalibrationData`
+    (default: the copies inside the package). Steps (``models/cost-model.md``,
+    Calibration): 1. NCCL on DGX-A100 (the ``nvlink3`` row of ``links.toml``); 2. Vidur's
+    A100 operator profile (engine ``kernels``); 3. Splitwise medians (``vllm``); 4. NeMo's
+    and TensorRT-LLM's published latencies (``trtllm``); 5. SGLang on B200 (``sglang``).
+    Communication parameters are stored only where the fit's rows identify them (several
+    tensor-parallel degrees); the others come from ``links.toml``.
     """
     from lpserve.cost import data as D
+    from lpserve.cost.analytic import CALIBRATED, link_defaults
+    from lpserve.cost.catalog import get_gpu
 
     data = data or D.CalibrationData.packaged()
     today = _dt.date.today().isoformat()
@@ -261,16 +311,18 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
     attn = ("eff_attn", "attn_plateau_tokens", "eff_kv", "attn_seq_s", "attn_fixed_s", "attn_chunk_s",
             "attn_token_s")
     start = {"eff_compute": 0.7, "eff_weights": 0.75, "plateau_tokens": 50.0, "eff_attn": 0.4,
-             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6, "attn_fixed_s": 5e-6, "multi_prompt_token_s": 0.0, "attn_chunk_s": 5e-6, "attn_token_s": 1e-7,
-             "ar_latency_s": 5e-5, "ar_link_efficiency": 0.6, "layer_overhead_s": 3e-5,
+             "attn_plateau_tokens": 500.0, "eff_kv": 0.8, "attn_seq_s": 5e-6, "attn_fixed_s": 5e-6,
+             "multi_prompt_token_s": 0.0, "attn_chunk_s": 5e-6, "attn_token_s": 1e-7,
+             "ar_fixed_s": 0.0, "ar_latency_s": 5e-5, "ar_link_efficiency": 0.6,
+             "a2a_fixed_s": 0.0, "a2a_link_efficiency": 0.5, "layer_overhead_s": 3e-5,
              "iter_overhead_s": 0.0, "seq_overhead_s": 0.0}
     entries = []
 
-    def entry(name, gpu, llm, values, used, res, note):
-        e = {"name": name, "gpu": gpu, "llm": llm}
+    def entry(name, gpu, llm, engine, values, used, res, note, comm=()):
+        e = {"name": name, "gpu": gpu, "llm": llm, "engine": engine}
+        keep = sorted(set(CALIBRATED) | set(comm))
         # a bound reached up to solver round-off (e.g. 4e-20 for 0) is stored as the bound
-        e.update({k: 0.0 if abs(v) < 1e-15 else float(f"{v:.6g}")
-                  for k, v in sorted(values.items())})
+        e.update({k: 0.0 if abs(values[k]) < 1e-15 else float(f"{values[k]:.6g}") for k in keep})
         e["provenance"] = {
             "data": used, "date": today, "note": note, "rows": res.n_rows,
             "fitted": list(res.fitted),
@@ -279,44 +331,95 @@ def calibrate(data: Any = None) -> list[dict[str, Any]]:
         }
         return e
 
-    # 1. NCCL all-reduce on DGX-A100 -> latency floor and link efficiency
+    def base_for(values: dict[str, float], gpu: str, engine: str) -> dict[str, float]:
+        """Calibrated values with the interconnect's communication defaults for the engine."""
+        return {**{k: values[k] for k in CALIBRATED}, **link_defaults(get_gpu(gpu), engine)}
+
+    # 1. NCCL all-reduce on DGX-A100 -> latency per step and link efficiency (links.toml nvlink3)
     ar_rows = data.all_reduce_rows()
     r_ar = fit(ar_rows, "a100-80gb", "llama-2-7b", parameters=("ar_latency_s", "ar_link_efficiency"),
-               base=start)
+               base=start, engine="kernels")
     start.update({k: r_ar.values[k] for k in r_ar.fitted})
     # 2. Vidur A100 operator profile -> A100 kernel efficiencies (no engine overhead)
     op_rows = data.vidur_linear_rows() + data.vidur_attention_rows()
-    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start)
+    r_v = fit(op_rows, "a100-80gb", "llama-2-7b", parameters=hw + attn, base=start, engine="kernels")
     a100 = dict(r_v.values)
     used_v = ("vidur_a100_llama2_7b_linear_ops_summary.csv, vidur_a100_llama2_7b_*_attention_tp1.csv, "
               "nccl_a100_dgx_all_reduce_summary.csv")
     note_v = ("A100 kernel times from Vidur's operator profile; no engine overhead "
-              "(iteration and sequence overheads 0); all-reduce from NCCL on DGX-A100 "
-              f"(fit median error {r_ar.median_abs_error:.3f})")
-    entries.append(entry("vidur-a100", "a100", "*", a100, used_v, r_v, note_v))
-    entries.append(entry("default", "*", "*", a100, used_v, r_v,
-                         "A100 efficiencies (fractions of peak) applied to a GPU with no calibration"))
-    # 3. Splitwise end-to-end medians -> engine-level fits per (gpu, llm), on even rows
+              "(iteration and sequence overheads 0); all-reduce: NCCL on DGX-A100, the nvlink3 "
+              f"row of links.toml (fit median error {r_ar.median_abs_error:.3f})")
+    entries.append(entry("vidur-a100", "a100", "*", "kernels", a100, used_v, r_v, note_v))
+    entries.append(entry("default", "*", "*", "kernels", a100, used_v, r_v,
+                         "A100 efficiencies (fractions of peak) applied to a GPU with no "
+                         "calibration; communication from its interconnect (links.toml)"))
+    # 3. Splitwise end-to-end medians -> vLLM-based engine fits per (gpu, llm), on even rows
     for llm, hwkey, gpu in SPLITWISE_GROUPS:
         rows = data.splitwise_rows(llm=llm, hardware=hwkey)
         train = [r for r in rows if r["fit_split"] == "train" and not r["excluded"]]
-        r_s = fit(train, gpu, llm, parameters=ENGINE_PARAMETERS, base=a100,
-                  max_rel_error=MAX_REL_ERROR)
+        params = engine_parameters(train)
+        r_s = fit(train, gpu, llm, parameters=params, base=base_for(a100, gpu, "vllm"),
+                  max_rel_error=MAX_REL_ERROR, engine="vllm")
         tag = "a100" if gpu.startswith("a100") else "h100"
-        name = f"splitwise-{tag}-{llm}"
+        comm = [k for k in params if k not in CALIBRATED]
         note = ("Splitwise end-to-end medians (vLLM-based engine, fp16); least squares on "
                 "every other row (fit_split=train) with every train row held within "
                 f"+-{MAX_REL_ERROR:.0%}; the rest held out")
-        entries.append(entry(name, gpu, llm, r_s.values, "splitwise_perf_model_medians.csv",
-                             r_s, note))
+        if not comm:
+            note += "; one tensor-parallel degree, so all-reduce latency from links.toml"
+        entries.append(entry(f"splitwise-{tag}-{llm}", gpu, llm, "vllm", r_s.values,
+                             "splitwise_perf_model_medians.csv", r_s, note, comm))
+        if tag == "a100" and llm == "llama-2-70b":
+            entries.append(entry("splitwise-a100", "a100", "*", "vllm", r_s.values,
+                                 "splitwise_perf_model_medians.csv", r_s,
+                                 "A100 Llama-2-70B engine fit applied to other models on A100",
+                                 comm))
+            entries.append(entry("vllm-default", "*", "*", "vllm", r_s.values,
+                                 "splitwise_perf_model_medians.csv", r_s,
+                                 "A100 Llama-2-70B engine fit (fractions of peak, overheads) "
+                                 "applied to a GPU with no vLLM calibration; communication from "
+                                 "its interconnect (links.toml)"))
         if tag == "h100":
             # BLOOM's attention (ALiBi, no FlashAttention in that engine) is not typical:
             # other models on Hopper keep the FlashAttention efficiency of the A100 profile
             hopper = dict(r_s.values, eff_attn=a100["eff_attn"])
-            entries.append(entry("splitwise-h100", "h100", "*", hopper,
+            entries.append(entry("splitwise-h100", "h100", "*", "vllm", hopper,
                                  "splitwise_perf_model_medians.csv", r_s,
                                  "H100 BLOOM-176B engine fit applied to other models on Hopper, "
                                  "with the FlashAttention efficiency (eff_attn) of vidur-a100"))
+    # 4. TensorRT-LLM: NeMo's Llama-2 latencies (TP 1-8, one release, fp16); TRT-LLM v0.5's
+    # first-token times (another release, FP8 on H100) stay held out as validation points
+    trt = [r for r in data.nemo_rows() if not r["excluded"]]
+    trt_params = ("eff_compute", "eff_weights", "plateau_tokens", "layer_overhead_s",
+                  "iter_overhead_s", "seq_overhead_s", "ar_fixed_s", "ar_latency_s")
+    fits = {}
+    for tag, gpu in (("a100", "a100-80gb"), ("h100", "h100-sxm")):
+        train = [r for r in trt if r["gpu"] == gpu and r["fit_split"] == "train"]
+        fits[tag] = fit(train, gpu, "llama-2-7b", parameters=engine_parameters(train, trt_params),
+                        base=base_for(a100, gpu, "trtllm"), engine="trtllm")
+        held = "; H100 batch-1 rows held out" if tag == "h100" else ""
+        entries.append(entry(f"trtllm-{tag}", tag, "*", "trtllm", fits[tag].values,
+                             "nemo_trtllm_llama2_inference.csv", fits[tag],
+                             "NeMo Framework TensorRT-LLM latencies of Llama-2-7B (TP 1-8, batch "
+                             f"1-8, 128 in / 20 out); least squares{held}",
+                             ("ar_fixed_s", "ar_latency_s")))
+    entries.append(entry("trtllm-default", "*", "*", "trtllm", fits["h100"].values,
+                         "nemo_trtllm_llama2_inference.csv",
+                         fits["h100"], "H100 TensorRT-LLM fit (fractions of peak, overheads) "
+                         "applied to a GPU with no TensorRT-LLM calibration; communication from "
+                         "its interconnect (links.toml)"))
+    # 5. SGLang: decode at concurrency 1 on 8 x B200 (gpt-oss-120b; Qwen3-235B held out)
+    sgl = [r for r in data.sglang_rows() if r["fit_split"] == "train"]
+    vllm_default = next(e for e in entries if e["name"] == "vllm-default")
+    r_g = fit(sgl, "b200", "gpt-oss-120b", parameters=("layer_overhead_s",),
+              base=base_for(vllm_default, "b200", "sglang"), engine="sglang")
+    note_g = ("SGLang TPOT at concurrency 1 on 8 x B200 (gpt-oss-120b, TP 8): the per-layer "
+              "overhead on top of the vllm-default efficiencies; Qwen3-235B-A22B held out")
+    entries.append(entry("sglang-b200", "b200", "*", "sglang", r_g.values,
+                         "sglang_b200_tpot_c1.csv", r_g, note_g))
+    entries.append(entry("sglang-default", "*", "*", "sglang", r_g.values,
+                         "sglang_b200_tpot_c1.csv", r_g,
+                         "the B200 SGLang fit applied to a GPU with no SGLang calibration"))
     return entries
 
 

@@ -1,0 +1,117 @@
+"""Calibration entries: the shipped ones (``fitted.toml``) and a user's own TOML files.
+
+A calibration entry is a TOML table ``[[calibration]]`` with ``name``, ``gpu`` (a GPU key,
+a GPU family or ``"*"``), ``llm`` (an LLM key or ``"*"``), ``engine`` (one of
+``engines.toml``), the parameter values it fixes and a ``[calibration.provenance]`` table.
+Parameters an entry leaves out take the interconnect's defaults (communication, from
+``links.toml``) or the engine's default entry (everything else).
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from lpserve.cost.catalog import GPUSpec, LLMSpec
+
+#: the engines of the package's historical default calibration (``engine=None``)
+DEFAULT_ENGINES = ("kernels", "vllm")
+REQUIRED_KEYS = ("name", "gpu", "llm", "engine")
+
+
+@lru_cache(maxsize=None)
+def calibrations() -> tuple[dict[str, Any], ...]:
+    """Calibrated parameter sets from ``lpserve/data/calibration/fitted.toml``."""
+    text = (resources.files("lpserve") / "data" / "calibration" / "fitted.toml").read_text()
+    return tuple(tomllib.loads(text)["calibration"])
+
+
+def _order(gpu: GPUSpec, llm: LLMSpec) -> tuple[tuple[str, str], ...]:
+    return ((gpu.key, llm.key), (gpu.family, llm.key), (gpu.key, "*"), (gpu.family, "*"),
+            ("*", "*"))
+
+
+def calibration_for(gpu: GPUSpec, llm: LLMSpec, engine: str | None = None,
+                    entries: Iterable[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The most specific calibration: (gpu key, llm), (family, llm), (gpu, *), (family, *), *.
+
+    ``engine`` restricts the search to that engine's entries; ``None`` searches the
+    package's default set (the engines in :data:`DEFAULT_ENGINES`), which is what
+    ``lp.cost_model`` used before engines could be named.
+    """
+    pool = list(calibrations() if entries is None else entries)
+    engines = DEFAULT_ENGINES if engine is None else (engine,)
+    for g, m in _order(gpu, llm):
+        for eng in engines:  # at equal specificity the default set prefers operator profiles
+            for e in pool:
+                if e["gpu"] == g and e["llm"] == m and e.get("engine") == eng:
+                    return dict(e)
+    which = "the default set" if engine is None else f"engine {engine!r}"
+    raise LookupError(f"no calibration of {which} matches gpu {gpu.key!r} (family "
+                      f"{gpu.family!r}) and llm {llm.key!r}; calibrations need a ('*', '*') "
+                      "entry per engine")
+
+
+def named_calibration(name: str) -> dict[str, Any]:
+    """The shipped calibration called ``name``."""
+    for e in calibrations():
+        if e.get("name") == name:
+            return dict(e)
+    names = sorted(e.get("name", "") for e in calibrations())
+    raise KeyError(f"unknown calibration {name!r}; known: {', '.join(names)} (or a path to a "
+                   "TOML file written by `lpserve calibrate`)")
+
+
+def load_calibration_file(path: str | Path) -> list[dict[str, Any]]:
+    """The ``[[calibration]]`` entries of a TOML file (as written by ``lpserve calibrate``).
+
+    Errors name the file and the entry and field at fault.
+    """
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"calibration file {str(p)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"calibration file {str(p)!r}: not valid TOML ({exc})") from None
+    entries = raw.get("calibration")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"calibration file {str(p)!r}: needs one or more [[calibration]] tables")
+    for i, e in enumerate(entries):
+        where = f"calibration file {str(p)!r}, entry {i} ({e.get('name', 'no name')!r})"
+        for k in REQUIRED_KEYS:
+            if not isinstance(e.get(k), str) or not e.get(k):
+                raise ValueError(f"{where}: field {k!r} must be a non-empty string")
+        for k, v in e.items():
+            if k in REQUIRED_KEYS or k == "provenance":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{where}: field {k!r} must be a finite number, got {v!r}")
+    return [dict(e) for e in entries]
+
+
+def resolve(calibration: str | Path, gpu: GPUSpec, llm: LLMSpec,
+            engine: str | None) -> dict[str, Any]:
+    """The entry ``calibration`` names: a shipped calibration's name, or a TOML file (the
+    entry of that file matching the pair, in the lookup order of :func:`calibration_for`)."""
+    text = str(calibration)
+    if isinstance(calibration, Path) or text.endswith(".toml") or Path(text).exists():
+        entries = load_calibration_file(calibration)
+        try:
+            return calibration_for(gpu, llm, engine, entries) if engine else _first_match(
+                gpu, llm, entries, text)
+        except LookupError:
+            raise LookupError(f"calibration file {text!r} has no entry for gpu {gpu.key!r} and "
+                              f"llm {llm.key!r}" + (f" with engine {engine!r}" if engine else ""))
+    return named_calibration(text)
+
+
+def _first_match(gpu: GPUSpec, llm: LLMSpec, entries: list[dict[str, Any]], text: str) -> dict[str, Any]:
+    for g, m in _order(gpu, llm):
+        for e in entries:
+            if e["gpu"] == g and e["llm"] == m:
+                return dict(e)
+    raise LookupError(text)
