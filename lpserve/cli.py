@@ -14,6 +14,7 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.trace_cmd",
     "lpserve.commands.cost_cmd",
+    "lpserve.commands.calibrate_cmd",
     "lpserve.commands.cache_cmd",
     "lpserve.commands.sweep_cmd",
     "lpserve.commands.solve_cmd",

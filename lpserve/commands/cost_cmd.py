@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="context tokens of each decode request")
     p.add_argument("--dtype", default=None, choices=["fp16", "bf16", "fp8"],
                    help="weight dtype (default: the catalog's)")
+    p.add_argument("--engine", default=None, help="engine profile: vllm, trtllm, sglang or "
+                   "kernels (default: the package's default calibration)")
+    p.add_argument("--calibration", default=None, metavar="NAME|PATH",
+                   help="a shipped calibration's name or a TOML file from `lpserve calibrate`")
     add_json_flag(p)
     p.set_defaults(func=_cost)
 
@@ -43,7 +47,12 @@ def _cost(args: argparse.Namespace) -> int:
     if (args.prefill is None) == (args.decode_batch is None):
         raise CLIError("give either --prefill N [--batch B] or --decode-batch B --context C")
     kw = {"dtype": args.dtype} if args.dtype else {}
-    model = cost_model(gpu=args.gpu, llm=args.llm, tp=args.tp, **kw)
+    if args.calibration:
+        kw["calibration"] = args.calibration
+    try:
+        model = cost_model(gpu=args.gpu, llm=args.llm, tp=args.tp, engine=args.engine, **kw)
+    except LookupError as exc:
+        raise CLIError(str(exc)) from None
     if args.prefill is not None:
         n = _positive("--prefill", args.prefill)
         b = _positive("--batch", args.batch)
@@ -59,12 +68,12 @@ def _cost(args: argparse.Namespace) -> int:
         shape = {"phase": "decode", "batch": b, "context": c}
     parts = model.breakdown(**batch)
     out = {"gpu": model.gpu.key, "llm": model.llm.key, "tp": model.tp, "dtype": model.dtype,
-           "calibration": model.calibration.get("name"), **shape, **parts}
+           "engine": model.engine, "calibration": model.calibration.get("name"), **shape, **parts}
     if args.json:
         emit_json(out)
         return 0
-    print(f"{model.llm.key} on {model.gpu.key} x{model.tp} ({model.dtype}), "
-          f"calibration {out['calibration']}: {shape['phase']} batch of {b}")
+    print(f"{model.llm.key} on {model.gpu.key} x{model.tp} ({model.dtype}), engine "
+          f"{model.engine}, calibration {out['calibration']}: {shape['phase']} batch of {b}")
     print(f"  iteration time   {fmt_num(parts['time_s'] * 1e3)} ms")
     for part, bound in (("linear", "linear_bound"), ("attention", "attention_bound"),
                         ("communication", "communication_bound"), ("overhead", None)):

@@ -14,8 +14,16 @@ SETTINGS = settings(max_examples=60, deadline=None,
 
 CONFIGS = [("a100-80gb", "llama-2-7b", 1), ("a100-80gb", "llama-2-70b", 4),
            ("h100-sxm", "mixtral-8x7b", 2), ("h200", "llama-3-70b", 8),
-           ("l40s", "mistral-7b", 1), ("h100-sxm", "bloom-176b", 8)]
-MODELS = {c: cost_model(gpu=c[0], llm=c[1], tp=c[2]) for c in CONFIGS}
+           ("l40s", "mistral-7b", 1), ("h100-sxm", "bloom-176b", 8),
+           # MoE with expert parallelism and imbalance, sliding windows, latent attention,
+           # a mesh interconnect and a PCIe-only GPU, under each engine profile
+           ("h100-sxm", "qwen3-30b-a3b", 4), ("b200", "gpt-oss-120b", 2),
+           ("h200", "deepseek-v3", 8), ("mi300x", "qwen3-32b", 2), ("l4", "llama-3.1-8b", 1)]
+OPTIONS = {("h100-sxm", "qwen3-30b-a3b", 4): dict(ep=4, moe_imbalance=1.3, engine="vllm"),
+           ("b200", "gpt-oss-120b", 2): dict(engine="sglang"),
+           ("h200", "deepseek-v3", 8): dict(ep=8, moe_imbalance=1.1, engine="trtllm"),
+           ("mi300x", "qwen3-32b", 2): dict(engine="vllm")}
+MODELS = {c: cost_model(gpu=c[0], llm=c[1], tp=c[2], **OPTIONS.get(c, {})) for c in CONFIGS}
 
 
 @st.composite
