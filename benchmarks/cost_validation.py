@@ -27,6 +27,28 @@ SHARED = Path(os.environ.get("LPSERVE_SHARED",
                             Path(__file__).resolve().parents[2] / "shared")) / "calibration"
 
 
+def tp_scaling_table() -> None:
+    """NeMo's TensorRT-LLM Llama-2-7B latencies on H100 (batch 1, 128 in / 20 out; held
+    out of the trtllm fit) beside the predictions of every profile."""
+    from lpserve.cost import cost_model
+    from lpserve.cost.data import CalibrationData
+
+    rows = {r["tp"]: r for r in CalibrationData.packaged().nemo_rows()
+            if r["llm"] == "llama-2-7b" and r["gpu"] == "h100-sxm" and r["prefill_chunks"] == 1}
+    print("\nLlama-2-7B on H100, batch 1, 128 input + 20 output tokens (ms): NeMo's TensorRT-LLM "
+          "measurement vs each profile")
+    engines = ("trtllm", "vllm", "sglang", None)
+    print(f"  {'TP':>3s} {'measured':>9s} " + " ".join(f"{str(e or 'default'):>16s}" for e in engines))
+    for tp in sorted(rows):
+        meas = rows[tp]["measured_s"] * 1e3
+        cells = []
+        for e in engines:
+            m = cost_model(gpu="h100-sxm", llm="llama-2-7b", tp=tp, engine=e)
+            t = (m.batch_time_s([128], [0], []) + m.decode_run_s([129], 19)) * 1e3
+            cells.append(f"{t:7.1f} ({100 * (t / meas - 1):+5.1f}%)")
+        print(f"  {tp:3d} {meas:9.1f} " + " ".join(f"{c:>16s}" for c in cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default=None, help="calibration folder (original layout)")
@@ -56,6 +78,7 @@ def main() -> None:
     print(f"  prefill+decode+request points worse than 30%: {len(worse)} of {len(kept)}")
     for r in worse.itertuples():
         print(f"    {r.point} {100 * r.rel_error:+.1f}%")
+    tp_scaling_table()
     s = summary(t)
     ok = all(s[f"{ph}/all"]["median_abs"] <= 0.10 for ph in ("prefill", "decode", "request"))
     ok = ok and len(worse) == 0
