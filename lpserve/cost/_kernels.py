@@ -152,13 +152,17 @@ def _analytic_totals(params, n_tokens, n_seqs, attn_work, attn_kv_tokens, n_deco
     if attn_work > 0.0:
         fixed = params[P_ATTN_CHUNK_S] * n_chunks + params[P_ATTN_TOKEN_S] * (n_tokens - n_decode)
         t_pa = max(params[P_ATTN_FLOPS] * attn_work / fl_a, params[P_KV_BYTES] * attn_kv_tokens / bw_kv)
-        t_pw = max(params[P_ATTN_FLOPS] * attn_work_w / fl_a, params[P_KV_BYTES] * attn_kv_w / bw_kv)
-        t_attn += (layers - slide) * t_pa + slide * t_pw + layers * fixed
+        t_attn += (layers - slide) * t_pa + layers * fixed
+        if slide > 0.0:
+            t_attn += slide * max(params[P_ATTN_FLOPS] * attn_work_w / fl_a,
+                                  params[P_KV_BYTES] * attn_kv_w / bw_kv)
     if n_decode > 0:
         fixed = params[P_ATTN_SEQ_S] * n_decode + params[P_ATTN_FIXED_S]
         t_da = max(params[P_KV_BYTES] * decode_ctx_sum / bw_kv, params[P_DA_FLOPS] * decode_ctx_sum / fl_a)
-        t_dw = max(params[P_KV_BYTES] * decode_win_sum / bw_kv, params[P_DA_FLOPS] * decode_win_sum / fl_a)
-        t_attn += (layers - slide) * t_da + slide * t_dw + layers * fixed
+        t_attn += (layers - slide) * t_da + layers * fixed
+        if slide > 0.0:
+            t_attn += slide * max(params[P_KV_BYTES] * decode_win_sum / bw_kv,
+                                  params[P_DA_FLOPS] * decode_win_sum / fl_a)
     # (7) tensor-parallel all-reduce: two per layer, one per MoE layer under expert parallelism
     t_comm = 0.0
     tp = params[P_TP]

@@ -167,3 +167,13 @@ def test_cli_reports_bad_files_and_calibration_files_errors(tmp_path, capsys):
         "eff_weights"] == 0.7  # the rest from the vllm profile
     with pytest.raises(LookupError, match="has no entry for gpu 'a100-80gb'"):
         cost_model(gpu="a100-80gb", llm="llama-3.1-8b", calibration=str(toml))
+
+
+def test_cli_cost_takes_an_engine_and_a_calibration_file(tmp_path, capsys):
+    assert main(["cost", "--gpu", "h100-sxm", "--llm", "llama-3.1-8b", "--engine", "trtllm",
+                 "--decode-batch", "1", "--context", "100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["engine"] == "trtllm" and out["calibration"] == "trtllm-h100"
+    assert main(["cost", "--gpu", "mi300x", "--llm", "qwen3-32b", "--tp", "2", "--engine",
+                 "trtllm", "--prefill", "10"]) == 2
+    assert "does not run on amd GPUs" in capsys.readouterr().err
