@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     # layer 2
     "Instance": "lpserve.instance",
     "SLO": "lpserve.instance",
+    "Tier": "lpserve.instance",
     # layer 3
     "Policy": "lpserve.policy",
     "Meta": "lpserve.policy",
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "make_policy": "lpserve.registry",
     "compare": "lpserve.evaluate",
     "robustness": "lpserve.evaluate",
+    "capacity": "lpserve.evaluate",
     "simulate": "lpserve.registry",
 }
 

@@ -30,6 +30,31 @@ class SLO:
                 raise ValueError(f"SLO.{k} must be a positive number of seconds, got {v!r}")
 
 
+@dataclass(frozen=True)
+class Tier:
+    """A service tier: a name, its latency objectives and the tenants (trace tenant ids)
+    it covers. Requests of tenants in no tier have the instance's SLO (tier
+    ``"default"``)."""
+
+    name: str
+    slo: SLO
+    tenants: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or self.name == "default":
+            raise ValueError(f"Tier.name must be a non-empty string other than 'default', "
+                             f"got {self.name!r}")
+        if not isinstance(self.slo, SLO):
+            raise ValueError(f"Tier {self.name!r}: slo must be an SLO, got {self.slo!r}")
+        ids = tuple(self.tenants)
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+               or t < 0]
+        if bad or not ids:
+            raise ValueError(f"Tier {self.name!r}: tenants must be a non-empty tuple of "
+                             f"tenant ids >= 0, got {self.tenants!r}")
+        object.__setattr__(self, "tenants", tuple(int(t) for t in ids))
+
+
 @dataclass(frozen=True, eq=False)
 class Instance:
     """What a policy is evaluated on.
@@ -42,6 +67,8 @@ class Instance:
             are reported (``None``: run until every request finishes or is rejected).
         cost: a cost model object (``lpserve.cost_model(...)``, ``UnitRoundCost``,
             ``TableCost``); ``None`` builds one from the cluster's GPU, LLM and TP.
+        tiers: service tiers (:class:`Tier`), each with its own SLO for its tenants; the
+            summary reports SLO attainment per tier. Tenants in none use ``slo``.
     """
 
     trace: Trace
@@ -49,6 +76,7 @@ class Instance:
     slo: SLO = SLO()
     horizon_s: float | None = None
     cost: Any = None
+    tiers: tuple[Tier, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.trace, Trace):
@@ -60,6 +88,34 @@ class Instance:
             raise ValueError(f"Instance.slo must be an SLO, got {self.slo!r}")
         if self.horizon_s is not None and not (float(self.horizon_s) > 0):
             raise ValueError(f"Instance.horizon_s must be > 0 or None, got {self.horizon_s!r}")
+        tiers = tuple(self.tiers)
+        if any(not isinstance(t, Tier) for t in tiers):
+            raise ValueError(f"Instance.tiers must hold Tier objects, got {self.tiers!r}")
+        names = [t.name for t in tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Instance.tiers: tier names must be distinct, got {names}")
+        seen: dict[int, str] = {}
+        for t in tiers:
+            for u in t.tenants:
+                if u in seen:
+                    raise ValueError(f"Instance.tiers: tenant {u} is in tiers "
+                                     f"{seen[u]!r} and {t.name!r}")
+                seen[u] = t.name
+        object.__setattr__(self, "tiers", tiers)
+
+    def request_slos(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per request: TTFT and TPOT objectives (s, float64) and tier name (object),
+        shape ``(n,)``, from :attr:`tiers` (the instance SLO and ``"default"`` otherwise)."""
+        n = len(self.trace)
+        ttft = np.full(n, float(self.slo.ttft_s))
+        tpot = np.full(n, float(self.slo.tpot_s))
+        tier = np.full(n, "default", dtype=object)
+        ten = self.trace.tenant
+        if ten is not None:
+            for t in self.tiers:
+                m = np.isin(ten, np.asarray(t.tenants, np.int64))
+                ttft[m], tpot[m], tier[m] = t.slo.ttft_s, t.slo.tpot_s, t.name
+        return ttft, tpot, tier
 
     def cost_model(self) -> Any:
         """The instance's cost model (built from the cluster when ``cost`` is None)."""
@@ -95,6 +151,9 @@ class Instance:
             "slo": [self.slo.ttft_s, self.slo.tpot_s],
             "horizon_s": self.horizon_s,
         }
+        if self.tiers:  # hashed only when set, so digests without tiers stay as they were
+            meta["tiers"] = [[t.name, t.slo.ttft_s, t.slo.tpot_s, list(t.tenants)]
+                             for t in self.tiers]
         h.update(json.dumps(meta, sort_keys=True, default=str).encode())
         if self.cost is not None:
             h.update(str(getattr(self.cost, "kind", type(self.cost).__name__)).encode())

@@ -109,3 +109,66 @@ def summarize(*, arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.
         "kv_utilization": kv_utilization,
         "wall_s": float(wall_s),
     }
+
+
+def jain_index(x: np.ndarray) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n sum x^2)`` of the allocations ``x`` (shape
+    ``(n,)``, >= 0): 1 when all are equal, ``1/n`` when one gets everything; NaN for no
+    entries or all zero."""
+    a = np.asarray(x, float)
+    if a.size == 0 or not np.any(a > 0):
+        return float("nan")
+    return float(a.sum() ** 2 / (a.size * np.sum(a * a)))
+
+
+def tenant_summary(*, tenant: np.ndarray, arrival_s: np.ndarray, first_token_s: np.ndarray,
+                   finish_s: np.ndarray, first_scheduled_s: np.ndarray,
+                   prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                   generated_tokens: np.ndarray, finished: np.ndarray,
+                   slo_ttft_s: np.ndarray, slo_tpot_s: np.ndarray,
+                   tier: np.ndarray) -> dict[str, Any]:
+    """Per-tenant and per-tier metrics (all arrays shape ``(n,)``, one entry per request).
+
+    ``tenant`` is the trace's tenant id (-1 for none); ``slo_ttft_s``/``slo_tpot_s`` each
+    request's objectives (its tier's); ``tier`` its tier name (object array).
+
+    Returns ``tenants``: ``{tenant: {n_requests, n_finished, prompt_tokens,
+    output_tokens, service_tokens, ttft_s, e2e_s, slo_attainment}}`` where the service a
+    tenant received is the prompt tokens of its requests that started plus the output
+    tokens they produced (``service_tokens`` = their sum), latency distributions are over
+    finished requests and SLO attainment is the share of *all* its requests finished
+    within both objectives; ``jain_index`` of ``service_tokens`` over tenants; and
+    ``tiers``: ``{tier: {n_requests, n_finished, slo_attainment, ttft_s, tpot_s}}`` with
+    the tier's objectives.
+    """
+    t = np.asarray(tenant, np.int64)
+    fin = np.asarray(finished, bool)
+    tt = ttft_s(arrival_s, first_token_s)
+    tp = tpot_s(first_token_s, finish_s, output_tokens)
+    ee = e2e_s(arrival_s, finish_s)
+    started = np.isfinite(np.asarray(first_scheduled_s, float))
+    ok = fin & np.isfinite(tt) & (tt <= slo_ttft_s) & (~np.isfinite(tp) | (tp <= slo_tpot_s))
+    p_served = np.where(started, np.asarray(prompt_tokens, np.int64), 0)
+    o_served = np.asarray(generated_tokens, np.int64)
+    tenants: dict[str, Any] = {}
+    service = []
+    for u in np.unique(t).tolist():
+        m = t == u
+        ps, os_ = int(p_served[m].sum()), int(o_served[m].sum())
+        service.append(ps + os_)
+        tenants[str(u)] = {
+            "n_requests": int(m.sum()), "n_finished": int((m & fin).sum()),
+            "prompt_tokens": ps, "output_tokens": os_, "service_tokens": ps + os_,
+            "ttft_s": distribution(tt[m & fin]), "e2e_s": distribution(ee[m & fin]),
+            "slo_attainment": float(ok[m].mean()),
+        }
+    tiers: dict[str, Any] = {}
+    tr = np.asarray(tier, dtype=object)
+    for name in sorted(set(tr.tolist())):
+        m = tr == name
+        k = int(np.flatnonzero(m)[0])
+        tiers[str(name)] = {"n_requests": int(m.sum()), "n_finished": int((m & fin).sum()),
+                            "slo_attainment": float(ok[m].mean()),
+                            "ttft_s": float(slo_ttft_s[k]), "tpot_s": float(slo_tpot_s[k])}
+    return {"tenants": tenants, "jain_index": jain_index(np.asarray(service, float)),
+            "tiers": tiers}

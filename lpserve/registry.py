@@ -9,6 +9,7 @@ from typing import Any, Callable
 from lpserve.opt.rebalance import AssignmentRebalancer
 from lpserve.policies import baselines as B
 from lpserve.policies import disagg as DG
+from lpserve.policies import fairness as FR
 from lpserve.policies import kvcompress as KC
 from lpserve.policies import lyapunov as LY
 from lpserve.policies import mlfq as MQ
@@ -98,6 +99,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     # live migration between replicas (lpserve/policies/rebalancers.py)
     "rebalance-llumnix": rebalanced("llumnix"),
     "rebalance-lp": rebalanced("lp"),
+    # fair sharing across tenants and tiered shedding (lpserve/policies/fairness.py)
+    "vtc": FR.fair_policy(FR.VTC, "vtc"),
+    "tiered-vtc": FR.fair_policy(FR.TieredShedding, "tiered-vtc"),
 }
 
 

@@ -51,6 +51,9 @@ class Result:
             ``arrays["migrated_to"]`` is its last destination (-1: never migrated;
             ``replica`` stays the router's choice).
         slo: ``(ttft_s, tpot_s)`` used for goodput.
+        request_slos: per request ``(ttft_s, tpot_s, tier)`` arrays, shape ``(n,)``, from
+            the instance's tiers (:meth:`lpserve.instance.Instance.request_slos`), for the
+            per-tenant and per-tier metrics; ``None`` uses ``slo`` for every request.
     """
 
     arrays: dict[str, np.ndarray]
@@ -59,6 +62,7 @@ class Result:
     seed: int
     stats: dict[str, Any] = field(default_factory=dict)
     slo: tuple[float, float] = (float("inf"), float("inf"))
+    request_slos: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def requests(self):
@@ -88,7 +92,29 @@ class Result:
         if "migrations" in self.stats:  # a policy with a rebalancer
             s["migrations"] = int(self.stats["migrations"])
             s["migrated_gb"] = float(self.stats["migrated_gb"])
+        s.update(self.tenant_summary())
         return s
+
+    def tenant_summary(self) -> dict[str, Any]:
+        """``tenants`` (per tenant: requests, service received, TTFT/E2E distributions,
+        SLO attainment), ``jain_index`` of the service over tenants and ``tiers`` (SLO
+        attainment per tier); see :func:`lpserve.objectives.tenant_summary`."""
+        a = self.arrays
+        n = a["request"].shape[0]
+        if self.request_slos is None:
+            slos = (np.full(n, self.slo[0]), np.full(n, self.slo[1]),
+                    np.full(n, "default", dtype=object))
+        else:
+            slos = self.request_slos
+        rel = a["release_s"]
+        return obj.tenant_summary(
+            tenant=a.get("tenant", np.full(n, -1, np.int64)),
+            arrival_s=np.where(np.isnan(rel), a["arrival_s"], rel),
+            first_token_s=a["first_token_s"], finish_s=a["finish_s"],
+            first_scheduled_s=a["first_scheduled_s"], prompt_tokens=a["prompt_tokens"],
+            output_tokens=a["output_tokens"], generated_tokens=a["generated_tokens"],
+            finished=a["status"] == "finished", slo_ttft_s=slos[0], slo_tpot_s=slos[1],
+            tier=slos[2])
 
     def digest(self) -> str:
         """sha256 of the per-request outcomes, the instance digest, policy and seed
@@ -161,6 +187,7 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         "seen_tokens": S.seen_tok,
         "replica": S.replica,
         "decode_replica": S.decode_replica,
+        "tenant": S.tenant.copy(),
         "status": np.array([STATUS_NAMES[s] for s in S.status.tolist()], dtype=object),
         "reason": S.reason,
     }
@@ -191,4 +218,5 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
     if sim.migrator is not None:  # migrations, migrated_gb, migration_s (transfer time)
         stats.update(sim.migrator.stats())
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
-                  seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s))
+                  seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s),
+                  request_slos=instance.request_slos() if instance.tiers else None)
