@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.solve_cmd",
     "lpserve.commands.simulate_cmd",
     "lpserve.commands.gap_cmd",
+    "lpserve.commands.capacity_cmd",
 )
 
 

@@ -24,6 +24,7 @@ from lpserve.evaluate.bounds import (
                                      flatten,
                                      resolve_bounds,
 )
+from lpserve.evaluate.capacity import CapacityResult, bisect_capacity, capacity, meets_slo
 from lpserve.evaluate.compare import (
                                      BASELINES,
                                      PREFERRED_PRINCIPLED,
@@ -40,7 +41,8 @@ from lpserve.evaluate.compare import (
 )
 
 __all__ = ["BASELINES", "BOUNDS", "METRIC_KEYS", "PREFERRED_PRINCIPLED", "SOLVED_POLICIES",
-           "Bound", "BoundViolation", "ClaimedBound", "CostModelBound", "PerRequestBound",
+           "Bound", "BoundViolation", "CapacityResult", "bisect_capacity", "capacity",
+           "meets_slo", "ClaimedBound", "CostModelBound", "PerRequestBound",
            "PolicyUnavailable", "Samples", "check_bound", "common_cases",
            "compare", "default_policies", "flatten", "resolve_bounds", "resolve_policies",
            "robustness", "robustness_summary", "solved_policy"]
