@@ -17,6 +17,7 @@ from lpserve.policies import programs as PG
 from lpserve.policies import rebalancers as RB
 from lpserve.policies import schedulers as SC
 from lpserve.policies import speculation as SP
+from lpserve.policies import wait as WT
 from lpserve.policy import Policy
 
 #: rebalancer kind -> class, for the ``rebalance-*`` policies
@@ -102,6 +103,8 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     # fair sharing across tenants and tiered shedding (lpserve/policies/fairness.py)
     "vtc": FR.fair_policy(FR.VTC, "vtc"),
     "tiered-vtc": FR.fair_policy(FR.TieredShedding, "tiered-vtc"),
+    # fluid-guided threshold admission (lpserve/policies/wait.py, lpserve/opt/fluid.py)
+    "wait": SC.scheduled(WT.WAIT, "wait", engine_defaults=_MCSF_ENGINE),
 }
 
 

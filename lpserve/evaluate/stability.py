@@ -26,51 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from lpserve.opt.fluid import kv_token_iterations
+
 __all__ = ["kv_token_iterations", "predict_capacity", "queue_growth"]
-
-
-def _ceil_sum(n: np.ndarray, bt: int) -> np.ndarray:
-    """``sum_{x=1}^{n} ceil(x / bt)`` elementwise (int64; 0 for n <= 0)."""
-    n = np.maximum(np.asarray(n, np.int64), 0)
-    q, r = n // bt, n % bt
-    return bt * q * (q + 1) // 2 + r * (q + 1)
-
-
-def kv_token_iterations(prompt_tokens: Any, output_tokens: Any, *,
-                        chunk_tokens: int | None = None, block_tokens: int = 1,
-                        reserve_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(g, L)`` per request (int64, shape ``(n,)``): KV tokens held summed over the
-    iterations the request is in the batch, and the number of those iterations, for
-    lpserve's engine (``models/stability.md`` (4)-(6)).
-
-    A prompt of ``s`` tokens is prefilled in ``ceil(s / chunk)`` chunks (one iteration
-    without ``chunk_tokens``), holding the blocks of the tokens computed so far; its first
-    output token ends the prefill and each of the other ``o - 1`` decode iterations holds
-    the blocks of ``s + j`` tokens. Memory is counted in whole blocks of
-    ``block_tokens``; ``reserve_tokens`` (Orca, static batching) holds that many tokens'
-    blocks for every iteration instead.
-    """
-    s = np.asarray(prompt_tokens, np.int64)
-    o = np.asarray(output_tokens, np.int64)
-    if s.shape != o.shape or np.any(s < 1) or np.any(o < 1):
-        raise ValueError("kv_token_iterations: prompt and output tokens must be >= 1 and "
-                         "of one shape")
-    bt = int(block_tokens)
-    k = np.ones_like(s)
-    pre = bt * (-(-s // bt))
-    if chunk_tokens is not None:
-        c = int(chunk_tokens)
-        if c < 1:
-            raise ValueError(f"kv_token_iterations: chunk_tokens must be >= 1, got {c}")
-        k = -(-s // c)
-        for i in np.flatnonzero(k > 1).tolist():
-            m = np.minimum(np.arange(1, k[i] + 1) * c, s[i])
-            pre[i] = int(np.sum(bt * (-(-m // bt))))
-    L = k + o - 1
-    if reserve_tokens is not None:
-        return L * bt * (-(-int(reserve_tokens) // bt)), L
-    dec = bt * (_ceil_sum(s + o - 1, bt) - _ceil_sum(s, bt))
-    return pre + dec, L
 
 
 def predict_capacity(instance: Any, policy: Any) -> dict[str, Any]:
