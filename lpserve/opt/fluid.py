@@ -9,7 +9,7 @@ equilibrium keep ``o_j`` cohorts in flight and ``x_j g_j`` tokens in memory, wit
 The fluid optimum maximizes output tokens per iteration under the memory and the arrival
 rates (:func:`fluid_optimum`, (1)-(3)); WAIT admits ``n_j = floor(x_j)`` requests of type
 ``j`` per iteration once that many wait (:func:`wait_thresholds`, (4)). With unknown
-lengths the admitted mix is the arrival mix, and the optimum is (5)
+lengths the admitted mix is the arrival mix, and the optimum is (6)
 (:func:`fluid_unknown_lengths`).
 """
 from __future__ import annotations
@@ -121,7 +121,7 @@ def wait_thresholds(prompt_tokens: Any, output_tokens: Any, x: Any) -> dict[tupl
 def fluid_unknown_lengths(prompt_tokens: Any, output_tokens: Any, rate: Any,
                           memory_tokens: float, *, iteration_s: float = 1.0,
                           block_tokens: int = 1) -> dict[str, Any]:
-    """(5): with output lengths unknown at admission the admitted mix is the arrival mix
+    """(6): with output lengths unknown at admission the admitted mix is the arrival mix
     ``p_j = rate_j / sum rate``, so at most ``x = min(sum rate * iteration_s, M / E_p[g])``
     requests per iteration. Returns ``x``, ``mean_g`` and ``tokens_per_iteration``."""
     s, o, lam = _types(prompt_tokens, output_tokens, rate)

@@ -19,7 +19,8 @@ when it has produced ``o``. Memory ``M`` tokens.
   more than ``d_{k-1}`` tokens; the structure of the authors' public scheduler), ``n_1``
   the largest with ``sum_k n_k m_k + buffer <= M`` (``m_k`` the memory one request per
   stage of segment ``k`` holds), and ``buffer`` tokens kept for paused requests
-  (:func:`nested_wait_caps`; margins and buffer derived in ``models/wait-fluid.md``). If memory still runs out, the newest running request is
+  (:func:`nested_wait_caps`; ``models/wait-fluid.md`` (7)-(9), margins and buffer
+  derived there). If memory still runs out, the newest running request is
   evicted and restarts from scratch (counted).
 
 Both return the tokens produced and requests finished by the horizon, the peak memory
@@ -88,9 +89,9 @@ def nested_wait_caps(prompt_tokens: Any, output_tokens: Any, rate: Any, memory_t
 
     ``margin=None`` sets each segment's margin to one standard deviation of the share of a
     cohort that survives into it, ``sqrt(r_k (1 - r_k) / n_{k-1})`` with
-    ``r_k = P_k / P_{k-1}`` (``models/wait-fluid.md`` (7)); ``buffer_tokens=None`` keeps
+    ``r_k = P_k / P_{k-1}`` (``models/wait-fluid.md`` (8)); ``buffer_tokens=None`` keeps
     room for ``b_k = ceil(sqrt(n_{k-1} r_k (1 - r_k)) / 2 * ln(horizon / delta))`` paused
-    requests at each gate, each holding at most ``l_max + d_{k-1}`` tokens ((8): the level
+    requests at each gate, each holding at most ``l_max + d_{k-1}`` tokens ((9): the level
     a queue with that drift and variance exceeds within ``horizon`` iterations with
     probability about ``delta``). Both shrink relative to the caps as memory grows.
 

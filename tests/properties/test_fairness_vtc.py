@@ -25,7 +25,7 @@ def _trace(bursts):
             p.append(prompt + 7 * k % 13)
             o.append(output + 5 * k % 11)
     order = np.lexsort((np.arange(len(arr)), np.asarray(arr)))
-    take = lambda x: np.asarray(x)[order]  # noqa: E731
+    take = lambda x: np.asarray(x)[order]
     return lp.Trace.from_arrays(arrival_s=take(arr).astype(float), prompt_tokens=take(p),
                                 output_tokens=take(o), tenant=take(ten))
 

@@ -44,7 +44,7 @@ def test_meets_slo_counts_unfinished_requests_as_misses():
 
 
 def _brute(s, o, chunk, bt):
-    held, total, iters = 0, 0, 0
+    total, iters = 0, 0
     done = 0
     while done < s:  # prefill chunks
         done = min(s, done + (chunk or s))

@@ -17,7 +17,7 @@ from lpserve.policy import SchedulerView
 
 def view(now, req, tenant, running, prompt=None, gen=None, arrival=None, replica=0):
     n = len(req)
-    f = lambda x, d: readonly(np.asarray(d if x is None else x))  # noqa: E731
+    f = lambda x, d: readonly(np.asarray(d if x is None else x))
     return SchedulerView(
         now_s=now, replica=replica, request=f(req, None).astype(np.int64),
         arrival_s=f(arrival, np.arange(n, dtype=float)).astype(float),
