@@ -328,7 +328,8 @@ class TieredShedding(VTC):
     def _admissible(self, view: SchedulerView, waiting: list[int]) -> list[int]:
         rep = int(view.replica)
         known = self._known.setdefault(rep, set())
-        now = float(view.now_s)
+        # deadlines are checked at the tick's start, whenever in it the engine asks
+        now = math.floor(view.now_s / self.quantum_s + 1e-9) * self.quantum_s
         req, ten, arr = view.request, view.tenant, view.arrival_s
         counts: dict[int, int] = {}
         fresh = []

@@ -69,3 +69,7 @@ def test_tiered_shedding_reports_shed_requests_as_held_back():
     assert shed.any() and (a["tenant"][shed] == 1).all()
     assert pol.scheduler.shed == set(np.flatnonzero(shed).tolist())
     assert res.summary()["tenants"]["0"]["n_finished"] == 30
+    ref = lp.simulate(inst, lp.make_policy("tiered-vtc", tiers={1: 1}, shed_after_s={1: 0.2},
+                                           max_num_seqs=2), reference=True)
+    assert ref.digest() == res.digest()
+    assert lp.capacity is not None   # the capacity search is part of the public surface
