@@ -16,8 +16,8 @@ from lpserve.cost.speculation import (
     sample_tokens,
     speculation_cost,
 )
-from lpserve.policies.bandits import FixedArm
 from lpserve.policies.bandits import (
+    FixedArm,
     SpeculationBandit,
     arm_means,
     simulate_bandit,
