@@ -182,3 +182,90 @@ def preempting_instance(seed: int, host_memory_gb: float):
     return lp.Instance(trace=tr, cluster=lp.Cluster(
         gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.171,
         host_memory_gb=host_memory_gb))
+
+
+# ====================================================================== quantum ticks
+# (owned by the tick arithmetic of lpserve.policy.roles; what found the empty decode run)
+#: quanta of the registered schedulers and decimal ones whose multiples round in float64
+QUANTA_S = (0.05, 0.1, 0.01, 0.3, 0.5, 0.7, 1.0 / 3.0, 2.5e-3)
+#: decimal offsets of fractional arrivals in round-model instances (``8.1 / 0.05`` rounds)
+ARRIVAL_OFFSETS_S = (0.0, 0.1, 0.05, 0.3, 0.15, 0.7, 0.01, 0.25, 1.0 / 3.0)
+
+
+@st.composite
+def quantum_boundaries(draw) -> tuple[float, float]:
+    """``(now_s, quantum_s)`` on, just below and just above tick boundaries, produced the
+    ways the simulator produces times: a product ``k * q``, a running sum of ``k`` quanta,
+    a decimal offset plus whole rounds (``0.1 + 8``), the decimal literal ``round(k q)``,
+    and one ulp either side of each."""
+    q = draw(st.sampled_from(QUANTA_S) | st.floats(1e-4, 100.0))
+    k = draw(st.integers(0, 200_000))
+    how = draw(st.sampled_from(["product", "sum", "offset", "decimal"]))
+    if how == "product":
+        now = k * q
+    elif how == "sum":
+        now = float(np.cumsum(np.full(min(k, 5000) + 1, q))[-1])
+    elif how == "offset":
+        now = draw(st.sampled_from(ARRIVAL_OFFSETS_S)) + float(k % 5000)
+    else:
+        now = float(f"{k * q:.6f}")
+    side = draw(st.sampled_from([0, 0, -1, 1]))
+    if side:
+        now = float(np.nextafter(now, side * np.inf))
+    return max(now, 0.0), q
+
+
+@st.composite
+def unit_round_instances(draw, *, max_size: int = 8, disaggregated: bool | None = False):
+    """Round-model instances (``UnitRoundCost``, one token per block, tight memory) whose
+    arrivals are whole rounds plus a decimal offset: iteration ends then fall on quantum
+    boundaries through float rounding, as in the two-request reproducer of the empty
+    decode run (arrivals 0.1 and 1.1, memory 64)."""
+    from lpserve.cluster import Cluster
+    from lpserve.cost import UnitRoundCost
+    from lpserve.instance import Instance
+
+    n = draw(st.integers(1, max_size))
+    rounds = np.sort(np.asarray(draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)),
+                                np.float64))
+    offset = draw(st.sampled_from(ARRIVAL_OFFSETS_S))
+    frac = np.asarray(draw(st.lists(st.sampled_from([0.0, 0.0, 0.1, 0.05, 0.5]),
+                                    min_size=n, max_size=n)), np.float64)
+    arrival = np.maximum.accumulate(rounds + offset + frac)
+    prompt = np.asarray(draw(st.lists(st.integers(1, 8), min_size=n, max_size=n)), np.int64)
+    output = np.asarray(draw(st.lists(st.integers(1, 16), min_size=n, max_size=n)), np.int64)
+    need = int((prompt + output).max())
+    memory = draw(st.integers(max(need // 2, 2), 4 * need + 8))
+    disagg = draw(st.booleans()) if disaggregated is None else disaggregated
+    layout = (dict(replicas=1, prefill_replicas=1, decode_replicas=draw(st.integers(1, 2)))
+              if disagg else dict(replicas=draw(st.integers(1, 2))))
+    tr = Trace.from_arrays(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
+                           name="unit-round-hyp")
+    return Instance(trace=tr, cluster=Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                              block_tokens=1, **layout),
+                    cost=UnitRoundCost(memory_tokens=memory))
+
+
+def needs_analytic_cost(name: str) -> bool:
+    """Whether registered policy ``name`` refuses ``UnitRoundCost`` by design (speculative
+    decoding prices its draft model with an analytic cost model)."""
+    from lpserve.registry import make_policy
+
+    return make_policy(name).engine.speculation is not None
+
+
+@st.composite
+def registry_cases(draw):
+    """``(instance, registered policy name)``: any registered policy on a round-model
+    instance with fractional arrivals or on a small analytic-cost instance of
+    :func:`sim_instances` (tight memory, bursts, disaggregation, horizons); speculative
+    policies, which refuse the round model, always get the analytic cost."""
+    from lpserve.registry import policy_names
+
+    name = draw(st.sampled_from(policy_names()))
+    if not needs_analytic_cost(name) and draw(st.booleans()):
+        return draw(unit_round_instances(max_size=10, disaggregated=None)), name
+    cases = sim_instances(max_size=16)
+    if needs_analytic_cost(name):
+        cases = cases.filter(lambda case: case[0].cost is None)
+    return draw(cases)[0], name

@@ -69,6 +69,22 @@ def run_command(args: argparse.Namespace) -> int:
     return int(rc or 0)
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (interpreter start and imports included), from
+    ``/proc/self/stat``; 0.0 where ``/proc`` is missing. Used so that a command's
+    ``--time-limit`` counts from when the user started it."""
+    import os
+    import time
+
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+        return max(time.clock_gettime(time.CLOCK_BOOTTIME) - start_s, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
 def fmt_num(x: float, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="instance folder / instance.toml, a name under instances/, "
                        "or 'bundled'")
         p.add_argument("--time-limit", type=float, default=None, metavar="S",
-                       help="solver time limit in seconds (default: none)")
+                       help="time limit in seconds for the whole command, from its start "
+                       "(loading, build and solve; default: none)")
         p.add_argument("--replicas", type=int, default=4,
                        help="replicas for --instance bundled (default 4)")
         p.add_argument("--memory-tokens", type=int, default=None,
@@ -56,19 +57,31 @@ def _instance(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import math
+    import time
+
+    from lpserve.commands.common import process_age_s
     from lpserve.opt import FORMULATIONS, formulation, solve
 
+    # --time-limit counts from the start of the process: imports and the instance too
+    t0 = time.monotonic() - process_age_s()
     if args.name not in FORMULATIONS:
         raise CLIError(f"unknown formulation {args.name!r}; known: "
                        f"{', '.join(sorted(FORMULATIONS))}")
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise CLIError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.time_limit is not None and not (args.time_limit > 0
+                                            and math.isfinite(args.time_limit)):
+        raise CLIError(f"--time-limit must be a finite number of seconds > 0, got "
+                       f"{args.time_limit}")
+    if args.memory_tokens is not None and args.memory_tokens < 1:
+        raise CLIError(f"--memory-tokens must be >= 1, got {args.memory_tokens}")
     inst, spec = _instance(args)
     opts: dict[str, Any] = {}
     if args.memory_tokens is not None:
         opts["memory_tokens"] = args.memory_tokens
     f = formulation(args.name)
-    sol = solve(args.name, inst, time_limit_s=args.time_limit, **opts)
+    left = None if args.time_limit is None else max(args.time_limit - (time.monotonic() - t0),
+                                                     1e-3)
+    sol = solve(args.name, inst, time_limit_s=left, **opts)
     out = {k: v for k, v in sol.summary().items() if not isinstance(v, (dict, list))}
     out["command"] = args.command
     out["instance"] = args.instance

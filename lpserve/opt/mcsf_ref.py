@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from lpserve.opt.budget import Deadline, TimeLimitReached
 from lpserve.opt.exact import KVProblem
 
 
 def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None,
-                  priority: Any = None) -> np.ndarray:
+                  priority: Any = None, deadline: Deadline | None = None) -> np.ndarray:
     """Start round of each request under MC-SF, int64 shape ``(n,)``.
 
     Args:
@@ -32,6 +33,8 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None,
         priority: order key per request (lower first), shape ``(n,)``; default the
             predicted length (MC-SF). Arrival round gives MC-Benchmark (FCFS with the same
             memory check).
+        deadline: a :class:`~lpserve.opt.budget.Deadline`, checked every round and every
+            trial start; :class:`~lpserve.opt.budget.TimeLimitReached` once it passed.
 
     Raises ValueError naming the request if ``s_i + õ_i > M`` (it could never start) or a
     prediction is below the true length.
@@ -63,7 +66,10 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None,
     running: list[int] = []        # started, predicted not yet finished
     waiting: list[int] = []        # arrived, not started
     nxt, t, left = 0, 0, n
+    check = deadline.check if deadline is not None and deadline.limited else None
     while left:
+        if check is not None:
+            check("running the memory-check greedy")
         while nxt < n and a[order_all[nxt]] <= t:
             waiting.append(order_all[nxt])
             nxt += 1
@@ -78,6 +84,8 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None,
         committed = [(s[i], start[i], p[i]) for i in running]   # (s, start, predicted)
         chosen: list[int] = []
         for j in waiting:
+            if check is not None:
+                check("running the memory-check greedy")
             trial = committed + [(s[j], t, p[j])]
             if _fits(trial, t, M):
                 committed = trial
@@ -97,7 +105,16 @@ def mcsf_schedule(problem: KVProblem, predicted_tokens: Any = None,
 
 def _fits(committed: list[tuple[int, int, int]], t: int, M: int) -> bool:
     """Memory of ``committed`` (s, start, predicted) within M at every round after ``t``;
-    the curve rises between completions, so checking each predicted completion suffices."""
+    the curve rises between completions, so checking each predicted completion suffices.
+    Quadratic in the batch: plain Python for small batches, numpy above 24."""
+    if len(committed) > 24:
+        c = np.asarray(committed, np.int64)
+        sc, kc, pc = c[:, 0], c[:, 1], c[:, 2]
+        r = kc + pc
+        r = r[r > t]
+        act = (kc[None, :] < r[:, None]) & (r[:, None] <= (kc + pc)[None, :])
+        load = np.where(act, sc[None, :] + r[:, None] - kc[None, :], 0).sum(axis=1)
+        return bool(load.size == 0 or load.max() <= M)
     for _, k0, p0 in committed:
         r = k0 + p0
         if r <= t:
@@ -117,14 +134,21 @@ def mcsf_latency(problem: KVProblem, predicted_tokens: Any = None) -> int:
     return int(np.sum(k + problem.output_tokens - problem.arrival_round))
 
 
-def best_memory_safe_schedule(problem: KVProblem) -> np.ndarray:
+def best_memory_safe_schedule(problem: KVProblem,
+                              deadline: Deadline | None = None) -> np.ndarray:
     """The best (least total latency) of the memory-check greedy under several orders:
     predicted length (MC-SF), peak s + o, area s o + o^2 / 2, and arrival (MC-Benchmark).
-    Used as the IP's incumbent and to size its start windows."""
+    Used as the IP's incumbent and to size its start windows. Past ``deadline`` it raises
+    :class:`~lpserve.opt.budget.TimeLimitReached` whose ``partial["incumbent"]`` is the
+    best schedule of the orders finished so far (None if none finished)."""
     o, s = problem.output_tokens, problem.prompt_tokens
     best, best_v = None, None
     for key in (o, s + o, problem.area_token_rounds(), problem.arrival_round):
-        k = mcsf_schedule(problem, priority=key)
+        try:
+            k = mcsf_schedule(problem, priority=key, deadline=deadline)
+        except TimeLimitReached as exc:
+            raise TimeLimitReached("searching the greedy schedules",
+                                   {"incumbent": best}) from exc
         v = int(np.sum(k + o - problem.arrival_round))
         if best_v is None or v < best_v:
             best, best_v = k, v

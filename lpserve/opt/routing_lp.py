@@ -24,7 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lpserve.opt.solution import Formulation, Solution, Status, highs_model, highs_status
+from lpserve.opt.budget import Deadline, as_deadline, run_highs
+from lpserve.opt.solution import Formulation, Solution, Status, highs_status
 
 
 # ======================================================================= cost-model tables
@@ -172,10 +173,12 @@ def build_assignment(instance: Any, *, replica_costs: Sequence[Any] | None = Non
 
 
 def solve_assignment(model: AssignmentModel, solver: str = "highs",
-                     time_limit_s: float | None = None) -> Solution:
+                     time_limit_s: float | None = None,
+                     deadline: Deadline | None = None) -> Solution:
     """Solve (1)–(4) with HiGHS (interior point + crossover); the basic optimum is
     integral (TU), the
-    rounding ``argmax_j x_ij`` is then the identity (checked in :func:`certify_assignment`)."""
+    rounding ``argmax_j x_ij`` is then the identity (checked in :func:`certify_assignment`).
+    ``deadline`` (from ``lp.solve``) wins over ``time_limit_s``; at the limit: ``LIMIT``."""
     if solver not in ("highs", "cvxpy"):
         raise ValueError(f"solver must be 'highs' or 'cvxpy', got {solver!r}")
     t0 = time.perf_counter()
@@ -197,21 +200,19 @@ def solve_assignment(model: AssignmentModel, solver: str = "highs",
     a_index = np.empty(2 * nc, dtype=np.int64)
     a_index[0::2] = np.repeat(np.arange(n), R)                        # (2) demand rows
     a_index[1::2] = n + np.tile(np.arange(R), n)                      # (3) capacity rows
-    h = highs_model(col_cost=C.ravel(), col_lower=np.zeros(nc), col_upper=np.ones(nc),
-                    row_lower=np.concatenate([np.ones(n), np.full(R, -np.inf)]),
-                    row_upper=np.concatenate([np.ones(n), cap.astype(np.float64)]),
-                    a_start=a_start, a_index=a_index, a_value=np.ones(2 * nc),
-                    time_limit_s=time_limit_s,
+    run = run_highs(dict(col_cost=C.ravel(), col_lower=np.zeros(nc), col_upper=np.ones(nc),
+                         row_lower=np.concatenate([np.ones(n), np.full(R, -np.inf)]),
+                         row_upper=np.concatenate([np.ones(n), cap.astype(np.float64)]),
+                         a_start=a_start, a_index=a_index, a_value=np.ones(2 * nc)),
+                    deadline=as_deadline(deadline, time_limit_s),
                     # interior point + crossover ends at a vertex (integral, by TU), and is
                     # 2-3x faster than dual simplex on 10^5 columns (benchmarks/)
                     options={"solver": "ipm", "run_crossover": "on"})
-    h.run()
-    status, obj, bound, text = highs_status(h, has_integers=False)
+    status, obj, bound, text = highs_status(run, has_integers=False)
     primal, dual = {}, {}
     if status == Status.OPTIMAL:
-        sol = h.getSolution()
-        x = np.asarray(sol.col_value).reshape(n, R)
-        rd = np.asarray(sol.row_dual)
+        x = run.col_value.reshape(n, R)
+        rd = run.row_dual
         primal = {"x": x, "replica": x.argmax(axis=1).astype(np.int64)}
         dual = {"demand": rd[:n].copy(), "capacity": np.maximum(-rd[n:], 0.0)}
     return Solution("routing-assignment", status, obj, bound,
@@ -433,8 +434,9 @@ def _fluid_rows(m: FluidModel):
 
 
 def solve_fluid(model: FluidModel, solver: str = "highs",
-                time_limit_s: float | None = None) -> Solution:
-    """LP form (``models/routing-lp.md`` (13)) with HiGHS; ``solver="cvxpy"`` runs the
+                time_limit_s: float | None = None, deadline: Deadline | None = None) -> Solution:
+    """LP form (``models/routing-lp.md`` (13)) with HiGHS (``deadline`` from ``lp.solve``
+    wins over ``time_limit_s``; at the limit: ``LIMIT``); ``solver="cvxpy"`` runs the
     convex queueing form instead (:func:`solve_fluid_convex`)."""
     if solver == "cvxpy":
         return solve_fluid_convex(model)
@@ -449,16 +451,14 @@ def solve_fluid(model: FluidModel, solver: str = "highs",
     A = sparse.csc_matrix((vals, (rows, cols)), shape=(lo.size, nv))
     cost = np.concatenate([model.latency_s.ravel(), -model.cache_saving_s.ravel(),
                            np.zeros(G * R)])
-    h = highs_model(col_cost=cost, col_lower=np.zeros(nv),
-                    col_upper=np.concatenate([np.full(2 * C * R, np.inf), np.ones(G * R)]),
-                    row_lower=lo, row_upper=hi, a_start=A.indptr, a_index=A.indices,
-                    a_value=A.data, time_limit_s=time_limit_s)
-    h.run()
-    status, obj, bound, text = highs_status(h, has_integers=False)
+    run = run_highs(dict(col_cost=cost, col_lower=np.zeros(nv),
+                         col_upper=np.r_[np.full(2 * C * R, np.inf), np.ones(G * R)],
+                         row_lower=lo, row_upper=hi, a_start=A.indptr, a_index=A.indices,
+                         a_value=A.data), deadline=as_deadline(deadline, time_limit_s))
+    status, obj, bound, text = highs_status(run, has_integers=False)
     primal, dual, msg = {}, {}, text
     if status == Status.OPTIMAL:
-        sol = h.getSolution()
-        x, rd = np.asarray(sol.col_value), np.asarray(sol.row_dual)
+        x, rd = run.col_value, run.row_dual
         primal = _fluid_primal(model, x[:C * R].reshape(C, R), x[C * R:2 * C * R].reshape(C, R),
                                x[2 * C * R:].reshape(G, R))
         for name, base, k in names:

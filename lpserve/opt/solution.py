@@ -107,7 +107,13 @@ class Formulation:
     """A named formulation: ``build(instance, **options) -> model``,
     ``solve(model, time_limit_s=None) -> Solution``, ``certify(model, solution) -> dict``
     of residuals, ``export(solution, instance) -> policy role`` (``None`` if the
-    formulation exports nothing, e.g. a pure bound)."""
+    formulation exports nothing, e.g. a pure bound).
+
+    ``limit(name, instance, options, exc, wall_s) -> Solution``, when given, is the
+    answer of ``lp.solve`` when the time limit runs out inside ``build``
+    (:class:`~lpserve.opt.budget.TimeLimitReached` ``exc`` carries what the build had
+    found): the best incumbent and bound known without the solver. Without it such a
+    call returns ``LIMIT`` with no bound."""
 
     name: str
     build: Callable[..., Any]
@@ -115,39 +121,85 @@ class Formulation:
     certify: Callable[[Any, Solution], dict[str, float]]
     export: Callable[[Solution, Any], Any] | None = None
     is_bound: bool = False
+    limit: Callable[..., Solution] | None = None
 
 
-def highs_status(h: Any, *, has_integers: bool) -> tuple[Status, float, float, str]:
-    """Map a solved ``highspy.Highs`` object to (status, objective, bound, message).
+@dataclass(frozen=True, eq=False)
+class HighsRun:
+    """What a HiGHS run gave back.
 
-    ``bound`` is HiGHS's MIP dual bound for integer models and the objective for an
-    optimal LP (NaN otherwise).
+    Attributes:
+        model_status: HiGHS's model status name (e.g. ``"kOptimal"``, ``"kTimeLimit"``),
+            ``"killed"`` when the child was stopped at the deadline.
+        message: HiGHS's own status string, or why the run was stopped.
+        has_solution: a primal feasible point exists.
+        objective: its objective (NaN without one).
+        mip_dual_bound: HiGHS's MIP dual bound (NaN when none or not a MIP).
+        col_value: primal values, shape (n_col,), or None.
+        row_dual: row duals, shape (n_row,), or None.
+        mip_nodes: branch-and-bound nodes.
+        killed: the run was stopped at the deadline, so nothing else is known.
+        in_process: it ran in this process (False: in a child).
     """
+
+    model_status: str
+    message: str
+    has_solution: bool = False
+    objective: float = math.nan
+    mip_dual_bound: float = math.nan
+    col_value: np.ndarray | None = None
+    row_dual: np.ndarray | None = None
+    mip_nodes: int = 0
+    killed: bool = False
+    in_process: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def highs_run_of(h: Any, *, in_process: bool = True) -> HighsRun:
+    """The :class:`HighsRun` of a solved ``highspy.Highs`` object."""
     import highspy
 
     ms = h.getModelStatus()
-    text = h.modelStatusToString(ms)
     info = h.getInfo()
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    obj = float(info.objective_function_value) if has_sol else math.nan
+    sol = h.getSolution()
+    names = {v: k for k, v in highspy.HighsModelStatus.__members__.items()}
+    bound = float(info.mip_dual_bound)
+    return HighsRun(
+        model_status=names.get(ms, str(ms)), message=h.modelStatusToString(ms),
+        has_solution=bool(has_sol),
+        objective=float(info.objective_function_value) if has_sol else math.nan,
+        mip_dual_bound=bound if math.isfinite(bound) and abs(bound) < 1e30 else math.nan,
+        col_value=np.asarray(sol.col_value, np.float64) if has_sol else None,
+        row_dual=np.asarray(sol.row_dual, np.float64) if sol.dual_valid else None,
+        mip_nodes=int(info.mip_node_count), in_process=in_process)
+
+
+def highs_status(h: Any, *, has_integers: bool) -> tuple[Status, float, float, str]:
+    """Map a solved ``highspy.Highs`` object, or the
+    :class:`HighsRun` of one, to (status, objective, bound, message).
+
+    ``bound`` is HiGHS's MIP dual bound for integer models and the objective for an
+    optimal LP (NaN otherwise). A run killed at its deadline is ``LIMIT`` with neither.
+    """
+    run = h if isinstance(h, HighsRun) else highs_run_of(h)
+    ms, text = run.model_status, run.message
+    if run.killed:
+        return Status.LIMIT, math.nan, math.nan, text
+    obj = run.objective if run.has_solution else math.nan
     if has_integers:
-        bound = float(info.mip_dual_bound)
-        if not math.isfinite(bound) or abs(bound) >= 1e30:
-            bound = math.nan
+        bound = run.mip_dual_bound
     else:
-        bound = obj if ms == highspy.HighsModelStatus.kOptimal else math.nan
-    M = highspy.HighsModelStatus
-    if ms == M.kOptimal:
+        bound = obj if ms == "kOptimal" else math.nan
+    if ms == "kOptimal":
         return Status.OPTIMAL, obj, bound if math.isfinite(bound) else obj, text
-    if ms in (M.kInfeasible,):
+    if ms == "kInfeasible":
         return Status.INFEASIBLE, math.nan, math.nan, text
-    if ms in (M.kUnbounded, M.kUnboundedOrInfeasible):
+    if ms in ("kUnbounded", "kUnboundedOrInfeasible"):
         return Status.UNBOUNDED, math.nan, math.nan, text
-    limits = tuple(getattr(M, n) for n in ("kTimeLimit", "kIterationLimit", "kSolutionLimit",
-                                           "kObjectiveBound", "kObjectiveTarget",
-                                           "kInterrupt") if hasattr(M, n))
-    if ms in limits:
-        return (Status.FEASIBLE if has_sol else Status.LIMIT), obj, bound, text
+    if ms in ("kTimeLimit", "kIterationLimit", "kSolutionLimit", "kObjectiveBound",
+              "kObjectiveTarget", "kInterrupt"):
+        return (Status.FEASIBLE if run.has_solution else Status.LIMIT), obj, bound, text
     return Status.ERROR, obj, bound, text
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from lpserve.arrays import readonly
 from lpserve.policies.schedulers import TickCached
-from lpserve.policy import Claim, Meta, Scheduler, SchedulerView
+from lpserve.policy import Claim, Meta, Scheduler, SchedulerView, tick_index
 
 _LEVEL_SCALE = 1.0e7  # rank = level * scale + time entered the level (s); < 115 days
 
@@ -148,7 +148,7 @@ class MLFQ(TickCached):
         n_run = max(sum(run), 1)
         thr = self.starvation_s
         period = self.starvation_period_s or 1000.0 * max(self._dec, 1e-9)
-        tick = math.floor(now / period + 1e-9)
+        tick = tick_index(now, period)
         if thr is not None and tick <= self._check_tick.get(rep, 0):
             thr = None  # not a starvation check time
         elif thr is not None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.policy import Claim, Meta, Scheduler, SchedulerView
+from lpserve.policy import Claim, Meta, Scheduler, SchedulerView, tick_index
 
 _PROOF_CLASSIC = "proofs/srpt-wspt-classical.md"
 _PROOF_RR = "proofs/sched-round-robin.md"
@@ -60,7 +60,7 @@ class TickCached(Scheduler):
     def rank(self, view: SchedulerView) -> np.ndarray:
         cache = self.__dict__.setdefault("_tick_cache", {})
         q = self.quantum_s
-        tick = math.floor(view.now_s / q + 1e-9) if q else 0
+        tick = tick_index(view.now_s, q) if q else 0
         key = (tick, view.request.tobytes(), view.running.tobytes())
         hit = cache.get(view.replica)
         if hit is not None and hit[0] == key:
@@ -197,7 +197,7 @@ class RoundRobin(TickCached):
         out = np.empty(len(req), np.float64)
         # served "in this quantum": the tick start, so the rank does not depend on when
         # within the quantum the engine happens to ask
-        tick_s = math.floor(view.now_s / self.quantum_s + 1e-9) * self.quantum_s
+        tick_s = tick_index(view.now_s, self.quantum_s) * self.quantum_s
         for k, i in enumerate(req):
             if run[k]:
                 self._served[i] = tick_s

@@ -55,6 +55,8 @@ from lpserve.policy.roles import (
     as_evictor,
     as_router,
     as_scheduler,
+    next_tick_s,
+    tick_index,
 )
 from lpserve.policy.views import EvictorView, RouterView, SchedulerView
 
@@ -64,7 +66,8 @@ __all__ = ["BATCHING_MODES", "DEFAULT_DRAFT", "ENGINES", "PREEMPTION_CHOICES",
            "Policy", "PolicyError", "Prediction", "PreemptionDecider", "PreemptionView",
            "Predictor", "PredictorView", "RebalanceView", "Rebalancer", "Role", "RoundRobin",
            "Router", "RouterView", "Scheduler", "SchedulerView", "SpeculationDecider",
-           "StepContext", "StepResult", "as_evictor", "as_router", "as_scheduler"]
+           "StepContext", "StepResult", "as_evictor", "as_router", "as_scheduler",
+           "next_tick_s", "tick_index"]
 
 #: The parts :meth:`Policy.reset` resets, in the order their generators are spawned.
 PARTS = ("router", "scheduler", "evictor", "decode_router", "rebalancer",

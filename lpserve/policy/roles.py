@@ -17,6 +17,7 @@ simulation before the first decision. Plain functions can be lifted into a role 
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,7 +26,8 @@ import numpy as np
 from lpserve.policy.views import EvictorView, RouterView, SchedulerView
 
 __all__ = ["ENGINES", "Claim", "Evictor", "FCFS", "LRU", "Meta", "PolicyError", "Role",
-           "RoundRobin", "Router", "Scheduler", "as_evictor", "as_router", "as_scheduler"]
+           "RoundRobin", "Router", "Scheduler", "as_evictor", "as_router", "as_scheduler",
+           "next_tick_s", "tick_index"]
 
 ENGINES = ("lpserve", "vidur", "vllm")
 
@@ -117,6 +119,37 @@ class Scheduler(Role):
     @abc.abstractmethod
     def rank(self, view: SchedulerView) -> np.ndarray:
         """One float per candidate of ``view``: lower runs first, ``+inf`` holds back."""
+
+
+def tick_index(now_s: float, quantum_s: float) -> int:
+    """Index ``k`` of the quantum tick that holds ``now_s`` (s): the one ``k`` with
+    ``k * quantum_s <= now_s < (k + 1) * quantum_s``, both products taken in float64.
+
+    The one tick arithmetic of the package: every quantum-driven scheduler and the
+    simulator's decode-run boundary (:func:`next_tick_s`) use it, so a run stopped at a
+    boundary always finds a new tick there. The boundaries are the float64 products
+    ``k * quantum_s`` themselves, with no tolerance: ``floor(now_s / quantum_s)`` alone is
+    off by one where the division rounds (``8.1 / 0.05 = 161.99999999999997`` although
+    ``162 * 0.05 == 8.1``), and is corrected here. ``quantum_s`` must be > 0 and finite,
+    ``now_s`` finite.
+    """
+    k = math.floor(now_s / quantum_s)
+    for _ in range(4):  # the quotient is off by at most one; two steps always suffice
+        if (k + 1) * quantum_s <= now_s:
+            k += 1
+        elif k * quantum_s > now_s:
+            k -= 1
+        else:
+            return int(k)
+    raise ValueError(f"tick_index: quantum_s={quantum_s!r} is too small for now_s={now_s!r} "
+                     "in float64 (consecutive ticks round to the same time)")
+
+
+def next_tick_s(now_s: float, quantum_s: float) -> float:
+    """Start (s) of the quantum tick after the one holding ``now_s``; always strictly
+    greater than ``now_s``, and ``tick_index(next_tick_s(t, q), q) == tick_index(t, q) + 1``
+    (see :func:`tick_index`)."""
+    return (tick_index(now_s, quantum_s) + 1) * quantum_s
 
 
 class Evictor(Role):

@@ -22,6 +22,7 @@ import numpy as np
 from lpserve.cost import iteration_time
 from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.policy.checks import check_preemption_choice, check_ranks
+from lpserve.policy.roles import next_tick_s
 from lpserve.sim import _kernels as K
 from lpserve.sim import preempt
 from lpserve.sim import views as V
@@ -506,7 +507,7 @@ class Replica:
             stop_s = min(stop_s, self.releases[0][0])
         q = self.ctx.policy.scheduler.quantum_s
         if q:
-            stop_s = min(stop_s, (math.floor(self.now / q) + 1) * q)
+            stop_s = min(stop_s, next_tick_s(self.now, q))  # always > now
         # the planner already gave this first iteration its new blocks (held0), so the
         # kernel's first iteration needs none; later ones take plain free blocks
         max_iters = 1 if self.ctx.reference else _BIG
