@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # a bad argument: argparse names the flag on stderr; exit code 2, also in-process
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     if args.version:
         from importlib.metadata import version
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, int_at_least, name_list
 
 DEFAULT_POLICIES = ("infinite", "lp", "lp-rounded", "foo-l", "belady", "belady-prefix", "lru",
                     "radix-lru", "lfu", "prefix-lru", "gdsf", "session", "lookahead",
@@ -19,11 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "requests). Hit rate = hit blocks / prompt blocks.")
     p.add_argument("--trace", default=None,
                    help="trace file or bundled trace name (default: mooncake-conv-5min)")
-    p.add_argument("--capacity-blocks", type=int, required=True, metavar="N",
+    p.add_argument("--capacity-blocks", type=int_at_least(1), required=True, metavar="N",
                    help="cache capacity in blocks")
-    p.add_argument("--block-tokens", type=int, default=None,
+    p.add_argument("--block-tokens", type=int_at_least(1), default=None,
                    help="tokens per block; must match the trace's block size (Mooncake: 512)")
-    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+    p.add_argument("--policies", type=name_list, default=",".join(DEFAULT_POLICIES),
                    help="comma-separated evictors and bounds (default: all)")
     add_json_flag(p)
     p.set_defaults(func=_run)
@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
                        f"{trace.block_tokens}-token blocks")
     if args.capacity_blocks < 1:
         raise CLIError(f"--capacity-blocks must be >= 1, got {args.capacity_blocks}")
-    names = [x.strip() for x in args.policies.split(",") if x.strip()]
+    names = list(args.policies)
     known = [*policy_names(), "foo-l"]
     bad = [x for x in names if x not in known]
     if bad:

@@ -16,6 +16,61 @@ class CLIError(Exception):
     """An error the CLI reports in one line (exit code 2), without a traceback."""
 
 
+def int_at_least(minimum: int):
+    """An argparse ``type``: an integer >= ``minimum`` (argparse names the flag in its
+    error and exits with code 2)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got "
+                                             f"{text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {v}")
+        return v
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def positive_number(*, allow_inf: bool = False):
+    """An argparse ``type``: a number > 0, finite unless ``allow_inf`` (NaN never)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not (v > 0 and (allow_inf or math.isfinite(v))):
+            raise argparse.ArgumentTypeError(
+                f"must be a {'' if allow_inf else 'finite '}number > 0, got {text!r}")
+        return v
+
+    parse.__name__ = "number > 0"
+    return parse
+
+
+def name_list(text: str) -> list[str]:
+    """An argparse ``type``: comma-separated names, at least one, none empty."""
+    names = [x.strip() for x in text.split(",")]
+    if not any(names) or not all(names):
+        raise argparse.ArgumentTypeError(f"must be comma-separated names without empty "
+                                         f"entries, got {text!r}")
+    return names
+
+
+def seed_list(text: str) -> list[int]:
+    """An argparse ``type``: comma-separated integer seeds >= 0, at least one."""
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        seeds = [int(x) for x in parts]
+    except ValueError:
+        seeds = []
+    if not seeds or any(x < 0 for x in seeds):
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 0, got "
+                                         f"{text!r}")
+    return seeds
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object on stdout (for scripts)"
@@ -55,12 +110,13 @@ def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "",
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run a parsed command; known user errors print one line on stderr and exit 2."""
+    """Run a parsed command; user errors (bad values, unreadable files: ValueError,
+    KeyError, OSError and their kin) print one line on stderr and exit 2."""
     from lpserve.trace import TraceError
 
     try:
         rc = args.func(args)
-    except (CLIError, TraceError, ValueError, KeyError, FileNotFoundError) as exc:
+    except (CLIError, TraceError, ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         if getattr(args, "json", False):
             emit_json({"error": f"{type(exc).__name__}: {msg}"})

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num, int_at_least
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "whether each is compute- or memory-bound.")
     p.add_argument("--gpu", default="a100-80gb", help="catalog GPU (default a100-80gb)")
     p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree 1/2/4/8")
+    p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree 1/2/4/8")
     p.add_argument("--prefill", type=int, default=None, metavar="N",
                    help="tokens per prompt of a prefill batch")
     p.add_argument("--cached", type=int, default=0, metavar="P",

@@ -19,7 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num, progress
+from lpserve.commands.common import (
+    CLIError,
+    add_json_flag,
+    emit_json,
+    fmt_num,
+    int_at_least,
+    name_list,
+    positive_number,
+    progress,
+    seed_list,
+)
 
 #: the default workload is the first DEFAULT_DURATION_S seconds of the bundled trace (and
 #: DEFAULT_WINDOWS - 1 further windows for the robustness view), to finish within a minute
@@ -54,24 +64,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, metavar="PATH",
                    help="trace file or bundled trace name (default: the bundled trace, "
                    f"first {DEFAULT_DURATION_S:g} s)")
-    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--duration", type=positive_number(), default=None, metavar="SECONDS",
                    help="length of each workload window (default: "
                    f"{DEFAULT_DURATION_S:g} s for the bundled default, else the whole trace)")
     p.add_argument("--full", action="store_true",
                    help="use the whole trace as one workload (no windows)")
-    p.add_argument("--windows", type=int, default=DEFAULT_WINDOWS, metavar="N",
+    p.add_argument("--windows", type=int_at_least(1), default=DEFAULT_WINDOWS, metavar="N",
                    help="consecutive windows of --duration used as workloads in the "
                    f"robustness view (default {DEFAULT_WINDOWS}); the table uses the first")
     p.add_argument("--gpu", default="a100-80gb", help="catalog GPU (default a100-80gb)")
     p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per replica")
-    p.add_argument("--replicas", type=int, default=2, help="colocated replicas (default 2)")
-    p.add_argument("--load", type=float, default=1.0, metavar="X",
+    p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
+    p.add_argument("--replicas", type=int_at_least(1), default=2, help="colocated replicas (default 2)")
+    p.add_argument("--load", type=positive_number(), default=1.0, metavar="X",
                    help="rate scale of the table: arrival rate x X (default 1.0)")
     p.add_argument("--loads", default=DEFAULT_LOADS, metavar="X,Y,...",
                    help=f"rate scales of the load sweep (default {DEFAULT_LOADS}); --load "
                    "is added when missing")
-    p.add_argument("--policies", default=None, metavar="A,B,...",
+    p.add_argument("--policies", type=name_list, default=None, metavar="A,B,...",
                    help="policies to compare: registered names, lp-index, lp-split "
                    "(default: baselines + principled policies available)")
     p.add_argument("--bounds", default="cost-bound", metavar="A,B,...",
@@ -81,11 +91,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "e2e_s_mean=2.5; asserted like the others (repeatable)")
     p.add_argument("--metric", default="e2e_s_mean",
                    help="metric of the ratio to the bound (default e2e_s_mean)")
-    p.add_argument("--slo-ttft", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--slo-ttft", type=positive_number(allow_inf=True), default=1.0, metavar="SECONDS",
                    help="TTFT target for goodput (default 1.0 s)")
-    p.add_argument("--slo-tpot", type=float, default=0.1, metavar="SECONDS",
+    p.add_argument("--slo-tpot", type=positive_number(allow_inf=True), default=0.1, metavar="SECONDS",
                    help="TPOT target for goodput (default 0.1 s)")
-    p.add_argument("--seeds", default="0", metavar="S,T,...",
+    p.add_argument("--seeds", type=seed_list, default="0", metavar="S,T,...",
                    help="simulation seeds; metrics are averaged over them (default 0)")
     p.add_argument("--out", default="lpserve-report", metavar="DIR",
                    help="report folder (default lpserve-report/)")
@@ -163,9 +173,7 @@ def _gap(args: argparse.Namespace) -> int:
     from lpserve.registry import policy_names
 
     loads = sorted(set(_floats(args.loads, "--loads")) | set(_floats(str(args.load), "--load")))
-    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else []
-    if not seeds:
-        raise CLIError(f"--seeds must list at least one integer, got {args.seeds!r}")
+    seeds = list(args.seeds)
     claimed = _claimed(args.check_bound)
     bounds = [] if args.bounds.strip() in ("", "none") else \
         [b.strip() for b in args.bounds.split(",") if b.strip()]
@@ -177,7 +185,7 @@ def _gap(args: argparse.Namespace) -> int:
     cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
     slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
     if args.policies:
-        policies = [x.strip() for x in args.policies.split(",") if x.strip()]
+        policies = list(args.policies)
         known = set(policy_names()) | set(SOLVED_POLICIES)
         bad = [x for x in policies if x not in known]
         if bad:

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import (
+    CLIError,
+    add_json_flag,
+    emit_json,
+    fmt_num,
+    int_at_least,
+    positive_number,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,21 +22,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="trace file or bundled trace name (default: the bundled trace)")
     p.add_argument("--gpu", default="a100-80gb", help="catalog GPU (default a100-80gb)")
     p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per replica")
-    p.add_argument("--replicas", type=int, default=1, help="colocated replicas")
-    p.add_argument("--prefill-replicas", type=int, default=0,
+    p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
+    p.add_argument("--replicas", type=int_at_least(1), default=None,
+                   help="colocated replicas (default 1; not with --prefill/--decode-replicas)")
+    p.add_argument("--prefill-replicas", type=int_at_least(0), default=0,
                    help="prefill replicas (disaggregated; needs --decode-replicas)")
-    p.add_argument("--decode-replicas", type=int, default=0, help="decode replicas")
+    p.add_argument("--decode-replicas", type=int_at_least(0), default=0, help="decode replicas")
     p.add_argument("--policy", default="vllm", help="registered policy name (default vllm)")
-    p.add_argument("--rate-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--rate-scale", type=positive_number(), default=1.0, metavar="X",
                    help="multiply the arrival rate by X (arrival times divided by X)")
-    p.add_argument("--head", type=int, default=None, metavar="N",
+    p.add_argument("--head", type=int_at_least(1), default=None, metavar="N",
                    help="simulate only the first N requests")
-    p.add_argument("--horizon", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--horizon", type=positive_number(), default=None, metavar="SECONDS",
                    help="stop starting iterations after this simulated time")
-    p.add_argument("--slo-ttft", type=float, default=float("inf"), metavar="SECONDS")
-    p.add_argument("--slo-tpot", type=float, default=float("inf"), metavar="SECONDS")
-    p.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
+    p.add_argument("--slo-ttft", type=positive_number(allow_inf=True), default=float("inf"), metavar="SECONDS")
+    p.add_argument("--slo-tpot", type=positive_number(allow_inf=True), default=float("inf"), metavar="SECONDS")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the policy's randomness")
     add_json_flag(p)
     p.set_defaults(func=_simulate)
 
@@ -43,8 +51,6 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.policy not in policy_names():
         raise CLIError(f"unknown policy {args.policy!r}; registered: "
                        f"{', '.join(policy_names())}")
-    if not args.rate_scale > 0:
-        raise CLIError(f"--rate-scale must be > 0, got {args.rate_scale}")
     trace = load_trace(args.trace or DEFAULT_TRACE)
     if args.head is not None:
         trace = trace.head(args.head)
@@ -53,8 +59,16 @@ def _simulate(args: argparse.Namespace) -> int:
     if len(trace) == 0:
         raise CLIError("the trace has no requests")
     disagg = args.prefill_replicas > 0 or args.decode_replicas > 0
+    if disagg and args.replicas is not None:
+        raise CLIError(f"--replicas {args.replicas} conflicts with --prefill-replicas "
+                       f"{args.prefill_replicas} / --decode-replicas {args.decode_replicas}: "
+                       "a disaggregated cluster has prefill and decode replicas only; give "
+                       "--replicas or the pair")
+    if disagg and not (args.prefill_replicas > 0 and args.decode_replicas > 0):
+        raise CLIError(f"--prefill-replicas {args.prefill_replicas} and --decode-replicas "
+                       f"{args.decode_replicas}: a disaggregated cluster needs both >= 1")
     cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp,
-                         replicas=1 if disagg else args.replicas,
+                         replicas=1 if disagg else (args.replicas or 1),
                          prefill_replicas=args.prefill_replicas,
                          decode_replicas=args.decode_replicas)
     inst = Instance(trace=trace, cluster=cluster,

@@ -12,7 +12,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import (
+    CLIError,
+    add_json_flag,
+    emit_json,
+    fmt_num,
+    int_at_least,
+    positive_number,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,12 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--instance", required=True, metavar="PATH_OR_NAME",
                        help="instance folder / instance.toml, a name under instances/, "
                        "or 'bundled'")
-        p.add_argument("--time-limit", type=float, default=None, metavar="S",
+        p.add_argument("--time-limit", type=positive_number(), default=None, metavar="S",
                        help="time limit in seconds for the whole command, from its start "
                        "(loading, build and solve; default: none)")
-        p.add_argument("--replicas", type=int, default=4,
+        p.add_argument("--replicas", type=int_at_least(1), default=4,
                        help="replicas for --instance bundled (default 4)")
-        p.add_argument("--memory-tokens", type=int, default=None,
+        p.add_argument("--memory-tokens", type=int_at_least(1), default=None,
                        help="KV memory M for the round model when the instance has none")
         p.add_argument("--check", action="store_true",
                        help="also run the formulation's certify and compare with the "

@@ -10,7 +10,14 @@ import math
 import sys
 from typing import Any
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num, progress
+from lpserve.commands.common import (
+    CLIError,
+    add_json_flag,
+    emit_json,
+    fmt_num,
+    int_at_least,
+    progress,
+)
 
 #: metrics of the summary table (mean over seeds)
 TABLE_METRICS = ("ttft_s_mean", "ttft_s_p99", "tpot_s_mean", "e2e_s_p99", "goodput_rps")
@@ -30,12 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "process)")
     p.add_argument("--address", default=None,
                    help="Dask scheduler or Ray cluster address (default: start a local one)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
+    p.add_argument("--workers", type=int_at_least(1), default=None, metavar="N",
                    help="worker processes of a local pool or cluster (default: CPUs "
                    "available)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="sweep directory (default: sweeps/<grid name>)")
-    p.add_argument("--batch-size", type=int, default=None, metavar="CELLS",
+    p.add_argument("--batch-size", type=int_at_least(1), default=None, metavar="CELLS",
                    help="cells per task and per part file (default: about 4 tasks per "
                    "worker, at most 16 cells)")
     p.add_argument("--no-retry-failed", action="store_true",

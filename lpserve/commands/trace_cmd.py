@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands.common import add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import add_json_flag, emit_json, fmt_num, int_at_least, positive_number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,9 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="trace format (default: detect from the header)")
     s.add_argument("--sort", action="store_true",
                    help="sort out-of-order arrivals instead of failing (count reported)")
-    s.add_argument("--rate", type=float, default=None, metavar="REQ_PER_S",
+    s.add_argument("--rate", type=positive_number(), default=None, metavar="REQ_PER_S",
                    help="for untimed length tables: Poisson arrival rate (default: all at 0)")
-    s.add_argument("--seed", type=int, default=0, help="seed of generated arrivals")
+    s.add_argument("--seed", type=int_at_least(0), default=0, help="seed of generated arrivals")
     add_json_flag(s)
     s.set_defaults(func=_stats)
 

@@ -18,12 +18,16 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from lpserve.arrays import readonly
+from lpserve.trace.columns import (
+    MAX_COUNT,
+    MAX_TIME_S,
+    TraceError,
+    float_column,
+    int_column,
+    pack_blocks,
+)
 
 _NONE = -1  # "no value" marker in optional integer id columns (session, program, parent, tenant)
-
-
-class TraceError(ValueError):
-    """Invalid trace data; the message names the source, field, row and value."""
 
 
 @dataclass(frozen=True)
@@ -59,73 +63,6 @@ class LoadReport:
             "n_dropped": self.n_dropped, "n_reordered": self.n_reordered,
             "labels": [f"{k}: {v}" for k, v in self.labels],
         }
-
-
-def _int_column(name: str, values: Any, n: int | None, *, source: str,
-                minimum: int | None = None) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise TraceError(f"{source}: field {name!r} must be 1-D, got shape {arr.shape}")
-    if n is not None and arr.shape[0] != n:
-        raise TraceError(f"{source}: field {name!r} has {arr.shape[0]} values, expected {n}")
-    if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"{source}: field {name!r} row {i} is not finite: {arr[i].item()!r}")
-        frac = arr != np.round(arr)
-        if frac.any():
-            i = int(np.flatnonzero(frac)[0])
-            raise TraceError(f"{source}: field {name!r} row {i} is not an integer: {arr[i].item()!r}")
-    elif arr.dtype.kind not in "iub" and arr.size:
-        raise TraceError(f"{source}: field {name!r} must be integers, got dtype {arr.dtype}")
-    out = arr.astype(np.int64)
-    if minimum is not None and out.size:
-        bad = out < minimum
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise TraceError(
-                f"{source}: field {name!r} row {i} must be >= {minimum}, got {out[i]}"
-            )
-    return out
-
-
-def _float_column(name: str, values: Any, n: int | None, *, source: str) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise TraceError(f"{source}: field {name!r} must be 1-D, got shape {arr.shape}")
-    if n is not None and arr.shape[0] != n:
-        raise TraceError(f"{source}: field {name!r} has {arr.shape[0]} values, expected {n}")
-    try:
-        out = arr.astype(np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"{source}: field {name!r} is not numeric ({exc})") from None
-    bad = ~np.isfinite(out)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"{source}: field {name!r} row {i} is not finite: {out[i].item()!r}")
-    return out
-
-
-def pack_blocks(block_lists: Sequence[Sequence[int]] | None, n: int, *,
-                source: str = "trace") -> tuple[np.ndarray, np.ndarray] | None:
-    """Pack per-request block-id lists into CSR arrays ``(flat, offsets)``.
-
-    ``offsets`` has length ``n + 1``; request ``i`` owns ``flat[offsets[i]:offsets[i+1]]``.
-    """
-    if block_lists is None:
-        return None
-    if len(block_lists) != n:
-        raise TraceError(f"{source}: block_ids has {len(block_lists)} lists, expected {n}")
-    lengths = np.fromiter((len(b) for b in block_lists), dtype=np.int64, count=n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((x for b in block_lists for x in b), dtype=np.int64,
-                       count=int(offsets[-1])) if n else np.zeros(0, np.int64)
-    if flat.size and flat.min() < 0:
-        i = int(np.searchsorted(offsets, int(np.flatnonzero(flat < 0)[0]), side="right") - 1)
-        raise TraceError(f"{source}: block_ids of request {i} contain a negative id")
-    return flat, offsets
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +109,7 @@ class Trace:
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
         src = self.report.source or self.name
-        arr = _float_column("arrival_s", self.arrival_s, None, source=src)
+        arr = float_column("arrival_s", self.arrival_s, None, source=src, limit=MAX_TIME_S)
         n = arr.shape[0]
         if n and np.any(np.diff(arr) < 0):
             i = int(np.flatnonzero(np.diff(arr) < 0)[0]) + 1
@@ -182,17 +119,17 @@ class Trace:
             )
         cols: dict[str, Any] = {
             "arrival_s": arr,
-            "prompt_tokens": _int_column("prompt_tokens", self.prompt_tokens, n, source=src,
-                                         minimum=1),
-            "output_tokens": _int_column("output_tokens", self.output_tokens, n, source=src,
-                                         minimum=1),
+            "prompt_tokens": int_column("prompt_tokens", self.prompt_tokens, n, source=src,
+                                         minimum=1, maximum=MAX_COUNT - 1),
+            "output_tokens": int_column("output_tokens", self.output_tokens, n, source=src,
+                                         minimum=1, maximum=MAX_COUNT - 1),
         }
         for name in ("session_id", "program_id", "tenant"):
             v = getattr(self, name)
             if v is not None:
-                cols[name] = _int_column(name, v, n, source=src, minimum=_NONE)
+                cols[name] = int_column(name, v, n, source=src, minimum=_NONE)
         if self.parent is not None:
-            par = _int_column("parent", self.parent, n, source=src, minimum=_NONE)
+            par = int_column("parent", self.parent, n, source=src, minimum=_NONE)
             bad = par >= np.arange(n)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
@@ -204,8 +141,10 @@ class Trace:
         if (self.predicted_lo is None) != (self.predicted_hi is None):
             raise TraceError(f"{src}: give both predicted_lo and predicted_hi, or neither")
         if self.predicted_lo is not None:
-            lo = _int_column("predicted_lo", self.predicted_lo, n, source=src, minimum=1)
-            hi = _int_column("predicted_hi", self.predicted_hi, n, source=src, minimum=1)
+            lo = int_column("predicted_lo", self.predicted_lo, n, source=src, minimum=1,
+                            maximum=MAX_COUNT - 1)
+            hi = int_column("predicted_hi", self.predicted_hi, n, source=src, minimum=1,
+                            maximum=MAX_COUNT - 1)
             bad = lo > hi
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
@@ -216,8 +155,8 @@ class Trace:
         if (self.block_flat is None) != (self.block_offsets is None):
             raise TraceError(f"{src}: give both block_flat and block_offsets, or neither")
         if self.block_flat is not None:
-            flat = _int_column("block_flat", self.block_flat, None, source=src, minimum=0)
-            offs = _int_column("block_offsets", self.block_offsets, n + 1, source=src,
+            flat = int_column("block_flat", self.block_flat, None, source=src, minimum=0)
+            offs = int_column("block_offsets", self.block_offsets, n + 1, source=src,
                                minimum=0)
             if offs[0] != 0 or offs[-1] != flat.shape[0] or np.any(np.diff(offs) < 0):
                 raise TraceError(f"{src}: block_offsets is not a valid CSR offset array")
@@ -255,7 +194,7 @@ class Trace:
         kept in ``report.n_reordered``); otherwise out-of-order arrivals raise
         :class:`TraceError`. ``parent`` indices refer to the input order and are remapped.
         """
-        arr = _float_column("arrival_s", arrival_s, None, source=name)
+        arr = float_column("arrival_s", arrival_s, None, source=name)
         n = arr.shape[0]
         packed = pack_blocks(block_ids, n, source=name)
         if block_ids is not None and block_tokens == 0:

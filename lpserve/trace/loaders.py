@@ -22,16 +22,30 @@ Formats (``format=`` argument, or detected from the header / first line):
     otherwise every request arrives at time 0 (the batch setting of the scheduling theory).
     Rows with a zero-token prompt or output cannot be served: they are dropped and counted.
 
-Every error names the file, line and field. Nothing is dropped without a count in
-``trace.report``.
+Every error names the file, line, the file's own field name and value; values are
+checked before they are cast (limits in :mod:`lpserve.trace.columns`). Nothing is dropped
+without a count in ``trace.report``.
+
+Accepted as written (documented, tested in ``tests/robustness``): a UTF-8 byte-order
+mark; CRLF line ends; blank lines (skipped; line numbers stay those of the file);
+spaces around CSV fields; extra columns or JSON keys (ignored); integral values written
+as ``4808.0`` or ``1e3``; equal arrival times; Azure ``TIMESTAMP``s that all carry a
+UTC offset (converted to UTC instants, so rows in different offsets keep their true
+order). Refused with a clear error: non-regular files (FIFOs, devices: reading them could
+block), truncated or corrupt gzip streams, invalid UTF-8, duplicated column names or JSON
+keys, rows with missing fields, offsets on some ``TIMESTAMP``s only, and counts or times
+beyond the ranges of :mod:`lpserve.trace.columns`.
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
 import math
 import os
+import stat
+import zlib
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -40,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import LoadReport, Trace, TraceError, pack_blocks
+from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S
 
 FORMATS = ("azure", "burstgpt", "mooncake", "lengths")
 MOONCAKE_BLOCK_TOKENS = 512
@@ -54,12 +69,51 @@ BUNDLED = {
 DEFAULT_TRACE = "azure-conv-10min"
 
 
+#: what reading a damaged (gzipped) text file can raise
+READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError)
+
+
 def _open_text(path: Path) -> io.TextIOBase:
+    """Text of ``path``, gunzipped when it starts with the gzip magic; a UTF-8 byte-order
+    mark is dropped."""
     with open(path, "rb") as fb:
         magic = fb.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, "rt", encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, "rt", encoding="utf-8-sig", newline="")
+
+
+def read_error(path: Path, exc: BaseException, where: str = "") -> TraceError:
+    """A :class:`TraceError` naming ``path`` (and ``where``, e.g. a line) for a read
+    failure ``exc``: truncated gzip, corrupt gzip, invalid UTF-8, an OS error."""
+    if isinstance(exc, EOFError):
+        what = f"truncated gzip stream ({exc})"
+    elif isinstance(exc, (zlib.error, gzip.BadGzipFile)):
+        what = f"corrupt gzip stream ({exc})"
+    elif isinstance(exc, UnicodeDecodeError):
+        what = f"not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset " \
+               f"{exc.start} of a chunk: {exc.reason})"
+    else:
+        what = f"{type(exc).__name__}: {exc}"
+    return TraceError(f"{path}: {where + ': ' if where else ''}cannot read: {what}")
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse what is not a regular file (a FIFO, a device, a socket): opening or reading
+    it could block forever or never end. FileNotFoundError / TraceError name ``path``."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot access: {exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else
+                "a socket" if stat.S_ISSOCK(st.st_mode) else "a device or special file")
+        raise TraceError(f"{path}: is {kind}, not a regular file; lpserve reads trace files "
+                         "only (copy the data to a file first)")
 
 
 def _first_line(path: Path) -> str:
@@ -68,8 +122,8 @@ def _first_line(path: Path) -> str:
             for line in f:
                 if line.strip():
                     return line.strip()
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise TraceError(f"{path}: cannot read as (gzipped) text: {exc}") from None
+    except READ_ERRORS as exc:
+        raise read_error(path, exc) from None
     raise TraceError(f"{path}: file is empty")
 
 
@@ -115,11 +169,10 @@ def load_trace(path: str | os.PathLike, format: str = "auto", *, sort: bool = Fa
     if isinstance(path, str) and path in BUNDLED:
         return bundled_trace(path)
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         hint = f"; bundled traces: {', '.join(BUNDLED)}" if os.sep not in str(path) else ""
         raise FileNotFoundError(f"{path}: no such file{hint}")
-    if path.is_dir():
-        raise TraceError(f"{path}: is a directory, not a trace file")
+    check_regular_file(path)
     fmt = detect_format(path) if format == "auto" else format
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {format!r}; known: auto, {', '.join(FORMATS)}")
@@ -146,56 +199,124 @@ def bundled_trace(name: str = DEFAULT_TRACE) -> Trace:
 
 
 # --------------------------------------------------------------------------- CSV helpers
-def _read_csv(path: Path, required: tuple[str, ...]):
+class Table:
+    """A CSV file's rows as strings: ``df`` (pandas, one column per header name) and
+    ``lines``, the file's line number of each row (blank lines skipped), int64 (n,)."""
+
+    def __init__(self, path: Path, df: Any, lines: np.ndarray) -> None:
+        self.path, self.df, self.lines = path, df, lines
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def raw(self, col: str, i: int) -> str:
+        """The file's own text of field ``col`` in row ``i``."""
+        return str(self.df[col].iloc[i])
+
+    def error(self, i: int, col: str, what: str) -> TraceError:
+        """A TraceError naming the file, row ``i``'s line, field ``col`` and ``what``."""
+        return TraceError(f"{self.path}: line {int(self.lines[i])}, field {col!r}: {what}")
+
+
+def _header(path: Path) -> list[str]:
+    names = [c.strip() for c in next(csv.reader([_first_line(path)]))]
+    seen: dict[str, int] = {}
+    for k, c in enumerate(names):
+        if c in seen:
+            raise TraceError(f"{path}: line 1: column {c!r} appears twice (columns "
+                             f"{seen[c] + 1} and {k + 1}); which one holds the data is "
+                             "ambiguous")
+        seen[c] = k
+    return names
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> Table:
     import pandas as pd
 
+    names = _header(path)
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise TraceError(f"{path}: missing column(s) {missing}; found {names}")
     try:
         with _open_text(path) as f:
-            df = pd.read_csv(f, dtype=str, skipinitialspace=True, keep_default_na=False)
+            df = pd.read_csv(f, dtype=str, skipinitialspace=True, keep_default_na=False,
+                             skip_blank_lines=False)
     except pd.errors.EmptyDataError:
         raise TraceError(f"{path}: file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError) as exc:
+    except pd.errors.ParserError as exc:
         raise TraceError(f"{path}: cannot parse as CSV: {exc}") from None
+    except READ_ERRORS as exc:
+        raise read_error(path, exc) from None
     df.columns = [c.strip() for c in df.columns]
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise TraceError(f"{path}: missing column(s) {missing}; found {list(df.columns)}")
+    # pandas gives a missing field NaN (keep_default_na=False keeps every written value)
+    absent = df.isna().to_numpy()
+    blank = absent.all(axis=1) if len(df.columns) > 1 else np.array(
+        [v.strip() == "" if isinstance(v, str) else True for v in df.iloc[:, 0]], bool)
+    lines = np.flatnonzero(~blank).astype(np.int64) + 2   # header is line 1
+    df = df[~blank].reset_index(drop=True)
+    short = df[list(required)].isna().to_numpy()
+    if short.any():
+        i, k = (int(x[0]) for x in np.nonzero(short))
+        raise TraceError(f"{path}: line {int(lines[i])}: field {required[k]!r} is missing "
+                         f"(the row has fewer fields than the header)")
     if len(df) == 0:
         raise TraceError(f"{path}: file has a header but no data rows")
-    return df
+    return Table(path, df, lines)
 
 
-def _numeric(path: Path, df, col: str, *, integer: bool) -> np.ndarray:
+def _numeric(t: Table, col: str, *, integer: bool, what: str = "token count") -> np.ndarray:
+    """Column ``col`` as float64 (or int64 counts), checked before any cast: finite,
+    integral, >= 0 and < 2^53 for integers."""
     import pandas as pd
 
-    raw = df[col]
-    vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    vals = pd.to_numeric(t.df[col], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(vals)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"{path}: line {i + 2}, field {col!r}: not a finite number: "
-                         f"{raw.iloc[i]!r}")
+        raise t.error(i, col, f"not a finite number: {t.raw(col, i)!r}")
     if integer:
         frac = vals != np.round(vals)
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
-            raise TraceError(f"{path}: line {i + 2}, field {col!r}: not an integer: "
-                             f"{raw.iloc[i]!r}")
+            raise t.error(i, col, f"not an integer: {t.raw(col, i)!r}")
         neg = vals < 0
         if neg.any():
             i = int(np.flatnonzero(neg)[0])
-            raise TraceError(f"{path}: line {i + 2}, field {col!r}: negative token count "
-                             f"{raw.iloc[i]!r}")
+            raise t.error(i, col, f"negative {what} {t.raw(col, i)!r}")
+        big = vals >= MAX_COUNT
+        if big.any():
+            i = int(np.flatnonzero(big)[0])
+            raise t.error(i, col, f"{what} {t.raw(col, i)!r} is too large (must be below "
+                          f"2^53 = {MAX_COUNT})")
         return vals.astype(np.int64)
     return vals
 
 
-def _reject_zero(path: Path, values: np.ndarray, col: str) -> None:
+def _reject_zero(t: Table, values: np.ndarray, col: str) -> None:
     zero = values == 0
     if zero.any():
         i = int(np.flatnonzero(zero)[0])
-        raise TraceError(f"{path}: line {i + 2}, field {col!r}: zero-length request "
-                         f"({int(zero.sum())} such rows)")
+        raise t.error(i, col, f"zero-length request ({int(zero.sum())} such rows)")
+
+
+def check_times(path: Path, arrival_s: np.ndarray, lines: np.ndarray, field: str,
+                raw: Any, *, sort: bool) -> None:
+    """Arrival times (s) of the rows at file ``lines`` (shape (n,)): within 2^33 s and,
+    unless ``sort``, in order; the error names the line, the source ``field`` and the
+    file's own values ``raw[i]``."""
+    far = np.abs(arrival_s) > MAX_TIME_S
+    if far.any():
+        i = int(np.flatnonzero(far)[0])
+        raise TraceError(f"{path}: line {int(lines[i])}, field {field!r}: {raw[i]!r} is "
+                         f"{arrival_s[i]:.4g} s, beyond 2^33 s (float64 times lose "
+                         "microseconds there)")
+    back = np.diff(arrival_s) < 0
+    if back.any() and not sort:
+        i = int(np.flatnonzero(back)[0]) + 1
+        raise TraceError(f"{path}: line {int(lines[i])}, field {field!r}: {raw[i]!r} is "
+                         f"earlier than line {int(lines[i - 1])}'s {raw[i - 1]!r}; pass "
+                         "sort=True (CLI: --sort) to sort the rows (the moved rows are "
+                         "counted)")
 
 
 def _report(path: Path, fmt: str, n_read: int, dropped: dict[str, int]) -> LoadReport:
@@ -204,35 +325,57 @@ def _report(path: Path, fmt: str, n_read: int, dropped: dict[str, int]) -> LoadR
 
 
 # --------------------------------------------------------------------------- formats
-def _load_azure(path: Path, *, sort: bool, name: str) -> Trace:
+_TZ = r"(?:Z|[+-]\d\d:?\d\d)$"
+
+
+def _azure_times(t: Table) -> np.ndarray:
+    """Seconds since the earliest ``TIMESTAMP`` (naive wall clock, or all with a UTC
+    offset, then compared as UTC instants)."""
     import pandas as pd
 
-    df = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-    ts = pd.to_datetime(df["TIMESTAMP"], format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
-    if ts.isna().any():
-        # also accept timestamps without a fractional part
-        ts2 = pd.to_datetime(df["TIMESTAMP"], format="ISO8601", errors="coerce")
-        bad = ts2.isna().to_numpy()
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"{path}: line {i + 2}, field 'TIMESTAMP': not a timestamp: "
-                             f"{df['TIMESTAMP'].iloc[i]!r}")
-        ts = ts2
-    arrival = (ts - ts.min()).dt.total_seconds().to_numpy(dtype=np.float64)
-    prompt = _numeric(path, df, "ContextTokens", integer=True)
-    output = _numeric(path, df, "GeneratedTokens", integer=True)
-    _reject_zero(path, prompt, "ContextTokens")
-    _reject_zero(path, output, "GeneratedTokens")
+    raw = t.df["TIMESTAMP"].str.strip()
+    aware = raw.str.contains(_TZ, regex=True).to_numpy()
+    if aware.any() and not aware.all():
+        i = int(np.flatnonzero(aware != aware[0])[0])
+        kinds = ("with", "without") if aware[i] else ("without", "with")
+        raise t.error(i, "TIMESTAMP", f"{t.raw('TIMESTAMP', i)!r} is {kinds[0]} a UTC offset, "
+                      f"line {int(t.lines[0])}'s {t.raw('TIMESTAMP', 0)!r} is {kinds[1]} one: "
+                      "the times cannot be ordered")
+    try:
+        if aware.all():
+            ts = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
+        else:
+            ts = pd.to_datetime(raw, format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
+            if ts.isna().any():  # also accept timestamps without a fractional part
+                ts = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+    except (ValueError, OverflowError) as exc:
+        raise TraceError(f"{t.path}: field 'TIMESTAMP': cannot parse the times: {exc}") from None
+    bad = ts.isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise t.error(i, "TIMESTAMP", f"not a timestamp: {t.raw('TIMESTAMP', i)!r}")
+    return (ts - ts.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def _load_azure(path: Path, *, sort: bool, name: str) -> Trace:
+    t = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    arrival = _azure_times(t)
+    check_times(path, arrival, t.lines, "TIMESTAMP", t.df["TIMESTAMP"].tolist(), sort=sort)
+    prompt = _numeric(t, "ContextTokens", integer=True)
+    output = _numeric(t, "GeneratedTokens", integer=True)
+    _reject_zero(t, prompt, "ContextTokens")
+    _reject_zero(t, output, "GeneratedTokens")
     return Trace.from_columns(name=name, arrival_s=arrival, packed=None, sort=sort,
-                           report=_report(path, "azure", len(df), {}),
-                           prompt_tokens=prompt, output_tokens=output)
+                              report=_report(path, "azure", len(t), {}),
+                              prompt_tokens=prompt, output_tokens=output)
 
 
 def _load_burstgpt(path: Path, *, sort: bool, name: str) -> Trace:
-    df = _read_csv(path, ("Timestamp", "Request tokens", "Response tokens"))
-    arrival = _numeric(path, df, "Timestamp", integer=False)
-    prompt = _numeric(path, df, "Request tokens", integer=True)
-    output = _numeric(path, df, "Response tokens", integer=True)
+    t = _read_csv(path, ("Timestamp", "Request tokens", "Response tokens"))
+    df = t.df
+    arrival = _numeric(t, "Timestamp", integer=False)
+    prompt = _numeric(t, "Request tokens", integer=True)
+    output = _numeric(t, "Response tokens", integer=True)
     fail_resp = output == 0
     fail_req = (prompt == 0) & ~fail_resp
     keep = ~(fail_resp | fail_req)
@@ -250,89 +393,127 @@ def _load_burstgpt(path: Path, *, sort: bool, name: str) -> Trace:
     rep = replace(rep, labels=labels)
     if not keep.any():
         raise TraceError(f"{path}: every one of the {len(df)} rows is a failed request")
+    check_times(path, arrival[keep], t.lines[keep], "Timestamp",
+                df["Timestamp"].to_numpy()[keep].tolist(), sort=sort)
     return Trace.from_columns(name=name, arrival_s=arrival[keep], packed=None, sort=sort,
-                           report=rep, prompt_tokens=prompt[keep], output_tokens=output[keep],
-                           tenant=tenant)
+                              report=rep, prompt_tokens=prompt[keep],
+                              output_tokens=output[keep], tenant=tenant)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            raise TraceError(f"field {k!r} appears twice ({d[k]!r} and {v!r})")
+        d[k] = v
+    return d
+
+
+def _mooncake_record(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    """One JSON line, checked: the three numbers finite and in range, ``hash_ids`` ids."""
+    where = f"{path}: line {lineno}"
+    try:
+        d = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: invalid JSON ({exc})") from None
+    except TraceError as exc:
+        raise TraceError(f"{where}: {exc}") from None
+    if not isinstance(d, dict):
+        raise TraceError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    for key in ("timestamp", "input_length", "output_length"):
+        v = d.get(key)
+        if v is None:
+            raise TraceError(f"{where}: missing field {key!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise TraceError(f"{where}, field {key!r}: not a finite number: {v!r}")
+    if abs(d["timestamp"]) / 1000.0 > MAX_TIME_S:
+        raise TraceError(f"{where}, field 'timestamp': {d['timestamp']!r} ms is beyond 2^33 s "
+                         "(float64 times lose microseconds there)")
+    for key in ("input_length", "output_length"):
+        v = d[key]
+        if v != int(v) or v <= 0:
+            raise TraceError(f"{where}, field {key!r}: must be a positive integer, got {v!r}")
+        if v >= MAX_COUNT:
+            raise TraceError(f"{where}, field {key!r}: token count {v!r} is too large (must "
+                             f"be below 2^53 = {MAX_COUNT})")
+    hid = d.get("hash_ids")
+    if hid is not None:
+        if not isinstance(hid, list):
+            raise TraceError(f"{where}, field 'hash_ids': must be a list of non-negative "
+                             f"integers, got {type(hid).__name__}")
+        for h in hid:
+            if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h <= MAX_ID:
+                raise TraceError(f"{where}, field 'hash_ids': {h!r} is not an integer in "
+                                 "[0, 2^63)")
+        il = int(d["input_length"])
+        want = -(-il // MOONCAKE_BLOCK_TOKENS)
+        if len(hid) != want:
+            raise TraceError(f"{where}, field 'hash_ids': {len(hid)} blocks for input_length "
+                             f"{il} (expected ceil({il}/{MOONCAKE_BLOCK_TOKENS}) = {want})")
+    return d
 
 
 def _load_mooncake(path: Path, *, sort: bool, name: str) -> Trace:
     ts: list[float] = []
+    raw_ts: list[Any] = []
+    lines: list[int] = []
     inp: list[int] = []
     out: list[int] = []
     blocks: list[list[int]] = []
-    n_lines = 0
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            n_lines += 1
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}: line {lineno}: invalid JSON ({exc})") from None
-            if not isinstance(d, dict):
-                raise TraceError(f"{path}: line {lineno}: expected a JSON object")
-            for key in ("timestamp", "input_length", "output_length"):
-                v = d.get(key)
-                if v is None:
-                    raise TraceError(f"{path}: line {lineno}: missing field {key!r}")
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                        not math.isfinite(v):
-                    raise TraceError(f"{path}: line {lineno}, field {key!r}: not a finite "
-                                     f"number: {v!r}")
-            il, ol = d["input_length"], d["output_length"]
-            for key, v in (("input_length", il), ("output_length", ol)):
-                if v != int(v) or v <= 0:
-                    raise TraceError(f"{path}: line {lineno}, field {key!r}: must be a "
-                                     f"positive integer, got {v!r}")
-            hid = d.get("hash_ids")
-            if hid is not None:
-                if not isinstance(hid, list) or not all(
-                        isinstance(h, int) and not isinstance(h, bool) and h >= 0
-                        for h in hid):
-                    raise TraceError(f"{path}: line {lineno}, field 'hash_ids': must be a "
-                                     "list of non-negative integers")
-                want = -(-int(il) // MOONCAKE_BLOCK_TOKENS)
-                if len(hid) != want:
-                    raise TraceError(
-                        f"{path}: line {lineno}, field 'hash_ids': {len(hid)} blocks for "
-                        f"input_length {il} (expected ceil({il}/{MOONCAKE_BLOCK_TOKENS}) = "
-                        f"{want})")
-                blocks.append(hid)
-            ts.append(d["timestamp"] / 1000.0)
-            inp.append(int(il))
-            out.append(int(ol))
+    lineno = 0
+    try:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                d = _mooncake_record(path, lineno, line)
+                if d.get("hash_ids") is not None:
+                    blocks.append(d["hash_ids"])
+                lines.append(lineno)
+                raw_ts.append(d["timestamp"])
+                ts.append(d["timestamp"] / 1000.0)
+                inp.append(int(d["input_length"]))
+                out.append(int(d["output_length"]))
+    except READ_ERRORS as exc:
+        raise read_error(path, exc, f"after line {lineno}") from None
+    n_lines = len(lines)
     if n_lines == 0:
         raise TraceError(f"{path}: file is empty")
     if blocks and len(blocks) != n_lines:
         raise TraceError(f"{path}: 'hash_ids' is present on some lines only "
                          f"({len(blocks)} of {n_lines})")
     arrival = np.asarray(ts, dtype=np.float64)
+    check_times(path, arrival, np.asarray(lines), "timestamp", raw_ts, sort=sort)
     packed = pack_blocks(blocks, n_lines, source=str(path)) if blocks else None
     return Trace.from_columns(name=name, arrival_s=arrival, packed=packed, sort=sort,
-                           report=_report(path, "mooncake", n_lines, {}),
-                           prompt_tokens=np.asarray(inp, np.int64),
-                           output_tokens=np.asarray(out, np.int64),
-                           block_tokens=MOONCAKE_BLOCK_TOKENS if blocks else 0)
+                              report=_report(path, "mooncake", n_lines, {}),
+                              prompt_tokens=np.asarray(inp, np.int64),
+                              output_tokens=np.asarray(out, np.int64),
+                              block_tokens=MOONCAKE_BLOCK_TOKENS if blocks else 0)
 
 
 def _load_lengths(path: Path, *, sort: bool, name: str, rate_per_s: float | None,
                   seed: int) -> Trace:
-    first = _first_line(path)
-    cols = {c.strip() for c in first.split(",")}
+    cols = set(_header(path))
     session = None
     if {"history_tokens", "prompt_tokens", "response_tokens"} <= cols:
-        df = _read_csv(path, ("conv_index", "history_tokens", "prompt_tokens",
-                              "response_tokens"))
-        hist = _numeric(path, df, "history_tokens", integer=True)
-        prompt = hist + _numeric(path, df, "prompt_tokens", integer=True)
-        output = _numeric(path, df, "response_tokens", integer=True)
-        session = _numeric(path, df, "conv_index", integer=True)
+        t = _read_csv(path, ("conv_index", "history_tokens", "prompt_tokens",
+                             "response_tokens"))
+        hist = _numeric(t, "history_tokens", integer=True)
+        prompt = hist + _numeric(t, "prompt_tokens", integer=True)
+        big = prompt >= MAX_COUNT
+        if big.any():
+            i = int(np.flatnonzero(big)[0])
+            raise t.error(i, "history_tokens", f"history_tokens + prompt_tokens = "
+                          f"{t.raw('history_tokens', i)} + {t.raw('prompt_tokens', i)} is too "
+                          f"large (must be below 2^53 = {MAX_COUNT})")
+        output = _numeric(t, "response_tokens", integer=True)
+        session = _numeric(t, "conv_index", integer=True, what="conversation index")
         pcol, ocol = "history_tokens+prompt_tokens", "response_tokens"
     else:
-        df = _read_csv(path, ("num_prefill_tokens", "num_decode_tokens"))
-        prompt = _numeric(path, df, "num_prefill_tokens", integer=True)
-        output = _numeric(path, df, "num_decode_tokens", integer=True)
+        t = _read_csv(path, ("num_prefill_tokens", "num_decode_tokens"))
+        prompt = _numeric(t, "num_prefill_tokens", integer=True)
+        output = _numeric(t, "num_decode_tokens", integer=True)
         pcol, ocol = "num_prefill_tokens", "num_decode_tokens"
     zp, zo = prompt == 0, (output == 0) & (prompt != 0)
     keep = ~(zp | zo)
@@ -348,8 +529,8 @@ def _load_lengths(path: Path, *, sort: bool, name: str, rate_per_s: float | None
         rng = np.random.default_rng(seed)
         arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
         arrival -= arrival[0]
-    rep = _report(path, "lengths", len(df), {f"zero-token prompt ({pcol})": int(zp.sum()),
-                                             f"zero-token output ({ocol})": int(zo.sum())})
+    rep = _report(path, "lengths", len(t), {f"zero-token prompt ({pcol})": int(zp.sum()),
+                                            f"zero-token output ({ocol})": int(zo.sum())})
     return Trace.from_columns(name=name, arrival_s=arrival, packed=None, sort=sort, report=rep,
-                           prompt_tokens=prompt[keep], output_tokens=output[keep],
-                           session_id=None if session is None else session[keep])
+                              prompt_tokens=prompt[keep], output_tokens=output[keep],
+                              session_id=None if session is None else session[keep])

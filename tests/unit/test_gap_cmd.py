@@ -127,8 +127,10 @@ def test_invalid_bound_is_asserted_with_exit_3(tmp_path, capsys):
     (["--policies", "nope"], "unknown policies ['nope']"),
     (["--check-bound", "e2e_s_mean"], "METRIC=VALUE"),
     (["--check-bound", "latency=1"], "unknown metric key"),
-    (["--duration", "-5"], "--duration must be > 0"),
-    (["--windows", "0"], "--windows must be >= 1"),
+    (["--duration", "-5"], "--duration: must be a finite number > 0"),
+    (["--windows", "0"], "--windows: must be an integer >= 1"),
+    (["--seeds", "-1"], "--seeds: must be comma-separated integers >= 0"),
+    (["--policies", ","], "--policies: must be comma-separated names"),
     (["--bounds", "nope"], "unknown bound 'nope'"),
     (["--metric", "latency"], "--metric must be one of"),
 ])
