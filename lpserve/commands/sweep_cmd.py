@@ -115,7 +115,12 @@ def _print_report(name: str, report: Any, rows: list[dict[str, Any]],
     cps = report.cells_per_s
     print(f"sweep      {name}  ({report.backend}, {report.workers} workers)")
     print(f"cells      {report.n_cells:,}  (run {report.n_run:,}, already done "
-          f"{report.n_skipped:,}, failed {report.n_failed:,})")
+          f"{report.n_skipped:,}, failed {report.n_failed:,}"
+          + (f", run by another sweep {report.n_elsewhere:,}" if report.n_elsewhere else "")
+          + ")")
+    for part, rows, reason in report.rejected:
+        print(f"rejected   {part}: {reason}" + (f" ({rows} rows)" if rows >= 0 else "")
+              + "; its cells are run again", file=sys.stderr)
     print(f"wall       {fmt_num(report.wall_s)} s"
           + (f"   ({fmt_num(cps)} cells/s)" if math.isfinite(cps) else ""))
     print(f"results    {report.out_dir}/parts")

@@ -24,9 +24,9 @@ from lpserve.sweep.grid import (
                                 replication_seeds,
 )
 from lpserve.sweep.runner import SweepReport, load_results, run_sweep
-from lpserve.sweep.store import ResultStore
+from lpserve.sweep.store import ResultStore, StoreError
 from lpserve.sweep.worker import VOLATILE_COLUMNS
 
 __all__ = ["AXES", "BACKENDS", "KINDS", "VOLATILE_COLUMNS", "Cell", "Grid", "GridError",
-           "ResultStore", "SweepReport", "bundled_grids", "cell_digest", "load_grid",
+           "ResultStore", "StoreError", "SweepReport", "bundled_grids", "cell_digest", "load_grid",
            "load_results", "replication_seeds", "run_sweep"]

@@ -1,6 +1,8 @@
 """Execution backends of a sweep: ``serial``, ``local`` (process pool), ``dask``, ``ray``.
 
-Each backend takes batches of cells and the heavy-input :class:`Payload`, ships the
+Each backend takes batches of cells (an iterable, consumed lazily: at most
+:data:`IN_FLIGHT_PER_WORKER` batches per worker are submitted ahead, so a driver can claim
+each batch just before it is handed out) and the heavy-input :class:`Payload`, ships the
 payload once per worker, and yields the rows of each batch as it completes (in completion
 order). Cells are pure functions of their inputs, so the rows do not depend on which
 backend ran them. Dask and Ray are imported only here, inside the functions.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from lpserve.sweep.grid import Cell
 from lpserve.sweep.worker import Payload, init_worker, install, run_batch, run_batch_boxed
@@ -17,6 +19,8 @@ from lpserve.sweep.worker import Payload, init_worker, install, run_batch, run_b
 BACKENDS = ("serial", "local", "dask", "ray")
 #: object store of a Ray instance started by a sweep (bytes; Ray's minimum is 75 MiB)
 RAY_OBJECT_STORE_BYTES = 256 * 1024 * 1024
+#: batches submitted ahead per worker
+IN_FLIGHT_PER_WORKER = 2
 
 Rows = list[dict[str, Any]]
 
@@ -29,14 +33,14 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_batches(backend: str, batches: list[list[Cell]], payload: Payload, *,
+def run_batches(backend: str, batches: Iterable[list[Cell]], payload: Payload, *,
                 workers: int, address: str | None = None, client: Any = None
                 ) -> Iterator[Rows]:
     """Yield the rows of every batch as it completes, on ``backend``.
 
     Args:
         backend: one of :data:`BACKENDS`.
-        batches: the cells, grouped; each batch is one task.
+        batches: the cells, grouped; each batch is one task (read lazily).
         payload: traces and cost models, shipped once per worker.
         workers: processes to start (ignored with ``address`` or ``client``).
         address: Dask scheduler or Ray cluster address (default: start a local one).
@@ -55,29 +59,61 @@ def run_batches(backend: str, batches: list[list[Cell]], payload: Payload, *,
     return _ray(batches, payload, workers, address)
 
 
-def _serial(batches: list[list[Cell]], payload: Payload) -> Iterator[Rows]:
+def _serial(batches: Iterable[list[Cell]], payload: Payload) -> Iterator[Rows]:
     install(payload)
     for b in batches:
         yield run_batch(b)
 
 
-def _local(batches: list[list[Cell]], payload: Payload, workers: int) -> Iterator[Rows]:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+def _windowed(batches: Iterable[list[Cell]], submit: Any, wait_one: Any, limit: int
+              ) -> Iterator[Rows]:
+    """Keep at most ``limit`` submitted batches: ``submit(batch) -> handle``,
+    ``wait_one(handles) -> (handle, rows)`` of one that completed."""
+    it = iter(batches)
+    pending: list[Any] = []
+    for b in it:
+        pending.append(submit(b))
+        if len(pending) >= limit:
+            break
+    while pending:
+        h, rows = wait_one(pending)
+        pending.remove(h)
+        for b in it:
+            pending.append(submit(b))
+            break
+        yield rows
 
+
+def _local(batches: Iterable[list[Cell]], payload: Payload, workers: int) -> Iterator[Rows]:
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    it = iter(batches)
+    first = next(it, None)
+    if first is None:
+        return
     # spawn: workers start clean (no inherited threads or locks from the caller)
-    ex = ProcessPoolExecutor(max_workers=min(workers, max(1, len(batches))),
-                             mp_context=mp.get_context("spawn"), initializer=init_worker,
-                             initargs=(payload,))
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                             initializer=init_worker, initargs=(payload,))
+
+    def wait_one(pending: list[Any]) -> tuple[Any, Rows]:
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        f = next(iter(done))
+        return f, f.result()
+
     try:
-        futures = [ex.submit(run_batch, b) for b in batches]
-        for fut in as_completed(futures):
-            yield fut.result()
+        yield from _windowed(_chain(first, it), lambda b: ex.submit(run_batch, b), wait_one,
+                             IN_FLIGHT_PER_WORKER * workers)
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-def _dask(batches: list[list[Cell]], payload: Payload, workers: int, address: str | None,
+def _chain(first: list[Cell], rest: Iterator[list[Cell]]) -> Iterator[list[Cell]]:
+    yield first
+    yield from rest
+
+
+def _dask(batches: Iterable[list[Cell]], payload: Payload, workers: int, address: str | None,
           client: Any) -> Iterator[Rows]:
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -98,9 +134,18 @@ def _dask(batches: list[list[Cell]], payload: Payload, workers: int, address: st
     try:
         # one copy of the payload on every worker; tasks receive the worker-local object
         remote = client.scatter(payload, broadcast=True, hash=False)
-        futures = [client.submit(run_batch, b, remote, pure=False) for b in batches]
-        for _fut, rows in as_completed(futures, with_results=True):
-            yield rows
+        n = max(1, len(client.scheduler_info().get("workers", {})) or workers)
+
+        def submit(b: list[Cell]) -> Any:
+            f = client.submit(run_batch, b, remote, pure=False)
+            futures.append(f)
+            return f
+
+        def wait_one(pending: list[Any]) -> tuple[Any, Rows]:
+            f = next(iter(as_completed(pending)))
+            return f, f.result()
+
+        yield from _windowed(batches, submit, wait_one, IN_FLIGHT_PER_WORKER * n)
     finally:
         if futures:
             client.cancel(futures)
@@ -108,7 +153,7 @@ def _dask(batches: list[list[Cell]], payload: Payload, workers: int, address: st
             obj.close()
 
 
-def _ray(batches: list[list[Cell]], payload: Payload, workers: int,
+def _ray(batches: Iterable[list[Cell]], payload: Payload, workers: int,
          address: str | None) -> Iterator[Rows]:
     try:
         import ray
@@ -127,13 +172,20 @@ def _ray(batches: list[list[Cell]], payload: Payload, workers: int,
     try:
         ref = ray.put(payload)  # one copy in the object store, fetched once per worker
         task = ray.remote(num_cpus=1, max_retries=0)(run_batch_boxed)
-        # the reference travels boxed in a list so that Ray does not resolve it per task
-        pending = {task.remote(b, payload.key, [ref]): i for i, b in enumerate(batches)}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for d in done:
-                pending.pop(d)
-                yield ray.get(d)
+        n = max(1, int(ray.cluster_resources().get("CPU", workers)))
+
+        def submit(b: list[Cell]) -> Any:
+            # the reference travels boxed in a list so that Ray does not resolve it per task
+            r = task.remote(b, payload.key, [ref])
+            pending[r] = 1
+            return r
+
+        def wait_one(handles: list[Any]) -> tuple[Any, Rows]:
+            done, _ = ray.wait(list(handles), num_returns=1)
+            pending.pop(done[0], None)
+            return done[0], ray.get(done[0])
+
+        yield from _windowed(batches, submit, wait_one, IN_FLIGHT_PER_WORKER * n)
     finally:
         for r in pending:
             ray.cancel(r, force=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from lpserve.sweep.backends import BACKENDS, default_workers, run_batches
+from lpserve.sweep.claims import Claims
+from lpserve.sweep.reaper import Reaper
 from lpserve.sweep.grid import USES_CLUSTER, Cell, Grid, load_grid
 from lpserve.sweep.store import ResultStore
 from lpserve.sweep.worker import Payload, cost_key
@@ -24,6 +27,8 @@ class SweepReport:
         out_dir: the sweep directory; backend, workers: how it ran.
         n_cells: cells in the grid; n_skipped: already finished, not run again;
         n_run: run now; n_failed: cells of the grid whose row is an error.
+        n_elsewhere: cells run meanwhile by another sweep on the same directory.
+        rejected: (part file, rows, reason) the store left out (damaged, edited rows).
         wall_s: seconds for the whole call (start-up of the backend included).
         table: one row per cell of the grid, in grid order (pandas DataFrame).
     """
@@ -37,6 +42,8 @@ class SweepReport:
     n_failed: int
     wall_s: float
     table: Any = field(repr=False, default=None)
+    n_elsewhere: int = 0
+    rejected: list = field(default_factory=list)
 
     @property
     def cells_per_s(self) -> float:
@@ -53,8 +60,10 @@ class SweepReport:
     def as_dict(self) -> dict[str, Any]:
         return {"out_dir": str(self.out_dir), "backend": self.backend, "workers": self.workers,
                 "n_cells": self.n_cells, "n_skipped": self.n_skipped, "n_run": self.n_run,
-                "n_failed": self.n_failed, "wall_s": self.wall_s,
-                "cells_per_s": self.cells_per_s, "failures": self.failures()}
+                "n_failed": self.n_failed, "n_elsewhere": self.n_elsewhere,
+                "wall_s": self.wall_s, "cells_per_s": self.cells_per_s,
+                "failures": self.failures(),
+                "rejected": [{"part": p, "rows": n, "reason": r} for p, n, r in self.rejected]}
 
 
 def load_traces(grid: Grid) -> dict[str, Any]:
@@ -144,25 +153,73 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
                           "cells": [c.digest for c in cells],
                           "trace_digests": {n: t.digest() for n, t in traces.items()}})
     skip = store.finished() if retry_failed else store.recorded()
+    rejected = list(store.rejected)
     todo = [c for c in cells if c.digest not in skip]
     n_run = 0
     if on_start is not None:
         on_start(len(cells), len(todo))
     if todo:
         size = batch_size or auto_batch_size(len(todo), workers)
-        batches = [todo[i:i + size] for i in range(0, len(todo), size)]
         payload = build_payload(todo, traces)
-        for rows in run_batches(backend, batches, payload, workers=workers, address=address,
-                                client=client):
-            store.write_part(rows)
-            n_run += len(rows)
-            if on_batch is not None:
-                on_batch(len(rows))
+        with Claims(out, store.run_id) as claims, \
+                (Reaper.start() if backend != "serial" else nullcontext()):
+            left = todo
+            while left:
+                batches = _claimed_batches(left, size, claims, store, retry_failed)
+                for rows in run_batches(backend, batches, payload, workers=workers,
+                                        address=address, client=client):
+                    store.write_part(rows)
+                    n_run += len(rows)
+                    if on_batch is not None:
+                        on_batch(len(rows))
+                left = _wait_for_others(left, claims, store, retry_failed)
     table = results_table(store, cells)
     n_failed = int((table["status"] != "ok").sum()) if not table.empty else 0
+    n_skipped = len(cells) - len(todo)
     return SweepReport(out_dir=out, backend=backend, workers=workers, n_cells=len(cells),
-                       n_skipped=len(cells) - len(todo), n_run=n_run, n_failed=n_failed,
-                       wall_s=time.perf_counter() - t0, table=table)
+                       n_skipped=n_skipped, n_run=n_run, n_failed=n_failed,
+                       wall_s=time.perf_counter() - t0, table=table,
+                       n_elsewhere=len(todo) - n_run, rejected=rejected)
+
+
+def _done(store: ResultStore, retry_failed: bool) -> set[str]:
+    return store.finished() if retry_failed else store.recorded()
+
+
+def _claimed_batches(cells: list[Cell], size: int, claims: Claims, store: ResultStore,
+                     retry_failed: bool) -> Iterator[list[Cell]]:
+    """Batches of ``size`` cells claimed just before they are handed out; a cell claimed
+    by a live sweep is left to it, a stale claim is taken over unless its cell is stored."""
+    done: set[str] = set()
+    read_at = -math.inf
+    for i in range(0, len(cells), size):
+        chunk = cells[i:i + size]
+        got = set(claims.take([c.digest for c in chunk]))
+        stale = [c.digest for c in chunk if c.digest in got and claims.took_over(c.digest)]
+        if any(d not in done for d in stale) and time.monotonic() - read_at > 1.0:
+            done, read_at = _done(store, retry_failed), time.monotonic()
+        got -= {d for d in stale if d in done}
+        batch = [c for c in chunk if c.digest in got]
+        if batch:
+            yield batch
+
+
+def _wait_for_others(cells: list[Cell], claims: Claims, store: ResultStore,
+                     retry_failed: bool, poll_s: float = 1.0) -> list[Cell]:
+    """Wait until the cells of ``cells`` claimed by other live sweeps are stored; returns
+    those left to run here (their claimant died, or nobody claimed them)."""
+    while True:
+        done = _done(store, retry_failed)
+        left = [c for c in cells if c.digest not in done]
+        if not left:
+            return []
+        elsewhere = set(claims.held_elsewhere([c.digest for c in left]))
+        free = [c for c in left if c.digest not in elsewhere and c.digest not in claims.mine]
+        if free:
+            return free
+        if not elsewhere:
+            return []  # ours and not stored: a batch failed to store; nothing to wait for
+        time.sleep(poll_s)
 
 
 def results_table(store: ResultStore, cells: list[Cell]) -> Any:

@@ -23,8 +23,9 @@ import numpy as np
 
 from lpserve.sweep.grid import Cell
 
-#: columns that vary from run to run (timings, where and when); excluded from comparisons
-VOLATILE_COLUMNS = ("cell_wall_s", "wall_s", "worker", "run_id", "part")
+#: columns that vary from run to run (timings, where and when, and the row checksum over
+#: them); excluded from comparisons
+VOLATILE_COLUMNS = ("cell_wall_s", "wall_s", "worker", "run_id", "part", "checksum")
 #: columns every row has, besides the cell inputs
 STATUS_COLUMNS = ("status", "error", "result_digest")
 _STAT_KEYS = {"mean", "p50", "p90", "p99", "max", "min", "std"}
@@ -278,5 +279,9 @@ def run_batch_boxed(cells: list[Cell], key: str, box: list[Any]) -> list[dict[st
 
 
 def init_worker(payload: Payload) -> None:
-    """Process-pool initializer: install the payload once per worker process."""
+    """Process-pool initializer: install the payload once per worker process, and exit
+    the worker when the sweep that started it is gone (killed: no clean-up ran)."""
+    from lpserve.sweep.reaper import watch_parent
+
+    watch_parent()
     install(payload)
