@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from lpserve.sweep.backends import BACKENDS, default_workers, run_batches
 from lpserve.sweep.claims import Claims
-from lpserve.sweep.reaper import Reaper
 from lpserve.sweep.grid import USES_CLUSTER, Cell, Grid, load_grid
+from lpserve.sweep.reaper import Reaper
 from lpserve.sweep.store import ResultStore
 from lpserve.sweep.worker import Payload, cost_key
 
