@@ -2,6 +2,7 @@
 benchmark instances of ``instances/`` (:func:`load_instance`)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -193,35 +194,84 @@ def load_instance(path_or_name: str | Path) -> tuple[Any, dict[str, Any]]:
         p = INSTANCES_DIR / str(path_or_name)
     if p.is_dir():
         p = p / "instance.toml"
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"instance {path_or_name!r}: no such file or instance "
                                 f"(known: {', '.join(instance_names()) or 'none'})")
-    spec = tomllib.loads(p.read_text())
+    spec = tomllib.loads(_read_text(p))
     for key in ("cluster", "cost", "trace"):
-        if key not in spec:
+        if not isinstance(spec.get(key), dict):
             raise ValueError(f"{p}: missing table [{key}]")
+    if not isinstance(spec["trace"].get("file"), str):
+        raise ValueError(f"{p}: [trace] needs file = \"<csv file>\"")
     tfile = p.parent / spec["trace"]["file"]
-    data = np.genfromtxt(tfile, delimiter=",", names=True, dtype=None, encoding="utf-8")
-    data = np.atleast_1d(data)
-    cols = data.dtype.names or ()
-    for c in ("arrival_s", "prompt_tokens", "output_tokens"):
-        if c not in cols:
-            raise ValueError(f"{tfile}: missing column {c!r} (have {list(cols)})")
-    opt = {c: data[c] for c in ("predicted_lo", "predicted_hi") if c in cols}
-    trace = Trace.from_arrays(arrival_s=data["arrival_s"].astype(float),
-                              prompt_tokens=data["prompt_tokens"].astype(np.int64),
-                              output_tokens=data["output_tokens"].astype(np.int64),
-                              name=spec.get("name", p.parent.name), **opt)
+    trace = _instance_trace(tfile, spec.get("name", p.parent.name))
+    fields = {f.name for f in dataclasses.fields(Cluster)}
+    bad = sorted(set(spec["cluster"]) - fields)
+    if bad:
+        raise ValueError(f"{p}: [cluster] has unknown key(s) {bad}; known: {sorted(fields)}")
     cluster = Cluster(**spec["cluster"])
     cs = dict(spec["cost"])
     kind = cs.pop("kind", "analytic")
     if kind == "unit-round":
         from lpserve.cost import UnitRoundCost
 
-        cost = UnitRoundCost(memory_tokens=int(cs["memory_tokens"]))
+        m = cs.get("memory_tokens")
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"{p}: [cost] memory_tokens must be an integer >= 1, got {m!r}")
+        cost = UnitRoundCost(memory_tokens=m)
     elif kind == "analytic":
         cost = None
     else:
         raise ValueError(f"{p}: [cost] kind must be 'unit-round' or 'analytic', got {kind!r}")
-    slo = SLO(**spec["slo"]) if "slo" in spec else SLO()
+    try:
+        slo = SLO(**spec["slo"]) if "slo" in spec else SLO()
+    except TypeError as exc:
+        raise ValueError(f"{p}: [slo]: {exc}") from None
     return Instance(trace=trace, cluster=cluster, slo=slo, cost=cost), spec
+
+
+def _read_text(p: Path) -> str:
+    """The text of regular file ``p`` (a FIFO or device is refused: reading could block)."""
+    import stat
+
+    if not stat.S_ISREG(p.stat().st_mode):
+        raise ValueError(f"{p}: not a regular file")
+    try:
+        return p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _instance_trace(tfile: Path, name: str) -> Trace:
+    """The CSV trace of an instance (``arrival_s,prompt_tokens,output_tokens`` and
+    optional ``predicted_lo,predicted_hi``); errors name the file, line, column, value."""
+    import csv
+    import io
+
+    if not tfile.exists():
+        raise FileNotFoundError(f"{tfile}: no such file (the instance's [trace] file)")
+    rows = list(csv.reader(io.StringIO(_read_text(tfile))))
+    if not rows:
+        raise ValueError(f"{tfile}: file is empty")
+    head = [c.strip() for c in rows[0]]
+    for c in ("arrival_s", "prompt_tokens", "output_tokens"):
+        if c not in head:
+            raise ValueError(f"{tfile}: missing column {c!r} (have {head})")
+    if len(set(head)) != len(head):
+        raise ValueError(f"{tfile}: line 1: a column name appears twice ({head})")
+    cols: dict[str, list[float]] = {c: [] for c in head}
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not any(x.strip() for x in row):
+            continue
+        if len(row) != len(head):
+            raise ValueError(f"{tfile}: line {lineno}: {len(row)} fields, header has "
+                             f"{len(head)}")
+        for c, x in zip(head, row):
+            try:
+                cols[c].append(float(x))
+            except ValueError:
+                raise ValueError(f"{tfile}: line {lineno}, column {c!r}: not a number: "
+                                 f"{x!r}") from None
+    opt = {c: cols[c] for c in ("predicted_lo", "predicted_hi") if c in cols}
+    return Trace.from_arrays(arrival_s=cols["arrival_s"], prompt_tokens=cols["prompt_tokens"],
+                             output_tokens=cols["output_tokens"], name=name, **opt)

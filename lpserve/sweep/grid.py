@@ -420,10 +420,15 @@ def load_grid(grid: "Grid | Mapping[str, Any] | str | os.PathLike") -> Grid:
             raise GridError(f"grid {grid!r}: no such file or bundled grid; bundled: "
                             f"{', '.join(bundled_grids())}")
         return Grid.from_dict(tomllib.loads(ref.read_text()))
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"grid file {str(path)!r} not found")
+    if not path.is_file():  # a folder, a FIFO (reading it could block), a device
+        raise GridError(f"grid {str(path)!r}: not a regular file")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except tomllib.TOMLDecodeError as exc:
         raise GridError(f"grid {str(path)!r}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise GridError(f"grid {str(path)!r}: not UTF-8 text ({exc.reason} at byte "
+                        f"{exc.start})") from None
     return Grid.from_dict(data, base_dir=path.parent)

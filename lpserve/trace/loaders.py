@@ -141,13 +141,19 @@ def detect_format(path: str | os.PathLike) -> str:
         raise TraceError(f"{path}: JSON lines with keys {sorted(keys)} match no known format "
                          f"(mooncake needs timestamp, input_length, output_length)")
     cols = {c.strip() for c in line.split(",")}
-    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= cols:
-        return "azure"
-    if {"Timestamp", "Request tokens", "Response tokens"} <= cols:
-        return "burstgpt"
-    if {"num_prefill_tokens", "num_decode_tokens"} <= cols or \
-            {"history_tokens", "prompt_tokens", "response_tokens"} <= cols:
-        return "lengths"
+    known = (("azure", ("TIMESTAMP", "ContextTokens", "GeneratedTokens")),
+             ("burstgpt", ("Timestamp", "Request tokens", "Response tokens")),
+             ("lengths", ("num_prefill_tokens", "num_decode_tokens")),
+             ("lengths", ("history_tokens", "prompt_tokens", "response_tokens")))
+    for fmt, need in known:
+        if set(need) <= cols:
+            return fmt
+    for fmt, need in known:  # a near miss: most columns of one format
+        have = [c for c in need if c in cols]
+        if len(have) >= 2 or (len(need) == 2 and have):
+            lack = [c for c in need if c not in cols]
+            raise TraceError(f"{path}: line 1: header {line[:120]!r} looks like the {fmt} "
+                             f"format but lacks column(s) {', '.join(map(repr, lack))}")
     raise TraceError(f"{path}: header {line[:120]!r} matches no known format {FORMATS}")
 
 
@@ -230,6 +236,28 @@ def _header(path: Path) -> list[str]:
     return names
 
 
+def _data_lines(path: Path, body: str, n_fields: int) -> np.ndarray:
+    """File line numbers of the data rows of ``body`` (blank lines skipped), checking that
+    each has ``n_fields`` fields (quoted fields spanning lines are not supported)."""
+    lines = []
+    for k, line in enumerate(body.splitlines(), start=1):
+        if not line.strip():
+            continue
+        lines.append(k)
+        q = line.count('"')
+        if q % 2:
+            raise _FieldCount(k, -1)
+        n = line.count(",") + 1 if not q else len(next(csv.reader([line])))
+        if n != n_fields and len(lines) > 1:
+            raise _FieldCount(k, n)
+    return np.asarray(lines[1:], np.int64)
+
+
+class _FieldCount(Exception):
+    def __init__(self, line: int, n: int) -> None:
+        self.line, self.n = line, n
+
+
 def _read_csv(path: Path, required: tuple[str, ...]) -> Table:
     import pandas as pd
 
@@ -239,26 +267,29 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> Table:
         raise TraceError(f"{path}: missing column(s) {missing}; found {names}")
     try:
         with _open_text(path) as f:
-            df = pd.read_csv(f, dtype=str, skipinitialspace=True, keep_default_na=False,
-                             skip_blank_lines=False)
+            body = f.read()
+    except READ_ERRORS as exc:
+        raise read_error(path, exc) from None
+    try:
+        lines = _data_lines(path, body, len(names))
+    except _FieldCount as exc:
+        if exc.n < 0:
+            raise TraceError(f"{path}: line {exc.line}: unbalanced quote (\") in the row; "
+                             "fields spanning lines are not supported") from None
+        lack = names[exc.n:] if exc.n < len(names) else []
+        what = (f"; field {lack[0]!r} is missing" if lack else "")
+        raise TraceError(f"{path}: line {exc.line}: {exc.n} fields, the header has "
+                         f"{len(names)}{what}") from None
+    try:
+        df = pd.read_csv(io.StringIO(body), dtype=str, skipinitialspace=True,
+                         keep_default_na=False)
     except pd.errors.EmptyDataError:
         raise TraceError(f"{path}: file is empty") from None
     except pd.errors.ParserError as exc:
         raise TraceError(f"{path}: cannot parse as CSV: {exc}") from None
-    except READ_ERRORS as exc:
-        raise read_error(path, exc) from None
     df.columns = [c.strip() for c in df.columns]
-    # pandas gives a missing field NaN (keep_default_na=False keeps every written value)
-    absent = df.isna().to_numpy()
-    blank = absent.all(axis=1) if len(df.columns) > 1 else np.array(
-        [v.strip() == "" if isinstance(v, str) else True for v in df.iloc[:, 0]], bool)
-    lines = np.flatnonzero(~blank).astype(np.int64) + 2   # header is line 1
-    df = df[~blank].reset_index(drop=True)
-    short = df[list(required)].isna().to_numpy()
-    if short.any():
-        i, k = (int(x[0]) for x in np.nonzero(short))
-        raise TraceError(f"{path}: line {int(lines[i])}: field {required[k]!r} is missing "
-                         f"(the row has fewer fields than the header)")
+    if len(df) != len(lines):  # quoted fields spanning lines: no exact line numbers
+        lines = np.arange(len(df), dtype=np.int64) + 2
     if len(df) == 0:
         raise TraceError(f"{path}: file has a header but no data rows")
     return Table(path, df, lines)
