@@ -87,7 +87,8 @@ def _write(tmp_path, name, text, gz=False):
 
 @pytest.mark.parametrize("text, match", [
     ("", "file is empty"),
-    ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,3\n", "matches no known format"),
+    ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,3\n",
+     r"looks like the azure format but lacks column\(s\) 'GeneratedTokens'"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no data rows"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,abc,5\n",
      r"line 2, field 'ContextTokens': not a finite number: 'abc'"),
@@ -122,7 +123,7 @@ def test_out_of_order_sorted_with_count(tmp_path):
 
 def test_missing_column_named(tmp_path):
     p = _write(tmp_path, "m.csv", "Timestamp,Model,Request tokens,Foo\n1,a,2,3\n")
-    with pytest.raises(TraceError, match=r"matches no known format"):
+    with pytest.raises(TraceError, match=r"looks like the burstgpt format but lacks column\(s\) .Response tokens."):
         lp.load_trace(p)
     with pytest.raises(TraceError, match=r"missing column\(s\) \['Response tokens'\]"):
         lp.load_trace(p, format="burstgpt")
