@@ -269,3 +269,53 @@ def registry_cases(draw):
     if needs_analytic_cost(name):
         cases = cases.filter(lambda case: case[0].cost is None)
     return draw(cases)[0], name
+
+
+# ====================================================================== hostile inputs
+# (owned by the loaders and the sweep store: what found their tracebacks)
+#: field texts no loader may accept as a token count, with why
+BAD_COUNTS = ("nan", "NaN", "inf", "-inf", "Infinity", "1e20", "99999999999999999999",
+              "9007199254740993", "-1", "12.5", "0x10", "", "abc", "1e400", "-0.5")
+
+
+@st.composite
+def bad_count_texts(draw) -> str:
+    """A token-count field that must be refused: non-finite, huge (past 2^53 or int64),
+    negative, fractional or not a number."""
+    return draw(st.sampled_from(BAD_COUNTS) | st.integers(2 ** 53, 10 ** 30).map(str)
+                | st.floats(allow_nan=True, allow_infinity=True).filter(
+                    lambda x: not (x == x and abs(x) < 2 ** 53 and x >= 0 and x == int(x)))
+                .map(repr))
+
+
+@st.composite
+def azure_texts(draw, *, n_max: int = 12) -> tuple[str, int]:
+    """A valid Azure CSV (text) and its request count."""
+    n = draw(st.integers(1, n_max))
+    gaps = draw(st.lists(st.integers(0, 5_000_000), min_size=n, max_size=n))
+    t, rows = 0, []
+    for g in gaps:
+        t += g
+        s, frac = divmod(t, 1_000_000)
+        rows.append(f"2023-11-16 18:{15 + s // 60 % 40:02d}:{s % 60:02d}.{frac:06d},"
+                    f"{draw(st.integers(1, 9000))},{draw(st.integers(1, 900))}")
+    return "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n", n
+
+
+@st.composite
+def file_wrappings(draw, data: bytes) -> tuple[bytes, str]:
+    """``data`` as a file might arrive: plain or gzipped, with or without a UTF-8
+    byte-order mark, with LF or CRLF line ends; returns (bytes, suffix)."""
+    import gzip
+
+    if draw(st.booleans()):
+        data = data.replace(b"\n", b"\r\n")
+    if draw(st.booleans()):
+        data = b"\xef\xbb\xbf" + data
+    if draw(st.booleans()):
+        return gzip.compress(data, mtime=0), ".gz"
+    return data, ""
+
+
+#: ways a sweep store's part file gets damaged
+STORE_DAMAGE = ("truncate", "edit", "forge", "garbage", "empty")
