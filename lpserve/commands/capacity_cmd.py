@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import argparse
 
-from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num
+from lpserve.commands.common import (
+    CLIError,
+    add_json_flag,
+    emit_json,
+    fmt_num,
+    int_at_least,
+    positive_number,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="vllm", help="registered policy name (default vllm)")
     p.add_argument("--gpu", default="a100-80gb", help="catalog GPU (default a100-80gb)")
     p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree per replica")
-    p.add_argument("--replicas", type=int, default=1, help="colocated replicas")
+    p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
+    p.add_argument("--replicas", type=int_at_least(1), default=1, help="colocated replicas")
     p.add_argument("--slo-ttft", type=float, required=True, metavar="SECONDS",
                    help="p99 time-to-first-token objective")
     p.add_argument("--slo-tpot", type=float, required=True, metavar="SECONDS",
@@ -29,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replications", type=int, default=3, metavar="R",
                    help="split the trace into R consecutive windows, one search each "
                    "(default 3)")
-    p.add_argument("--head", type=int, default=None, metavar="N",
+    p.add_argument("--head", type=int_at_least(1), default=None, metavar="N",
                    help="use only the first N requests of the trace")
     p.add_argument("--start", type=float, default=1.0, metavar="X",
                    help="first load multiplier tried (default 1)")
@@ -37,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop bisecting when hi/lo <= 1 + rel-tol (default 0.02)")
     p.add_argument("--confidence", type=float, default=0.95,
                    help="level of the confidence interval (default 0.95)")
-    p.add_argument("--drain", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--drain", type=positive_number(), default=None, metavar="SECONDS",
                    help="horizon after the last arrival (default max(30, 10 x TTFT SLO))")
-    p.add_argument("--seed", type=int, default=0, help="seed of the policy's randomness")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the policy's randomness")
     add_json_flag(p)
     p.set_defaults(func=_capacity)
 

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from lpserve.policies.schedulers import TickCached
-from lpserve.policy import BudgetController, Claim, Meta, SchedulerView
+from lpserve.policy import BudgetController, Claim, Meta, SchedulerView, tick_index
 
 __all__ = ["VTC", "TieredShedding", "fair_policy", "vtc_bound"]
 
@@ -329,7 +329,7 @@ class TieredShedding(VTC):
         rep = int(view.replica)
         known = self._known.setdefault(rep, set())
         # deadlines are checked at the tick's start, whenever in it the engine asks
-        now = math.floor(view.now_s / self.quantum_s + 1e-9) * self.quantum_s
+        now = tick_index(view.now_s, self.quantum_s) * self.quantum_s
         req, ten, arr = view.request, view.tenant, view.arrival_s
         counts: dict[int, int] = {}
         fresh = []

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from lpserve.policies.schedulers import TickCached
-from lpserve.policy import Claim, Meta, SchedulerView
+from lpserve.policy import Claim, Meta, SchedulerView, tick_index
 
 __all__ = ["WAIT"]
 
@@ -89,7 +89,7 @@ class WAIT(TickCached):
             due = len(members) >= n
             if not due and self.flush_after_s is not None:
                 q = self.quantum_s  # the tick's start, whenever in it the engine asks
-                tick_s = math.floor(view.now_s / q + 1e-9) * q
+                tick_s = tick_index(view.now_s, q) * q
                 due = tick_s - float(arr[members[0]]) >= self.flush_after_s
             if due:
                 for k in members[:n]:

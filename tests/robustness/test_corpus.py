@@ -116,6 +116,9 @@ BAD_ARGS = [
     (["cost", "--prefill", "10", "--cached", "-1"], "--cached"),
     (["cost", "--decode-batch", "4"], "--context"),
     (["cost"], "--prefill"),
+    (["capacity", "--slo-ttft", "1", "--slo-tpot", "0.1", "--seed", "-1"], "--seed"),
+    (["capacity", "--slo-ttft", "1", "--slo-tpot", "0.1", "--replicas", "0"], "--replicas"),
+    (["capacity", "--slo-ttft", "nan", "--slo-tpot", "0.1"], "--slo-ttft"),
     (["nope"], "invalid choice"),
 ]
 
