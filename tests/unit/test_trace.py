@@ -115,3 +115,23 @@ def test_to_pandas_roundtrip():
     assert list(df.columns) == ["arrival_s", "prompt_tokens", "output_tokens", "session_id"]
     back = lp.Trace.from_arrays(**{c: df[c].to_numpy() for c in df.columns})
     assert back.digest() == t.digest()
+
+
+@pytest.mark.parametrize("values, match", [
+    ([1e30], r"'prompt_tokens' row 0 is too large: 1e\+30"),
+    ([10 ** 20], r"'prompt_tokens' row 0 is too large: 100000000000000000000"),
+    (np.array([2 ** 63 + 5], np.uint64), r"'prompt_tokens' row 0 is too large"),
+    ([2 ** 53], r"'prompt_tokens' row 0 is too large: 9007199254740992"),
+])
+def test_counts_are_range_checked_before_the_cast(values, match):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "invalid value encountered in cast"
+        with pytest.raises(TraceError, match=match):
+            lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=values, output_tokens=[1])
+
+
+def test_arrival_times_beyond_2_to_the_33_seconds_are_refused():
+    with pytest.raises(TraceError, match=r"'arrival_s' row 1 = 1e\+300 is beyond"):
+        lp.Trace.from_arrays(arrival_s=[0.0, 1e300], prompt_tokens=[1, 1], output_tokens=[1, 1])
