@@ -319,3 +319,125 @@ def file_wrappings(draw, data: bytes) -> tuple[bytes, str]:
 
 #: ways a sweep store's part file gets damaged
 STORE_DAMAGE = ("truncate", "edit", "forge", "garbage", "empty")
+
+
+# ================================================================================ bounds
+# (owned by the lower bounds: the instances where KV sharing, preemption and chunking decide
+# whether a bound stays below every simulated schedule, proofs/cost-bound.md)
+BOUND_ENGINES = ("vllm", "vllm-chunked", "sarathi")
+
+
+@st.composite
+def shared_prefix_traces(draw, *, min_size: int = 2, max_size: int = 16, token_scale: int = 1,
+                         parents: bool | None = None, one_prefix: bool | None = None) -> Trace:
+    """Many requests on a few long shared prefixes, most of them at once.
+
+    Two shapes: *one long prefix* (the adversary of the old cost bound: a chain of 8-40
+    blocks that three requests in four take whole, short tails and outputs, so full blocks
+    are shared by many running requests and the sum of contexts far exceeds the pool) and
+    *mixed* (up to three chains of 1-40 blocks taken whole, in part or not at all). Each
+    request then has 0-2 fresh blocks and a partial last block. Block ids are in the trace
+    (``block_tokens`` 1, 2 or 4 times ``token_scale``); arrivals are a burst at 0, ties or
+    a spread; with ``parents`` some requests depend on an earlier one.
+    """
+    bt = draw(st.sampled_from([1, 2, 4])) * token_scale
+    n = draw(st.integers(min_size, max_size))
+    one = draw(st.booleans()) if one_prefix is None else one_prefix
+    lengths = [draw(st.integers(8, 40))] if one else \
+        [draw(st.integers(1, 40)) for _ in range(draw(st.integers(1, 3)))]
+    chains = [list(range(1000 * (g + 1), 1000 * (g + 1) + k)) for g, k in enumerate(lengths)]
+    out_max = max(2, (lengths[0] * bt) // (4 * token_scale)) if one else 12
+    fresh = iter(range(10**6, 10**7))
+    prompts, blocks = [], []
+    for _ in range(n):
+        g = 0 if one else draw(st.integers(-1, len(chains) - 1))
+        row: list[int] = []
+        if g >= 0:
+            ch = chains[g]
+            whole = draw(st.sampled_from([True, True, True, False]) if one else st.booleans())
+            row = ch[:len(ch) if whole else draw(st.integers(0, len(ch)))]
+        row = row + [next(fresh) for _ in range(draw(st.integers(0, 1 if one else 2)))]
+        partial = draw(st.integers(0, bt - 1))
+        if partial or not row:
+            partial = partial or 1
+            row.append(next(fresh))
+            prompts.append((len(row) - 1) * bt + partial)
+        else:
+            prompts.append(len(row) * bt)
+        blocks.append(row)
+    outputs = [draw(st.integers(1, out_max)) * token_scale for _ in range(n)]
+    kind = draw(st.sampled_from(["burst", "burst", "ties", "spread"]))
+    if kind == "burst":
+        arrival = np.cumsum([0.0] + [draw(st.sampled_from([0.0, 1e-4])) for _ in range(n - 1)])
+    elif kind == "ties":
+        arrival = np.repeat(np.arange(n // 2 + 1, dtype=float), 2)[:n]
+    else:
+        arrival = np.cumsum([0.0] + [draw(st.floats(0.0, 3.0)) for _ in range(n - 1)])
+    kw: dict = {}
+    if parents if parents is not None else draw(st.booleans()):
+        kw["parent"] = [-1] + [draw(st.integers(-1, i - 1)) if draw(st.booleans()) else -1
+                               for i in range(1, n)]
+    return Trace.from_arrays(arrival_s=np.asarray(arrival, float), prompt_tokens=prompts,
+                             output_tokens=outputs, block_ids=blocks, block_tokens=bt,
+                             name="shared-prefix", **kw)
+
+
+@st.composite
+def bound_policies(draw, names: tuple[str, ...]):
+    """A registered policy (no speculative decoding, outside every bound) or an engine
+    with drawn preemption (recompute or swap), prefix caching, chunking budget and seats."""
+    from lpserve.registry import make_policy
+
+    name = draw(st.sampled_from(names))
+    if name in BOUND_ENGINES and draw(st.booleans()):
+        params = {"preemption": draw(st.sampled_from(["recompute", "swap"])),
+                  "max_num_seqs": draw(st.integers(1, 16)),
+                  "prefix_caching": draw(st.booleans())}
+        if name != "vllm":
+            params["max_num_batched_tokens"] = draw(st.sampled_from([8, 32, 512]))
+        return name, make_policy(name, **params)
+    return name, make_policy(name)
+
+
+@st.composite
+def tight_shared_prefix_instances(draw, names: tuple[str, ...], *, max_size: int = 16,
+                                  analytic: bool = False):
+    """(Instance, name, Policy): :func:`shared_prefix_traces` on a KV pool that holds the
+    largest request but only a tenth to three fifths of the summed contexts (preemption
+    and admission stalls happen; sharing decides how many run at once), one or two
+    replicas, the unit-round cost model (or the analytic Llama-2-7B A100 model with
+    ``gpu_memory_fraction`` near the weights, prompts in 16-token blocks)."""
+    from lpserve.cluster import Cluster
+    from lpserve.cost import UnitRoundCost
+    from lpserve.instance import Instance
+
+    scale = 16 if analytic else 1
+    name, policy = draw(bound_policies(names))
+    # live migration needs a trace without parent dependencies (models/simulator.md)
+    no_parents = False if policy.rebalancer is not None else None
+    # the adversary: a burst of many requests on one long prefix, one replica, a pool of a
+    # tenth to a fifth of the summed contexts
+    adversary = draw(st.booleans())
+    trace = draw(shared_prefix_traces(
+        min_size=max(2, max_size // 2) if adversary else 2, max_size=max_size,
+        token_scale=scale, parents=no_parents, one_prefix=True if adversary else None))
+    peak = int(np.max(trace.prompt_tokens + trace.output_tokens))
+    bc = draw(st.sampled_from([1, 2, 4])) * scale
+    host = draw(st.sampled_from([0.0, 1e-6, 64.0]))
+    replicas = 1 if adversary else draw(st.integers(1, 2))
+    if analytic:
+        # Llama-2-7B on an A100-80GB: 2,968 / 3,787 / 7,064 tokens of KV at these fractions
+        frac = draw(st.sampled_from([0.175, 0.18, 0.2]))
+        cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=replicas, block_tokens=bc,
+                     gpu_memory_fraction=frac, host_memory_gb=host)
+        inst = Instance(trace=trace, cluster=cl)
+    else:
+        # a share of the summed contexts: only with sharing do many requests fit at once
+        total = int(np.sum(trace.prompt_tokens + trace.output_tokens))
+        share = draw(st.sampled_from([0.1, 0.15, 0.2] if adversary else [0.1, 0.2, 0.35, 0.6]))
+        want = max(peak + 1 + bc, int(total * share))
+        memory = -(-want // bc) * bc + bc
+        cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=replicas, block_tokens=bc,
+                     host_memory_gb=host)
+        inst = Instance(trace=trace, cluster=cl, cost=UnitRoundCost(memory_tokens=memory))
+    return inst, name, policy

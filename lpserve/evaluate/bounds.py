@@ -5,13 +5,14 @@ A *bound* turns an instance into per-metric lower bounds over any set of request
 * ``"cost-bound"`` (:class:`CostModelBound`) — the cost-model bound of
   :mod:`lpserve.opt.lower_bounds` (``models/lower-bounds.md`` (5)–(9),
   ``proofs/cost-bound.md``). Per request ``i`` it gives a least TTFT (its prefill at the best
-  per-token rate with every reusable prefix block cached), a least end-to-end latency
+  per-token rate with every prefix block that another request shares cached), a least end-to-end latency
   (prefill plus ``o_i - 1`` decode iterations alone, ``latency_lb_s``) and so a least TPOT
   (the decode part over ``o_i - 1``). Since every finished request is at least its own
   bound, every mean and every quantile of the per-request bounds bounds the same statistic
   of the simulated values over the same requests. The mean end-to-end bound also uses the
-  KV-memory term (order statistics of completion times, (4) and (9)), which holds for any
-  subset of the requests.
+  KV-memory term (order statistics of completion times, (9), with shared prefix blocks
+  counted once), which holds for any subset of the requests; requests released by a
+  parent enter it with their own least latency only.
 * :class:`ClaimedBound` — fixed values computed elsewhere (a paper, another solver), checked
   as given against every policy.
 
@@ -97,7 +98,9 @@ class PerRequestBound:
     """Per-request lower bounds of one instance (arrays shape (n,), seconds).
 
     ``tpot_lb_s`` is NaN for one-token outputs (they have no TPOT); requests that fit on no
-    replica have NaN everywhere (the simulator cannot finish them).
+    replica have NaN everywhere (the simulator cannot finish them). ``memory_term`` marks
+    the requests released at their arrival (no parent), the only ones the KV-memory term
+    counts (``models/lower-bounds.md`` (9)).
     """
 
     name: str
@@ -108,6 +111,7 @@ class PerRequestBound:
     area_token_s: np.ndarray
     capacity_tokens: float
     n_unservable: int = 0
+    memory_term: np.ndarray | None = None
 
     def applies_to(self, policy: Any) -> bool:
         """The bound assumes one token per decode iteration (``proofs/cost-bound.md``);
@@ -125,11 +129,11 @@ class PerRequestBound:
                 if np.isfinite(v):
                     out[f"{key}_{q}"] = v
         # the KV-memory term: order statistics of completion times over the served requests
-        from lpserve.opt.lower_bounds import order_statistic_bound
+        from lpserve.opt.lower_bounds import cost_bound_total
 
-        c = order_statistic_bound(self.arrival_s[m], self.e2e_lb_s[m], self.area_token_s[m],
-                                  self.capacity_tokens)
-        total = float(c.sum() - self.arrival_s[m].sum())
+        mem = np.ones(m.size, bool) if self.memory_term is None else self.memory_term
+        total, _ = cost_bound_total(self.arrival_s[m], self.e2e_lb_s[m], self.area_token_s[m],
+                                    self.capacity_tokens, mem[m])
         out["e2e_s_mean"] = max(out["e2e_s_mean"], total / int(m.sum()))
         out["total_latency_s"] = max(total, float(self.e2e_lb_s[m].sum()))
         return out
@@ -141,13 +145,15 @@ class CostModelBound:
 
     name: str = "cost-bound"
     description: str = ("cost-model bound: each request's prefill and decode alone at the "
-                        "best per-token rate with every reusable prefix cached, plus the "
-                        "KV-memory area term (models/lower-bounds.md (5)-(9))")
+                        "best per-token rate with every prefix block another request shares "
+                        "cached, plus the KV-memory area term with shared blocks counted "
+                        "once (models/lower-bounds.md (5)-(9))")
 
     def prepare(self, instance: Any) -> PerRequestBound:
         from lpserve.opt.lower_bounds import (
             build_cost_bound,
             prefill_lower_bound_s,
+            prefix_sharing,
             solve_cost_bound,
         )
 
@@ -158,10 +164,12 @@ class CostModelBound:
         peak = np.asarray(trace.prompt_tokens, np.int64) + np.asarray(trace.output_tokens,
                                                                        np.int64)
         fits = peak <= cap
-        # A request that fits on no replica never runs, so it never leaves blocks in a
-        # prefix cache: the bound over the others is built on the trace without it.
+        # Sharing is counted over every request: one that never finishes can still have
+        # computed prefix blocks another reuses. The bound itself is over the requests
+        # that fit a replica (the others are never finished).
+        cached, discount = prefix_sharing(trace, instance.cluster.block_tokens)
         sub = instance if fits.all() else instance.with_(trace=trace.take(fits))
-        model = build_cost_bound(sub)
+        model = build_cost_bound(sub, sharing=(cached[fits], discount[fits]))
         sol = solve_cost_bound(model)
         if not sol.solved:
             raise RuntimeError(f"cost-bound did not solve: {sol.status.value} ({sol.message})")
@@ -177,10 +185,12 @@ class CostModelBound:
             a[fits] = x
             return a
 
+        parent = getattr(trace, "parent", None)
+        memory_term = np.ones(n, bool) if parent is None else np.asarray(parent) < 0
         return PerRequestBound(self.name, np.asarray(trace.arrival_s, np.float64),
                                full(pre), full(tpot), full(model.alone_s),
                                full(model.area_token_s), float(model.capacity_tokens),
-                               int((~fits).sum()))
+                               int((~fits).sum()), memory_term)
 
 
 # ==================================================================== claimed bound

@@ -60,9 +60,15 @@ class CostBoundModel:
     Attributes:
         arrival_s: a_i (s).
         alone_s: L_i - a_i, least possible e2e latency of i (s), min over replicas.
-        area_token_s: least KV token-seconds i must occupy, min over replicas.
+        area_token_s: least KV token-seconds i must occupy, min over replicas, counting a
+            full prompt block that m requests share as 1/m of a block for each (7).
         capacity_tokens: sum over replicas of KV capacity K_j (tokens).
-        cached_tokens: prompt tokens assumed cached (longest reusable prefix).
+        cached_tokens: prompt tokens assumed cached, c_hat_i: the leading blocks that some
+            other request of the trace also holds (5).
+        shared_discount_tokens: sigma_i (tokens), what sharing removes from i's
+            context in the area term (7).
+        memory_term: bool, requests whose release is their arrival (no parent): only
+            they enter the order statistics of (9).
         digest: instance digest.
     """
 
@@ -75,13 +81,18 @@ class CostBoundModel:
     build_s: float = 0.0
     infeasible: np.ndarray | None = None
     message: str = ""
+    shared_discount_tokens: np.ndarray | None = None
+    memory_term: np.ndarray | None = None
 
 
 def reusable_prefix_tokens(trace: Any) -> np.ndarray:
     """Tokens of each prompt that some earlier request could have left in a prefix cache:
     the leading run of its blocks that appeared in any earlier request, times the block
     size, capped at ``prompt - 1`` (an engine computes at least one token). Zeros when
-    the trace has no block ids. int64 shape (n,)."""
+    the trace has no block ids. int64 shape (n,).
+
+    An estimate for the routing fluid model; the cost-model bound uses
+    :func:`prefix_sharing`, which also counts blocks of later requests."""
     n = len(trace.prompt_tokens)
     out = np.zeros(n, dtype=np.int64)
     flat, off = getattr(trace, "block_flat", None), getattr(trace, "block_offsets", None)
@@ -101,6 +112,76 @@ def reusable_prefix_tokens(trace: Any) -> np.ndarray:
         out[i] = run * bt
         seen.update(blocks)
     return np.minimum(out, np.maximum(np.asarray(trace.prompt_tokens, np.int64) - 1, 0))
+
+
+def prefix_sharing(trace: Any, block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which KV blocks of each prompt other requests of ``trace`` can share
+    (``models/lower-bounds.md`` (5), (7); the keys of ``models/simulator.md`` (5)).
+
+    Request ``i``'s full prompt block ``j`` of ``block_tokens`` tokens carries the content
+    key (trace prefix chain up to the trace block holding its last token, ``j``); ``m_ij``
+    is the number of requests whose prompts carry that key (1 if the block lies outside
+    the trace's known prefix blocks). Returns ``(cached, discount)``, shape (n,):
+
+    * ``cached`` (int64 tokens): ``min(run * block_tokens, prompt - 1)``, ``run`` the
+      leading blocks with ``m_ij >= 2``: at most this much of the prompt can come from KV
+      that another request computed; the rest ``i`` computes itself.
+    * ``discount`` (float64 tokens): ``sum_j block_tokens * (1 - 1/m_ij)``. While ``i``
+      holds its context the pool holds each shared block once for up to ``m_ij`` holders,
+      so charging each holder ``block_tokens / m_ij`` never over-counts the pool.
+
+    Both over the requests given (more requests only lower the bound). Zeros without block
+    ids.
+    """
+    bc = int(block_tokens)
+    if bc < 1:
+        raise ValueError(f"block_tokens must be a positive integer, got {block_tokens!r}")
+    s = np.asarray(trace.prompt_tokens, np.int64)
+    n = s.size
+    cached = np.zeros(n, np.int64)
+    discount = np.zeros(n, np.float64)
+    flat, off = getattr(trace, "block_flat", None), getattr(trace, "block_offsets", None)
+    bt = int(getattr(trace, "block_tokens", 0) or 0)
+    if flat is None or off is None or bt <= 0 or n == 0:
+        return cached, discount
+    flat_l, off_l = np.asarray(flat).tolist(), np.asarray(off).tolist()
+    n_full = (s // bc).tolist()
+    # a trie of trace prefix chains: node of (parent node, block id)
+    child: dict[tuple[int, int], int] = {}
+    paths: list[list[int]] = []
+    holders: list[list[int]] = []          # per node: n_full of every request through it
+    for i in range(n):
+        node, path = -1, []
+        for b in flat_l[off_l[i]:off_l[i + 1]]:
+            key = (node, b)
+            nxt = child.get(key)
+            if nxt is None:
+                nxt = len(holders)
+                child[key] = nxt
+                holders.append([])
+            holders[nxt].append(n_full[i])
+            node = nxt
+            path.append(node)
+        paths.append(path)
+    sorted_holders = [np.sort(np.asarray(h, np.int64)) for h in holders]
+    for i in range(n):
+        nf, path = n_full[i], paths[i]
+        if nf == 0 or not path:
+            continue
+        j = np.arange(nf, dtype=np.int64)
+        kb = ((j + 1) * bc - 1) // bt                  # trace block of each block's last token
+        inside = kb < len(path)
+        m = np.ones(nf, np.int64)
+        for k in np.unique(kb[inside]).tolist():
+            sel = np.flatnonzero(kb == k)
+            h = sorted_holders[path[k]]
+            # requests through this chain node whose prompt has block j full
+            m[sel] = h.size - np.searchsorted(h, j[sel] + 1, side="left")
+        shared = m >= 2
+        run = int(np.argmin(shared)) if not shared.all() else nf
+        cached[i] = min(run * bc, max(int(s[i]) - 1, 0))
+        discount[i] = float(np.sum(bc * (1.0 - 1.0 / m[shared])))
+    return cached, discount
 
 
 def _decode_tables(cost: Any, c_max: int, grid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +221,8 @@ def prefill_lower_bound_s(cost: Any, uncached_tokens: np.ndarray) -> np.ndarray:
 
 
 def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = None,
-                     max_grid_points: int = 8192) -> CostBoundModel:
+                     max_grid_points: int = 8192,
+                     sharing: tuple[np.ndarray, np.ndarray] | None = None) -> CostBoundModel:
     """Ingredients of the cost-model bound for ``instance``.
 
     Args:
@@ -148,6 +230,10 @@ def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = Non
             instance's cost model for each of ``cluster.n_replicas`` replicas.
         max_grid_points: decode times are evaluated on at most this many contexts and
             lower-bounded in between (monotonicity).
+        sharing: ``(cached, discount)`` of :func:`prefix_sharing`, shape (n,) each, when
+            they were computed over a larger set of requests (requests that ran but are
+            not bounded here can still have filled the prefix cache); default: over
+            ``instance.trace``.
     """
     t0 = time.perf_counter()
     trace = instance.trace
@@ -156,10 +242,18 @@ def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = Non
     if not costs:
         raise ValueError("replica_costs must hold at least one cost model, got []")
     a = np.asarray(trace.arrival_s, dtype=np.float64)
-    s = np.asarray(trace.prompt_tokens, dtype=np.int64)
-    o = np.asarray(trace.output_tokens, dtype=np.int64)
+    s = np.asarray(trace.prompt_tokens, np.int64)
+    o = np.asarray(trace.output_tokens, np.int64)
     n = a.size
-    cached = reusable_prefix_tokens(trace)
+    if sharing is None:
+        sharing = prefix_sharing(trace, instance.cluster.block_tokens)
+    cached = np.asarray(sharing[0], np.int64)
+    discount = np.asarray(sharing[1], np.float64)
+    if cached.shape != (n,) or discount.shape != (n,):
+        raise ValueError(f"sharing arrays must have shape ({n},), got {cached.shape} and "
+                         f"{discount.shape}")
+    parent = getattr(trace, "parent", None)
+    memory_term = np.ones(n, bool) if parent is None else np.asarray(parent) < 0
     cap = np.array([float(c.kv_capacity_tokens(instance.cluster.gpu_memory_fraction))
                     for c in costs])
     peak = s + o
@@ -170,27 +264,40 @@ def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = Non
                               instance.digest(), time.perf_counter() - t0, too_big,
                               f"request {i} (prompt_tokens={int(s[i])}, output_tokens="
                               f"{int(o[i])}) needs {int(peak[i])} KV tokens > the largest "
-                              f"replica capacity {int(cap.max())}")
+                              f"replica capacity {int(cap.max())}", discount, memory_term)
     alone = np.full(n, np.inf)
     area = np.full(n, np.inf)
     c_max = int(peak.max()) if n else 0
     grid = max(1, -(-(c_max + 1) // max_grid_points))
-    seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    seen: set[int] = set()
     for cost in costs:
-        key = id(cost)
-        if key in seen:
+        if id(cost) in seen:
             continue
+        seen.add(id(cost))
         pre = prefill_lower_bound_s(cost, s - cached)                           # (5)
         T1, T2 = _decode_tables(cost, c_max, grid)
         # decode iterations 2..o_i run with contexts >= s_i .. s_i + o_i - 2   (6)
         lo, hi = s, s + o - 1
         dec = T1[hi] - T1[lo]
-        ar = T2[hi] - T2[lo]                                                    # (7)
-        seen[key] = (pre + dec, ar)
+        ar = (T2[hi] - T2[lo]) - discount * dec                                 # (7)
         alone = np.minimum(alone, pre + dec)
         area = np.minimum(area, ar)
-    return CostBoundModel(a, alone, area, float(cap.sum()), cached, instance.digest(),
-                          time.perf_counter() - t0)
+    return CostBoundModel(a, alone, np.maximum(area, 0.0), float(cap.sum()), cached,
+                          instance.digest(), time.perf_counter() - t0, None, "", discount,
+                          memory_term)
+
+
+def cost_bound_total(arrival_s: np.ndarray, alone_s: np.ndarray, area_token_s: np.ndarray,
+                     capacity_tokens: float, memory_term: np.ndarray) -> tuple[float, np.ndarray]:
+    """``models/lower-bounds.md`` (9): the bound on the total e2e latency (s) of these
+    requests, and the completion-time bounds of the requests in ``memory_term`` (sorted).
+
+    Requests outside ``memory_term`` (released after their arrival, by a parent) add
+    ``alone_s`` only; the order statistics run over the others. Arrays shape (n,)."""
+    m = np.asarray(memory_term, bool)
+    c = order_statistic_bound(arrival_s[m], alone_s[m], area_token_s[m], capacity_tokens)
+    total = float(c.sum() - arrival_s[m].sum()) + float(alone_s[~m].sum())
+    return total, c
 
 
 def solve_cost_bound(model: CostBoundModel, solver: str = "closed-form",
@@ -203,16 +310,16 @@ def solve_cost_bound(model: CostBoundModel, solver: str = "closed-form",
         return Solution("cost-bound", Status.INFEASIBLE, wall_s=model.build_s,
                         digest=model.digest, message=model.message, objective_units="s",
                         primal={"infeasible_requests": model.infeasible})
-    c = order_statistic_bound(model.arrival_s, model.alone_s, model.area_token_s,
-                              model.capacity_tokens)
-    total = float(c.sum() - model.arrival_s.sum())
+    total, c = cost_bound_total(model.arrival_s, model.alone_s, model.area_token_s,
+                                model.capacity_tokens, _memory_term(model))
     isolated = float(model.alone_s.sum())
     n = model.arrival_s.size
     return Solution("cost-bound", Status.OPTIMAL, total, total,
                     model.build_s + time.perf_counter() - t0, model.digest,
                     primal={"latency_lb_s": model.alone_s.copy(),
                             "area_token_s": model.area_token_s.copy(),
-                            "completion_lb_s": c, "cached_tokens": model.cached_tokens},
+                            "completion_lb_s": c, "cached_tokens": model.cached_tokens,
+                            "shared_discount_tokens": model.shared_discount_tokens},
                     objective_units="s",
                     info={"n_requests": int(n), "isolated_total_s": isolated,
                           "memory_term_gain_s": total - isolated,
@@ -224,11 +331,15 @@ def certify_cost_bound(model: CostBoundModel, solution: Solution) -> dict[str, f
     """Residuals: recomputed bound minus reported, and negative ingredients."""
     if not solution.solved:
         return {"objective_residual": 0.0, "negative_terms": 0.0}
-    c = order_statistic_bound(model.arrival_s, model.alone_s, model.area_token_s,
-                              model.capacity_tokens)
-    return {"objective_residual": abs(float(c.sum() - model.arrival_s.sum())
-                                      - solution.objective),
+    total, _ = cost_bound_total(model.arrival_s, model.alone_s, model.area_token_s,
+                                model.capacity_tokens, _memory_term(model))
+    return {"objective_residual": abs(total - solution.objective),
             "negative_terms": float(np.sum(model.alone_s < 0) + np.sum(model.area_token_s < 0))}
+
+
+def _memory_term(model: CostBoundModel) -> np.ndarray:
+    n = model.arrival_s.size
+    return np.ones(n, bool) if model.memory_term is None else model.memory_term
 
 
 def _no_export(solution: Solution, instance: Any) -> Any:
