@@ -160,7 +160,7 @@ class LAS(TickCached):
     meta = Meta(claims=(Claim(
         "SETF on a (1+eps)-speed machine is (1 + 1/eps)-competitive for total flow time "
         "against speed-1 SRPT", _PROOF_SETF,
-        "tests/properties/test_sched_classical.py::test_setf_with_speed_augmentation"),))
+        "tests/properties/test_sched_classical.py::test_las_policy_is_setf_in_the_simulator"),))
 
     def __init__(self, quantum_s: float = 0.05, service_quantum_tokens: int = 32) -> None:
         self.quantum_s = _check_pos("las", "quantum_s", quantum_s)

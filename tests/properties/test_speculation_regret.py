@@ -13,6 +13,7 @@ from lpserve.policies.bandits import (
     arm_means,
     simulate_acceptance_ucb,
     simulate_bandit,
+    ucb1_regret_bound,
 )
 
 COST = speculation_cost("llama-2-70b", "llama-2-7b", gpu="a100-80gb", tp=4)
@@ -37,7 +38,9 @@ WELL_SEPARATED = [c for c in itertools.product(RATES, BATCHES, (2, 3)) if _min_g
        batches=st.lists(st.sampled_from(BATCHES), min_size=1, max_size=3, unique=True),
        max_k=st.integers(1, 6), seed=st.integers(0, 2 ** 31 - 1))
 def test_ucb_regret_below_bound(rates, batches, max_k, seed):
-    """Theorem 1 of Auer et al. (2002), summed over contexts, at several horizons."""
+    """Theorem 1 of Auer et al. (2002), summed over contexts, at several horizons. On most
+    of these draws the bound exceeds n x the largest gap (it cannot fail there); the test
+    below restricts to the cases where it can."""
     acc = {f"c{i}": a for i, a in enumerate(rates)}
     ctxs = [(c, b) for c in acc for b in batches]
     n = 3000
@@ -66,6 +69,60 @@ def test_ucb_regret_is_sublinear(case, seed):
 
 def test_well_separated_cases_exist():
     assert len(WELL_SEPARATED) >= 5
+
+
+N_INFORMATIVE = 3000
+
+
+def _informative(a: float, b: int, k: int) -> bool:
+    """The bound at N_INFORMATIVE plays is below 0.9 x the regret of playing every arm
+    equally often (n x the mean gap): a learner that does not learn breaks it there. On most
+    of the parameter space it is not (the bound then exceeds even n x the largest gap)."""
+    g = arm_means(COST, a, b, k)
+    g = g.max() - g
+    return ucb1_regret_bound(g, N_INFORMATIVE) < 0.9 * N_INFORMATIVE * float(g.mean())
+
+
+INFORMATIVE = [c for c in itertools.product(RATES, BATCHES, range(1, 7)) if _informative(*c)]
+
+
+class _Cycle:
+    """Plays the arms in turn: no learning (the regret of uniform play)."""
+
+    name = "cycle"
+
+    def __init__(self, n_arms: int) -> None:
+        self.n_arms, self.t = n_arms, 0
+
+    def select(self, context) -> int:
+        self.t += 1
+        return (self.t - 1) % self.n_arms
+
+    def update(self, context, arm, reward) -> None:
+        pass
+
+
+def test_informative_cases_exist_and_a_non_learner_breaks_their_bound():
+    """The check below can fail: on every informative case, cycling through the arms has
+    a regret above the UCB1 bound (while, outside them, the bound exceeds any regret)."""
+    assert len(INFORMATIVE) >= 10
+    for a, b, k in INFORMATIVE[::3]:
+        r = simulate_bandit(COST, _Cycle(len(COST.arms(k))), [("x", b)], {"x": a},
+                            N_INFORMATIVE, k, seed=0)
+        assert r.regret[-1] > r.bound_at(N_INFORMATIVE), (a, b, k)
+
+
+@SETTINGS
+@given(case=st.sampled_from(INFORMATIVE), seed=st.integers(0, 2 ** 31 - 1))
+def test_ucb_regret_below_bound_where_the_bound_can_fail(case, seed):
+    """Theorem 1 of Auer et al. (2002) where it says something: the bound is below the
+    regret of uniform play (and far below n x the largest gap), and UCB1 stays under it."""
+    a, b, k = case
+    r = simulate_bandit(COST, SpeculationBandit(len(COST.arms(k))), [("x", b)], {"x": a},
+                        N_INFORMATIVE, k, seed=seed)
+    for m in (300, 1000, N_INFORMATIVE):
+        assert r.regret[m - 1] <= r.bound_at(m) + 1e-9
+    assert r.bound_at(N_INFORMATIVE) < N_INFORMATIVE * float(r.gaps.max())
 
 
 @SETTINGS
