@@ -16,9 +16,10 @@
 Single-machine reference disciplines for the classical bounds (fluid, event driven):
 :func:`single_machine_flow_times`.
 
-Feng-Yang-Zhang's geometric slicing / batching (GSA / GBA) is not provided: their phase
-lengths, pipeline offsets and large-memory regime are not stated in the sources lpserve
-builds on (``theory.md`` §4 marks them not found), so no faithful rule can be written.
+Feng-Yang-Zhang's geometric slicing / batching (GSA / GBA, arXiv 2601.22996) is not
+provided: their phase lengths, pipeline offsets and large-memory regime are not stated in
+the parts of the paper lpserve could consult (its abstract and summaries), so no faithful
+rule can be written.
 """
 from __future__ import annotations
 

@@ -93,12 +93,33 @@ def victim_views(draw):
     ratio = draw(st.floats(1.01, 16.0))
     cost = draw(st.floats(0.0, 0.01))
     ctx = draw(st.integers(0, held * 16))
+    # host room drawn on purpose at the boundaries: one block short of, exactly, or one
+    # block over the full or the compressed size, as well as anywhere
+    comp = compressed_host_blocks(held, ratio)
+    free = draw(st.one_of(st.integers(0, 500),
+                          st.integers(-2, 2).map(lambda d: max(held + d, 0)),
+                          st.integers(-2, 2).map(lambda d: max(comp + d, 0))))
     return PreemptionView(
         now_s=0.0, replica=0, request=0, context_tokens=ctx, held_blocks=held,
-        block_tokens=16, host_free_blocks=draw(st.integers(0, 500)), compression_ratio=ratio,
+        block_tokens=16, host_free_blocks=free, compression_ratio=ratio,
         compression_accuracy_cost=cost, recompute_s=draw(st.floats(0.0, 2.0)),
         swap_s=draw(st.floats(0.0, 2.0)), compress_swap_s=draw(st.floats(0.0, 2.0)),
         swap_host_blocks=held, compress_host_blocks=compressed_host_blocks(held, ratio))
+
+
+def test_decider_at_the_host_memory_boundary():
+    """A victim of 100 blocks whose swap is fast: with 100 free host blocks it is swapped,
+    with 99 it is not (compressed, 25 blocks at ratio 4, or recomputed with 24 free)."""
+    def view(free: int) -> PreemptionView:
+        return PreemptionView(
+            now_s=0.0, replica=0, request=0, context_tokens=1600, held_blocks=100,
+            block_tokens=16, host_free_blocks=free, compression_ratio=4.0,
+            compression_accuracy_cost=0.0, recompute_s=1.0, swap_s=0.1, compress_swap_s=0.2,
+            swap_host_blocks=100, compress_host_blocks=compressed_host_blocks(100, 4.0))
+    d = CostBasedDecider()
+    assert compressed_host_blocks(100, 4.0) == 25
+    assert [d.decide(view(f)) for f in (100, 99, 25, 24)] == \
+        ["swap", "compress-swap", "compress-swap", "recompute"]
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,4 +1,5 @@
-"""Worked examples of theory.md (FastServe toy instances, Autellix Fig. 2) and the engine
+"""Worked examples (FastServe's toy model as in proofs/sched-mlfq-skip-join.md, Autellix's
+Fig. 2, arXiv 2502.13965, as in proofs/sched-plas-atlas.md) and the engine
 support the schedulers need (priority preemption, the predictor hook)."""
 from __future__ import annotations
 
