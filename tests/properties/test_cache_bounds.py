@@ -4,17 +4,17 @@ proofs/kv-prefix-lp-bound.md)."""
 from __future__ import annotations
 
 import functools
-import math
 import itertools
+import math
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lpserve.cost import cost_model
 from lpserve.evaluate.cache import replay_accesses
 from lpserve.opt import cache_flow as cf
 from lpserve.policies.evictors_kv import SPECS
-from lpserve.cost import cost_model
 from lpserve.trace import Trace
 
 COST = cost_model(gpu="a100-80gb", llm="llama-2-7b", tp=1)

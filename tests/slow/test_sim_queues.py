@@ -1,6 +1,6 @@
 """Queueing-theory oracles: M/D/1 and M/M/1 mean waits (the Pollaczek-Khinchine mean-value
-formula, E[W] = lambda E[S^2] / (2 (1 - rho)); Kleinrock, Queueing Systems I, 1975, the M/G/1 queue) and
-Little's law (Little, Operations Research 9(3), 1961)."""
+formula E[W] = lambda E[S^2] / (2 (1 - rho)); Kleinrock, Queueing Systems I, 1975, the
+M/G/1 queue) and Little's law (Little, Operations Research 9(3), 1961)."""
 from __future__ import annotations
 
 import numpy as np
