@@ -10,8 +10,8 @@ not counted).
   validation, dense block keys, previous/next use, recompute values).
 * :func:`belady` — farthest-next-use eviction (``proofs/belady-unit-optimal.md``).
 * :func:`foo` — FOO-L / FOO-U, the min-cost-flow LP of general caching with variable sizes
-  and miss costs (``models/kv-caching-flow.md`` (3)-(5)), on networkx (integer-scaled
-  weights) or HiGHS.
+  and miss costs (``models/kv-caching-flow.md`` (3)-(5); FOO-L <= OPT <= FOO-U,
+  ``proofs/foo-bounds.md``), on networkx (integer-scaled weights) or HiGHS.
 * :func:`build` / :func:`solve` / :func:`certify` — the prefix-closed LP
   (``models/kv-caching-flow.md`` (6)-(9)) and its rounding; ``solve(..., integer=True)``
   gives the exact offline optimum on small instances.

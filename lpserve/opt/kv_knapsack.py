@@ -8,7 +8,8 @@ expected value within ``capacity_blocks``:
 
 ``v_i`` = expected future hits x recompute seconds (:func:`block_values`). Unit weights, so
 the exact tree-knapsack DP (:func:`knapsack_dp`) is O(m W); :func:`knapsack_lp` solves the
-LP relaxation with HiGHS and returns a :class:`~lpserve.opt.solution.Solution`.
+LP relaxation with HiGHS and returns a :class:`~lpserve.opt.solution.Solution`
+(LP >= DP optimum >= rounded set: ``proofs/kv-knapsack-lp.md``).
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ replica ``d``; binary ``y[s, k]`` says the ``k``-th waiting request of replica `
 queue order) fits once the blocks of the requests moved out of ``s`` are freed. The
 objective is the expected latency reduction (request-seconds) minus the migration cost;
 the equations are ``models/rebalancing.md`` (1)–(15), cited below. :func:`solve_rebalance`
-solves it with HiGHS; :func:`brute_force_rebalance` enumerates small instances.
+solves it with HiGHS; :func:`brute_force_rebalance` enumerates small instances (the two
+agree: ``proofs/rebalance-milp.md``).
 """
 from __future__ import annotations
 

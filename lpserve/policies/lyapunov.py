@@ -432,7 +432,8 @@ def prefill_first_capacity_rps(cost_model: Any, *, budget_tokens: int, prompt_to
     one prompt in a prefill-only iteration of ``k = floor(b / P)`` prompts (decodes
     paused), and decodes run in iterations of ``N`` sequences whose contexts spread
     evenly over ``[P, P + D)``. Time per request:
-    ``t(k P) / k + D t_dec(N) / N`` (``models/lyapunov-pd.md`` eq. (15)).
+    ``t(k P) / k + D t_dec(N) / N`` (``models/lyapunov-pd.md`` eq. (15); a fluid estimate
+    with its assumptions in ``proofs/prefill-first-capacity.md``).
     """
     P, D, N, b = int(prompt_tokens), int(output_tokens), int(max_num_seqs), int(budget_tokens)
     if P > b:

@@ -42,7 +42,7 @@ class Claim:
 
     Attributes:
         statement: the claim in one sentence (e.g. "2-competitive for total flow time").
-        proof: path of the proof file under ``proofs/`` (e.g. ``"proofs/srpt.md"``).
+        proof: path of the proof file under ``proofs/`` (e.g. ``"proofs/srpt-wspt-classical.md"``).
         test: the test that checks it (``"tests/properties/test_x.py::test_y"``).
     """
 

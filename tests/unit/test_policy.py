@@ -104,8 +104,8 @@ def test_meta_and_claims_validate():
         Claim("2-competitive", proof="docs/x.md")
     with pytest.raises(ValueError, match="unknown engine"):
         Meta(engines=("sglang",))
-    c = Claim("O(1)-competitive", proof="proofs/mcsf.md", test="tests/properties/x.py::t")
-    assert Meta(claims=(c,)).claims[0].proof == "proofs/mcsf.md"
+    c = Claim("O(1)-competitive", proof="proofs/mcsf-memory-safety.md", test="tests/properties/x.py::t")
+    assert Meta(claims=(c,)).claims[0].proof == "proofs/mcsf-memory-safety.md"
 
 
 def test_clairvoyance_propagates_from_roles():
