@@ -2,7 +2,8 @@
 tests that must kill it.
 
 A mutation is killed when pytest, run on the copy (``PYTHONPATH`` and the working directory
-pointing at it, in a subprocess), exits with status 1: at least one of its tests *failed*.
+pointing at it, in a subprocess), exits with status 1 and *every* test its row names
+failed (a parametrized test counts as failed when one of its cases failed).
 Exit status 0 means the mutation survived; any other status (collection or import error,
 no test collected, timeout) is reported as an error, not as a kill. A mutation whose old
 text no longer occurs exactly once in its file does not apply, which is an error too.
@@ -82,8 +83,8 @@ def apply(m: Mutation, dest: Path) -> None:
 
 
 def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
-    """Copy the repository, apply ``m`` and run ``m.tests`` there with ``-x`` (stop at the
-    first failure); the hypothesis profile is the caller's (``HYPOTHESIS_PROFILE``)."""
+    """Copy the repository, apply ``m`` and run ``m.tests`` there; the hypothesis profile is
+    the caller's (``HYPOTHESIS_PROFILE``)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lpserve-mutation-") as tmp:
         dest = Path(tmp) / "repo"
@@ -94,7 +95,7 @@ def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
         env["PYTHONPATH"] = str(dest)
         env.setdefault("LPSERVE_SHARED", str(REPO.parent / "shared"))
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "--no-header", "-o", "addopts=", *m.tests]
         try:
             proc = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True,
@@ -104,7 +105,8 @@ def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
                            f"timed out after {timeout_s:.0f} s")
     out = proc.stdout + proc.stderr
     failed = tuple(dict.fromkeys(re.findall(r"^FAILED (\S+)", out, flags=re.M)))
-    return Outcome(m.id, proc.returncode == 1 and bool(failed), failed, proc.returncode,
+    every = all(any(f == node or f.startswith(node + "[") for f in failed) for node in m.tests)
+    return Outcome(m.id, proc.returncode == 1 and every, failed, proc.returncode,
                    time.perf_counter() - t0, out[-3000:])
 
 
@@ -132,8 +134,9 @@ def main(argv: list[str]) -> int:
     bad = 0
     for m in chosen:
         o = run(m)
-        verdict = "killed" if o.killed else ("SURVIVED" if o.returncode == 0 else
-                                             f"ERROR (pytest exit {o.returncode})")
+        verdict = "killed" if o.killed else (
+            "SURVIVED" if o.returncode == 0 else
+            "PARTLY" if o.returncode == 1 else f"ERROR (pytest exit {o.returncode})")
         print(f"{m.id:<40} {verdict:<10} {o.wall_s:6.1f} s  {', '.join(o.failed)}", flush=True)
         if not o.killed:
             bad += 1

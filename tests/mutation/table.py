@@ -74,7 +74,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "proofs/area-bound.md, proofs/cost-bound.md: the k first completions used at least "
         "the k smallest areas (not the largest)",
         ("tests/unit/opt/test_lower_bounds.py::test_order_statistic_bound_simple",
-         P_BOUNDS + "test_tight_kv_memory_term_is_nearly_exact")),
+         "tests/unit/opt/test_lower_bounds.py::test_area_bound_below_dp")),
     # ------------------------------------------------------------ schedulers
     Mutation(
         "las-rank-negated", "lpserve/policies/schedulers.py",
@@ -144,7 +144,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    P = J[acc.depth[J] > 0]",
         "    P = J[:0]",
         "proofs/kv-prefix-lp-bound.md: the prefix-closure rows (8) dropped",
-        (P_CACHE + "test_ilp_is_the_offline_optimum_unit_and_cost_weighted",)),
+        (P_CACHE + "test_prefix_lp_is_its_formulation_with_cost_weighted_values",
+         P_CACHE + "test_ilp_is_the_offline_optimum_unit_and_cost_weighted")),
     Mutation(
         "foo-capacity-one-unit-short", "lpserve/opt/cache_flow.py",
         "                    col_upper=np.concatenate([np.full(ng, float(capacity)), s]),",

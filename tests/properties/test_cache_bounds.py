@@ -176,3 +176,60 @@ def test_foo_brackets_the_exact_optimum(case):
             continue  # weights cost/size not integral after scaling: no exact bound claimed
         assert sol.bound <= opt + 1e-6, backend
         assert sol.objective >= opt - 1e-6, backend
+
+
+def _interval_lp_value(acc: cf.BlockAccesses, C: int) -> float:
+    """The prefix LP before eliminating x (models/kv-caching-flow.md (1), (2), (8), (9)),
+    written from the definitions with scipy: keep fractions x_i of the intervals with the
+    kept blocks within C across every gap, hits h_i <= x_i, h below its parent's h in the
+    same prompt (0 when the parent has no earlier use), maximize sum v h."""
+    from scipy.optimize import linprog
+
+    J = np.flatnonzero(acc.prev >= 0)
+    col = {int(a): k for k, a in enumerate(J)}
+    nj, n = J.size, acc.n_requests
+    if nj == 0:
+        return 0.0
+    start, end = acc.request[acc.prev[J]], acc.request[J]
+    rows, rhs = [], []
+    for g in range(n - 1):                               # (2): gap between g and g + 1
+        r = np.zeros(2 * nj)
+        r[:nj] = (start <= g) & (g < end)
+        rows.append(r)
+        rhs.append(C)
+    for k in range(nj):                                  # h <= x
+        r = np.zeros(2 * nj)
+        r[nj + k], r[k] = 1.0, -1.0
+        rows.append(r)
+        rhs.append(0.0)
+    bounds = [(0.0, 1.0)] * (2 * nj)
+    for k, a in enumerate(J.tolist()):                   # (8)
+        if acc.depth[a] > 0:
+            if a - 1 in col:
+                r = np.zeros(2 * nj)
+                r[nj + k], r[nj + col[a - 1]] = 1.0, -1.0
+                rows.append(r)
+                rhs.append(0.0)
+            else:
+                bounds[nj + k] = (0.0, 0.0)
+    c = np.concatenate([np.zeros(nj), -acc.value_s[J]])
+    res = linprog(c, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=bounds, method="highs")
+    assert res.status == 0, res.message
+    return float(-res.fun)
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_chain_traces(max_requests=7, max_blocks=4), st.integers(1, 4))
+def test_prefix_lp_is_its_formulation_with_cost_weighted_values(tr, C):
+    """The LP solved by cache_flow (6)-(9) equals the same LP written from the definitions
+    with the keep variables of (1)-(2), on recompute-second values (512-token blocks,
+    analytic Llama-2-7B): there the prefix-closure rows change the LP (a deep block is
+    worth more than its parent), which unit values cannot show."""
+    tr = Trace.from_arrays(arrival_s=tr.arrival_s, prompt_tokens=tr.prompt_tokens * 32,
+                           output_tokens=tr.output_tokens,
+                           block_ids=[tr.block_flat[tr.block_offsets[i]:tr.block_offsets[i + 1]]
+                                      .tolist() for i in range(len(tr))], block_tokens=512)
+    acc = cf.block_accesses(tr, cost=COST)
+    sol = cf.solve(cf.build(acc, C))
+    ref = _interval_lp_value(acc, C)
+    assert abs(sol.info["value_lp"] - ref) <= 1e-7 * max(ref, 1e-9)

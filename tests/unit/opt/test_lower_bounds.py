@@ -85,6 +85,9 @@ def test_order_statistic_bound_simple():
     # first completion >= 1, second >= 2 (20 token-s / 10 tokens)
     c = order_statistic_bound(np.zeros(2), np.ones(2), np.full(2, 10.0), 10.0)
     assert c.tolist() == [1.0, 2.0]
+    # the k first completions used at least the k smallest areas: 1, 1 + 10, 1 + 10 + 100
+    c = order_statistic_bound(np.zeros(3), np.ones(3), np.array([100.0, 1.0, 10.0]), 10.0)
+    assert np.allclose(c, [1.0, 1.1, 11.1])
 
 
 def test_area_bound_below_dp():
