@@ -144,8 +144,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    P = J[acc.depth[J] > 0]",
         "    P = J[:0]",
         "proofs/kv-prefix-lp-bound.md: the prefix-closure rows (8) dropped",
-        (P_CACHE + "test_prefix_lp_is_its_formulation_with_cost_weighted_values",
-         P_CACHE + "test_ilp_is_the_offline_optimum_unit_and_cost_weighted")),
+        (P_CACHE + "test_prefix_lp_is_its_formulation_with_cost_weighted_values",)),
     Mutation(
         "foo-capacity-one-unit-short", "lpserve/opt/cache_flow.py",
         "                    col_upper=np.concatenate([np.full(ng, float(capacity)), s]),",
