@@ -15,11 +15,11 @@ from tests.strategies import tight_shared_prefix_instances
 @given(tight_shared_prefix_instances(NON_SPECULATIVE, max_size=24))
 def test_cost_bound_search_round_model(case):
     inst, name, policy = case
-    assert_below(inst, policy, name)
+    assert_below(inst, policy, name, check=True)
 
 
 @settings(max_examples=200)
 @given(tight_shared_prefix_instances(NON_SPECULATIVE, max_size=12, analytic=True))
 def test_cost_bound_search_analytic_model(case):
     inst, name, policy = case
-    assert_below(inst, policy, name)
+    assert_below(inst, policy, name, check=True)
