@@ -171,14 +171,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if view.swap_host_blocks <= view.host_free_blocks + 1 and \\",
         "proofs/kv-compress-decider.md: a full swap allowed one host block over the free ones",
         (P_KVC + "test_decider_at_the_host_memory_boundary",
-         P_KVC + "test_decider_choice_is_safe_and_no_slower")),
+         P_KVC + "test_decider_never_needs_a_host_block_more_than_is_free")),
     Mutation(
         "decider-compressed-one-host-block-too-many", "lpserve/policies/kvcompress.py",
         "        if view.compress_host_blocks <= view.host_free_blocks and \\",
         "        if view.compress_host_blocks <= view.host_free_blocks + 1 and \\",
         "proofs/kv-compress-decider.md: a compressed swap allowed one host block too many",
         (P_KVC + "test_decider_at_the_host_memory_boundary",
-         P_KVC + "test_decider_choice_is_safe_and_no_slower")),
+         P_KVC + "test_decider_never_needs_a_host_block_more_than_is_free")),
     # ------------------------------------------------------------ controllers
     Mutation(
         "lyapunov-B-smaller-C-zero", "lpserve/policies/lyapunov.py",

@@ -122,6 +122,25 @@ def test_decider_at_the_host_memory_boundary():
         ["swap", "compress-swap", "compress-swap", "recompute"]
 
 
+@settings(max_examples=60, deadline=None)
+@given(held=st.integers(1, 400), ratio=st.floats(1.01, 16.0), short=st.sampled_from(["full",
+       "compressed"]), rec=st.floats(0.5, 2.0), frac=st.floats(0.0, 0.9))
+def test_decider_never_needs_a_host_block_more_than_is_free(held, ratio, short, rec, frac):
+    """Host room one block short of the full (or the compressed) size, both swaps faster
+    than recomputing: the victim must not get the option it has no room for."""
+    comp = compressed_host_blocks(held, ratio)
+    free = held - 1 if short == "full" else comp - 1
+    v = PreemptionView(
+        now_s=0.0, replica=0, request=0, context_tokens=held * 16, held_blocks=held,
+        block_tokens=16, host_free_blocks=max(free, 0), compression_ratio=ratio,
+        compression_accuracy_cost=0.0, recompute_s=rec, swap_s=frac * rec,
+        compress_swap_s=frac * rec, swap_host_blocks=held, compress_host_blocks=comp)
+    c = CostBasedDecider().decide(v)
+    host = {"recompute": 0, "swap": held, "compress-swap": comp}[c]
+    assert host <= v.host_free_blocks, (c, held, comp, v.host_free_blocks)
+    assert c != "swap"
+
+
 @settings(max_examples=300, deadline=None)
 @given(victim_views(), st.sampled_from([0.0, 0.1, math.inf]),
        st.sampled_from([0.0, 1.0, math.inf]))
