@@ -68,8 +68,10 @@ def test_assignment_cvxpy_agrees_and_infeasible_capacity():
 
 def test_assignment_costs_prefer_faster_replica():
     inst = _inst(30, 2)
-    fast = lp.cost_model(gpu="h100-sxm", llm="llama-2-7b", tp=1)
-    slow = lp.cost_model(gpu="a100-80gb", llm="llama-2-7b", tp=1)
+    # one engine profile for both, so the difference is the hardware's: the default profiles
+    # differ (A100 kernels-only, H100 with vLLM's fitted per-layer overheads)
+    fast = lp.cost_model(gpu="h100-sxm", llm="llama-2-7b", tp=1, engine="kernels")
+    slow = lp.cost_model(gpu="a100-80gb", llm="llama-2-7b", tp=1, engine="kernels")
     m = RL.build_assignment(inst, replica_costs=[slow, fast])
     assert np.all(m.cost_s[:, 1] < m.cost_s[:, 0])
     assert m.capacity[1] >= m.capacity[0]
