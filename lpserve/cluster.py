@@ -91,10 +91,6 @@ class Cluster:
             return self.prefill_replicas + self.decode_replicas
         return self.replicas
 
-    @property
-    def n_gpus(self) -> int:
-        return self.n_replicas * self.tp
-
     def with_(self, **changes: Any) -> "Cluster":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)

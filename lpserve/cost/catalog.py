@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -172,11 +172,6 @@ class LLMSpec:
                              f"got {mc!r}")
 
     # ---- dtypes ------------------------------------------------------------------------
-    @property
-    def dtype_bytes(self) -> float:
-        """Bytes of one weight at ``dtype``."""
-        return DTYPE_BYTES[self.dtype]
-
     @property
     def kv_dtype_bytes(self) -> float:
         """Bytes of one KV-cache element (``kv_dtype``, else ``dtype``)."""
@@ -506,8 +501,3 @@ def llm_from_hf_config(path: str | Path, key: str | None = None, *,
     if register:
         register_llm(spec)
     return spec
-
-
-def spec_dict(spec: GPUSpec | LLMSpec) -> dict[str, Any]:
-    """Plain dict of a spec (for JSON output)."""
-    return asdict(spec)

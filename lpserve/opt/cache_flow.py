@@ -287,7 +287,7 @@ def foo(step: Any, obj: Any, size: Any, cost: Any, capacity: float, *,
     xr = (x >= 1 - 1e-7).astype(np.float64)
     upper = float(np.sum(c * (1 - xr)))
     info["n_fractional"] = int(np.count_nonzero((x > 1e-7) & (x < 1 - 1e-7)))
-    return Solution("foo", status if status == Status.OPTIMAL else status,
+    return Solution("foo", status,
                     objective=upper, bound=lower if status == Status.OPTIMAL else math.nan,
                     wall_s=time.perf_counter() - t0, message=msg,
                     primal={"x": x, "x_rounded": xr, "interval_start": start,

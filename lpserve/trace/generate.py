@@ -137,15 +137,6 @@ class MMPP:
         return out - out[0] if n else out
 
 
-@dataclass(frozen=True)
-class AllAtZero:
-    """Every request arrives at time 0 (the batch setting of the scheduling theory)."""
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        _count(n)
-        return np.zeros(n)
-
-
 # ============================================================================ lengths
 class LengthDist(Protocol):
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -243,24 +234,6 @@ class Empirical:
 
 
 @dataclass(frozen=True)
-class EmpiricalJoint:
-    """Resample (prompt, output) pairs jointly from a trace, keeping their correlation."""
-
-    prompt_tokens: np.ndarray = field(repr=False)
-    output_tokens: np.ndarray = field(repr=False)
-
-    @classmethod
-    def from_trace(cls, trace: Trace) -> "EmpiricalJoint":
-        _check(len(trace) > 0, f"{trace.name}: cannot resample lengths from an empty trace")
-        return cls(trace.prompt_tokens, trace.output_tokens)
-
-    def sample_pairs(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        i = rng.integers(0, len(self.prompt_tokens), size=n)
-        return (np.asarray(self.prompt_tokens, np.int64)[i],
-                np.asarray(self.output_tokens, np.int64)[i])
-
-
-@dataclass(frozen=True)
 class TotalSplit:
     """Total tokens from ``total`` split into prefill and decode at a fixed ratio
     ``prefill_to_decode`` (e.g. Vidur's synthetic workload: total ~ U[512, 2048], 3:1)."""
@@ -282,7 +255,7 @@ class TotalSplit:
 # ============================================================================ synthetic
 def synthetic(n_requests: int, *, arrivals: ArrivalProcess,
               prompt: LengthDist | None = None, output: LengthDist | None = None,
-              lengths: EmpiricalJoint | TotalSplit | None = None, seed: int = 0,
+              lengths: TotalSplit | None = None, seed: int = 0,
               name: str = "synthetic") -> Trace:
     """``n_requests`` requests with the given arrival process and lengths.
 
