@@ -96,6 +96,8 @@ class Cluster:
         return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field (``extra`` as a dict); sizes in the fields' own
+        units (``link_gbps`` in GB/s, ``host_memory_gb`` in GB)."""
         return {
             "gpu": self.gpu, "llm": self.llm, "tp": self.tp, "replicas": self.replicas,
             "prefill_replicas": self.prefill_replicas, "decode_replicas": self.decode_replicas,

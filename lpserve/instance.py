@@ -127,6 +127,8 @@ class Instance:
         return cost_model(gpu=self.cluster.gpu, llm=self.cluster.llm, tp=self.cluster.tp)
 
     def with_(self, **changes: Any) -> "Instance":
+        """A copy with some fields changed (``dataclasses.replace``; validated again by
+        ``__post_init__``)."""
         from dataclasses import replace
 
         return replace(self, **changes)

@@ -21,19 +21,27 @@ QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
 
 def ttft_s(arrival_s: np.ndarray, first_token_s: np.ndarray) -> np.ndarray:
+    """Time to first token in seconds, ``first_token_s - arrival_s``, shape ``(n,)``
+    (NaN where the request produced no token)."""
     return np.asarray(first_token_s, float) - np.asarray(arrival_s, float)
 
 
 def e2e_s(arrival_s: np.ndarray, finish_s: np.ndarray) -> np.ndarray:
+    """End-to-end latency in seconds, ``finish_s - arrival_s``, shape ``(n,)`` (NaN where
+    the request did not finish)."""
     return np.asarray(finish_s, float) - np.asarray(arrival_s, float)
 
 
 def queue_s(arrival_s: np.ndarray, first_scheduled_s: np.ndarray) -> np.ndarray:
+    """Queueing delay in seconds, ``first_scheduled_s - arrival_s``, shape ``(n,)``: the
+    time before the request first ran."""
     return np.asarray(first_scheduled_s, float) - np.asarray(arrival_s, float)
 
 
 def tpot_s(first_token_s: np.ndarray, finish_s: np.ndarray,
            output_tokens: np.ndarray) -> np.ndarray:
+    """Time per output token in seconds, ``(finish_s - first_token_s) /
+    (output_tokens - 1)``, shape ``(n,)``; NaN for 1-token outputs (they have no decode gap)."""
     out = np.asarray(output_tokens, float)
     with np.errstate(invalid="ignore", divide="ignore"):
         v = (np.asarray(finish_s, float) - np.asarray(first_token_s, float)) / (out - 1.0)

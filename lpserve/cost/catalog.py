@@ -68,6 +68,7 @@ class GPUSpec:
 
     @property
     def memory_bytes(self) -> float:
+        """GPU memory in bytes (``memory_gib * 2**30``)."""
         return self.memory_gib * 2.0**30
 
     def peak_flops(self, dtype: str) -> float:

@@ -29,11 +29,14 @@ class CalibrationData:
 
     @classmethod
     def packaged(cls) -> "CalibrationData":
+        """The summaries shipped inside the package (``lpserve/data/calibration``)."""
         base = resources.files("lpserve") / "data" / "calibration"
         return cls(read=lambda n: (base / n).read_text(), origin="lpserve/data/calibration")
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "CalibrationData":
+        """Calibration CSVs under ``path``, read by their package file names (no
+        fallback: a missing file raises when it is read)."""
         base = Path(path)
         return cls(read=lambda n: (base / n).read_text(), origin=str(base))
 
@@ -202,6 +205,9 @@ class CalibrationData:
         return out
 
     def all_rows(self) -> list[dict[str, Any]]:
+        """Every calibration row of every source (Vidur linear and attention operators,
+        all-reduce, Splitwise, published figures, NeMo, TensorRT-LLM, SGLang), one dict per
+        measurement with ``measured_s`` in seconds, in that source order."""
         return (self.vidur_linear_rows() + self.vidur_attention_rows() + self.all_reduce_rows()
                 + self.splitwise_rows() + self.published_rows() + self.nemo_rows()
                 + self.trtllm_rows() + self.sglang_rows())

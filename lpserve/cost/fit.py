@@ -70,10 +70,12 @@ class FitResult:
 
     @property
     def median_abs_error(self) -> float:
+        """Median of ``|pred/meas - 1|`` over the rows used (a fraction, 0.05 = 5 %)."""
         return float(np.median(np.abs(self.rel_errors)))
 
     @property
     def max_abs_error(self) -> float:
+        """Largest ``|pred/meas - 1|`` over the rows used (a fraction)."""
         return float(np.max(np.abs(self.rel_errors)))
 
 

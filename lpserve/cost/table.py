@@ -133,19 +133,29 @@ class TableCost(CostModel):
 
     @property
     def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes of one token over the replica, from the analytic model of the
+        same GPU, LLM and tensor-parallel degree (the tables measure time only)."""
         return self.sizes.kv_bytes_per_token
 
     def kv_capacity_tokens(self, gpu_memory_fraction: float = 0.9) -> int:
+        """KV tokens that fit at ``gpu_memory_fraction``, from the analytic model's
+        memory accounting."""
         return self.sizes.kv_capacity_tokens(gpu_memory_fraction)
 
     def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
+        """Seconds to move ``n_blocks`` blocks of ``block_tokens`` tokens between GPU and
+        host (one way), priced by the analytic model's PCIe link per GPU."""
         return self.sizes.swap_time_s(n_blocks, block_tokens)
 
     def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
                            compression_ratio: float = 4.0) -> float:
+        """Seconds to quantize ``n_blocks`` KV blocks by ``compression_ratio``, priced by
+        the analytic model's memory bandwidth."""
         return self.sizes.kv_quantize_time_s(n_blocks, block_tokens, compression_ratio)
 
     def transfer_time_s(self, n_tokens: int, link_gbps: float | None = None) -> float:
+        """Seconds to send the KV of ``n_tokens`` tokens to another replica over a link of
+        ``link_gbps`` GB/s (the analytic model's default link when None)."""
         return self.sizes.transfer_time_s(n_tokens, link_gbps)
 
     def __repr__(self) -> str:
@@ -181,13 +191,18 @@ class UnitRoundCost(CostModel):
 
     @property
     def kv_bytes_per_token(self) -> float:
+        """1.0: one KV "byte" is one token in the abstract model."""
         return 1.0
 
     def kv_capacity_tokens(self, gpu_memory_fraction: float = 0.9) -> int:
+        """``memory_tokens``, whatever the fraction (which is still checked to lie in
+        ``(0, 1]``)."""
         self._check_fraction(gpu_memory_fraction)
         return self.memory_tokens
 
     def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
+        """0.0 seconds: the abstract model has no memory hierarchy (counts are still
+        checked)."""
         self._check_count(n_blocks, "n_blocks")
         self._check_count(block_tokens, "block_tokens")
         return 0.0
@@ -201,6 +216,8 @@ class UnitRoundCost(CostModel):
         return 0.0
 
     def transfer_time_s(self, n_tokens: int, link_gbps: float | None = None) -> float:
+        """0.0 seconds: transfers are free in the abstract model (``n_tokens`` is still
+        checked)."""
         self._check_count(n_tokens, "n_tokens")
         return 0.0
 

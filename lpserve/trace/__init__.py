@@ -54,9 +54,12 @@ class LoadReport:
 
     @property
     def n_dropped(self) -> int:
+        """Rows dropped in total (the sum over the reasons in ``dropped``)."""
         return sum(c for _, c in self.dropped)
 
     def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: every field, ``dropped`` as ``{reason: rows}``, ``labels``
+        as ``"key: value"`` strings, plus ``n_dropped``."""
         return {
             "source": self.source, "format": self.format, "n_read": self.n_read,
             "n_kept": self.n_kept, "dropped": dict(self.dropped),
@@ -250,10 +253,12 @@ class Trace:
 
     @property
     def n(self) -> int:
+        """Number of requests (``len(trace)``)."""
         return len(self)
 
     @property
     def has_blocks(self) -> bool:
+        """True when the trace carries prefix-block ids (``block_flat`` is set)."""
         return self.block_flat is not None
 
     @property
@@ -274,6 +279,9 @@ class Trace:
         return self.block_flat[self.block_offsets[i]:self.block_offsets[i + 1]]
 
     def block_lists(self) -> list[list[int]]:
+        """Every request's prefix-block ids as a list of Python lists (``n`` lists, one per
+        request in arrival order); raises :class:`TraceError` on a non-empty trace without
+        blocks."""
         return [self.blocks(i).tolist() for i in range(len(self))]
 
     def _columns(self) -> dict[str, Any]:

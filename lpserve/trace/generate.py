@@ -40,6 +40,9 @@ def _count(n: int) -> None:
 
 # ============================================================================ arrivals
 class ArrivalProcess(Protocol):
+    """The arrival-process interface: a frozen spec whose ``sample(n, rng)`` returns
+    ``n`` arrival times (float64 seconds, shape ``(n,)``, non-decreasing, the first at 0)."""
+
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` non-decreasing arrival times in seconds, the first at 0."""
 
@@ -59,6 +62,8 @@ class Poisson:
         _pos("Poisson.rate_per_s", self.rate_per_s)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` arrival times in seconds, shape ``(n,)``, starting at 0: cumulative sums of
+        exponential gaps of mean ``1 / rate_per_s``."""
         _count(n)
         return _from_gaps(rng.exponential(1.0 / self.rate_per_s, size=n))
 
@@ -76,6 +81,8 @@ class GammaRenewal:
         _pos("GammaRenewal.cv", self.cv)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` arrival times in seconds, shape ``(n,)``, starting at 0: cumulative sums of
+        Gamma gaps with shape ``1 / cv**2`` and mean ``1 / rate_per_s``."""
         _count(n)
         shape = 1.0 / self.cv**2
         scale = 1.0 / (self.rate_per_s * shape)
@@ -107,10 +114,17 @@ class MMPP:
 
     @property
     def mean_rate_per_s(self) -> float:
+        """Long-run arrival rate in requests/s: the dwell-weighted mean of ``rates_per_s``."""
         r, d = np.asarray(self.rates_per_s), np.asarray(self.mean_dwell_s)
         return float((r * d).sum() / d.sum())
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` arrival times in seconds, shape ``(n,)``, starting at 0.
+
+        The chain starts in a state drawn from its stationary law (proportional to the mean
+        dwell times); state periods are drawn 64 at a time and each period gets a Poisson count
+        of points placed uniformly inside it.
+        """
         _count(n)
         k = len(self.rates_per_s)
         rates, dwell = np.asarray(self.rates_per_s), np.asarray(self.mean_dwell_s)
@@ -139,12 +153,17 @@ class MMPP:
 
 # ============================================================================ lengths
 class LengthDist(Protocol):
+    """The length-distribution interface: a frozen spec whose ``sample(n, rng)``
+    returns ``n`` token counts (int64, shape ``(n,)``, each >= 1)."""
+
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` token counts (int64, >= 1)."""
 
 
 @dataclass(frozen=True)
 class Constant:
+    """Every request has exactly ``tokens`` tokens (an integer >= 1)."""
+
     tokens: int
 
     def __post_init__(self) -> None:
@@ -152,6 +171,7 @@ class Constant:
                f"Constant.tokens must be an integer >= 1, got {self.tokens!r}")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` copies of ``tokens``, int64, shape ``(n,)`` (``rng`` is not used)."""
         return np.full(n, int(self.tokens), np.int64)
 
 
@@ -168,6 +188,7 @@ class Uniform:
                f"lo={self.lo!r}, hi={self.hi!r}")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` token counts drawn uniformly on ``[lo, hi]``, int64, shape ``(n,)``."""
         return rng.integers(int(self.lo), int(self.hi) + 1, size=n).astype(np.int64)
 
 
@@ -188,6 +209,8 @@ class LogNormal:
                    f"{self.max_tokens!r}")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` token counts, int64, shape ``(n,)``: log-normal draws with the spec's mean
+        and cv, rounded to the nearest integer, at least 1 and at most ``max_tokens``."""
         s2 = math.log1p(self.cv**2)
         mu = math.log(self.mean) - s2 / 2
         x = np.maximum(1, np.rint(rng.lognormal(mu, math.sqrt(s2), size=n)))
@@ -209,10 +232,13 @@ class Zipf:
                f"Zipf.max_tokens must be an integer >= 1, got {self.max_tokens!r}")
 
     def probabilities(self) -> np.ndarray:
+        """``P(k)`` for ``k = 1..max_tokens``, float64, shape ``(max_tokens,)``, summing to 1."""
         w = np.arange(1, int(self.max_tokens) + 1, dtype=np.float64) ** -float(self.a)
         return w / w.sum()
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` token counts in ``1..max_tokens`` drawn with :meth:`probabilities`, int64,
+        shape ``(n,)``."""
         p = self.probabilities()
         return (rng.choice(p.size, size=n, p=p) + 1).astype(np.int64)
 
@@ -229,6 +255,8 @@ class Empirical:
         _check(bool(np.all(v >= 1)), "Empirical token counts must all be >= 1")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` token counts drawn uniformly with replacement from ``values``, int64,
+        shape ``(n,)``."""
         v = np.asarray(self.values, dtype=np.int64)
         return v[rng.integers(0, v.size, size=n)]
 
@@ -245,6 +273,12 @@ class TotalSplit:
         _pos("TotalSplit.prefill_to_decode", self.prefill_to_decode)
 
     def sample_pairs(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(prompt_tokens, output_tokens)``, each int64 of shape ``(n,)``.
+
+        A total ``T >= 2`` is drawn from ``total``; decode gets ``round(T / (1 +
+        prefill_to_decode))`` tokens, clipped to ``[1, T - 1]``, and prefill the rest, so both
+        parts are >= 1 and they sum to ``T``. Raises :class:`TraceError` on a total below 2.
+        """
         tot = self.total.sample(n, rng)
         _check(bool(np.all(tot >= 2)), "TotalSplit needs totals >= 2 tokens")
         decode = np.maximum(1, np.rint(tot / (1.0 + self.prefill_to_decode))).astype(np.int64)
@@ -303,6 +337,8 @@ class PrefixLevel:
         _check(self.zipf_a >= 0, f"PrefixLevel.zipf_a must be >= 0, got {self.zipf_a!r}")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` choice indices in ``[0, n_choices)``, shape ``(n,)``, with popularity
+        ``P(j) ∝ (j + 1)^-zipf_a`` (index 0 is the most popular)."""
         w = np.arange(1, self.n_choices + 1, dtype=np.float64) ** -float(self.zipf_a)
         return rng.choice(self.n_choices, size=n, p=w / w.sum())
 
