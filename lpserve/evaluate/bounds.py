@@ -89,6 +89,8 @@ class Bound(Protocol):
     description: str
 
     def prepare(self, instance: Any) -> PreparedBound:
+        """The bound of ``instance`` as a :class:`PreparedBound` (computed once per instance,
+        then asked for values over each policy's served requests)."""
         ...
 
 
@@ -119,6 +121,11 @@ class PerRequestBound:
         return getattr(policy.engine, "speculation", None) is None
 
     def values(self, served: np.ndarray) -> dict[str, float]:
+        """Lower bounds by metric key over the requests where ``served`` (bool ``(n,)``)
+        holds and a bound exists: ``{ttft_s,tpot_s,e2e_s}_{mean,p50,p90,p99}`` in seconds from the
+        per-request bounds, ``e2e_s_mean`` raised to the KV-memory area term's mean
+        (``models/lower-bounds.md`` (9)) and ``total_latency_s``, the larger of that term's total
+        and the sum of the per-request E2E bounds. Empty when nothing served has a bound."""
         m = np.asarray(served, bool) & np.isfinite(self.e2e_lb_s)
         out: dict[str, float] = {}
         if not m.any():
@@ -150,6 +157,10 @@ class CostModelBound:
                         "once (models/lower-bounds.md (5)-(9))")
 
     def prepare(self, instance: Any) -> PerRequestBound:
+        """Per-request bounds of ``instance``, solved once over the requests whose
+        prompt + output fits one replica's KV capacity (the others get NaN and are counted in
+        ``n_unservable``); prefix sharing is counted over every request. Raises RuntimeError if
+        the bound's program does not solve."""
         from lpserve.opt.lower_bounds import (
             build_cost_bound,
             prefill_lower_bound_s,
@@ -215,9 +226,11 @@ class ClaimedBound:
                                  f"got {v!r}")
 
     def prepare(self, instance: Any) -> "ClaimedBound":
+        """Itself: the claimed values do not depend on the instance."""
         return self
 
     def values(self, served: np.ndarray) -> dict[str, float]:
+        """The claimed values as given (floats, by metric key), whatever was served."""
         return {k: float(v) for k, v in self.claimed.items()}
 
 

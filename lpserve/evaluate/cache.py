@@ -54,6 +54,8 @@ class CacheReplayResult:
     hits_per_request: np.ndarray = field(repr=False)
 
     def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every scalar field (``hits_per_request`` is left out);
+        ``recompute_s_saved`` and ``wall_s`` in seconds."""
         return {"policy": self.policy, "capacity_blocks": self.capacity_blocks,
                 "hits": self.hits, "accesses": self.accesses, "hit_rate": self.hit_rate,
                 "prefill_tokens_saved": self.prefill_tokens_saved,

@@ -46,17 +46,24 @@ class ServiceRecorder(BudgetController):
         self.events: list[tuple[float, int, int, int]] = []
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Clear :attr:`events` and reset the wrapped controller, if any, with the same
+        ``cluster`` and ``rng``."""
         self.events = []
         if self.inner is not None:
             self.inner.reset(cluster, rng)
 
     def budget(self, view: Any) -> int:
+        """The wrapped controller's prefill-token budget, else ``view.cap_tokens``
+        (the engine's own budget)."""
         return int(view.cap_tokens) if self.inner is None else int(self.inner.budget(view))
 
     def decode_limit(self, view: Any) -> int:
+        """The wrapped controller's limit on the decode run, else ``view.max_iters``."""
         return int(view.max_iters) if self.inner is None else int(self.inner.decode_limit(view))
 
     def observe(self, view: Any) -> None:
+        """Record one token for each request in ``view.produced_request`` at
+        ``view.now_s``, then forward the view."""
         rep = int(view.replica[1])
         for i in view.produced_request.tolist():
             self.events.append((float(view.now_s), rep, int(i), 1))
@@ -64,6 +71,9 @@ class ServiceRecorder(BudgetController):
             self.inner.observe(view)
 
     def observe_decode_run(self, view: Any, n_iters: int) -> None:
+        """Record one token per request per iteration of the decode run, at end times
+        accumulated with :func:`lpserve.cost.iteration_time` over contexts that grow by one token
+        per iteration, then forward the view."""
         rep = int(view.replica[1])
         ctx = np.array(view.context, np.int64)
         t = float(view.now_s)

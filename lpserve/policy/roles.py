@@ -175,9 +175,12 @@ class RoundRobin(Router):
         self._next = 0
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Start again at replica 0."""
         self._next = 0
 
     def route(self, view: RouterView) -> np.ndarray:
+        """Replica ``(k + j) mod n_replicas`` for the ``j``-th arriving request, int64
+        ``(n_arriving,)``, where ``k`` counts the requests routed before (kept mod ``n_replicas``)."""
         n = len(view)
         if n == 1:
             k = self._next
@@ -195,6 +198,8 @@ class FCFS(Scheduler):
     rank_key = "arrival_s"
 
     def rank(self, view: SchedulerView) -> np.ndarray:
+        """Each candidate's ``arrival_s`` (a float64 copy, shape ``(n,)``): the earliest
+        arrival runs first."""
         return np.asarray(view.arrival_s, dtype=np.float64).copy()
 
 
@@ -204,6 +209,9 @@ class LRU(Evictor):
     name = "lru"
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        """``need_blocks`` positions into ``view``, int64, oldest ``last_access_s`` first and
+        the deeper block of a chain first among equal times; an empty array when
+        ``need_blocks <= 0``, all ``n`` positions (in that order) when it is ``>= n``."""
         last = view.last_access_s
         n = int(last.shape[0])
         if need_blocks <= 0:
