@@ -23,9 +23,12 @@ class RandomRouter(Router):
         self._rng: np.random.Generator | None = None
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Take ``rng`` as the router's only source of randomness."""
         self._rng = rng
 
     def route(self, view: RouterView) -> np.ndarray:
+        """A replica drawn uniformly from ``[0, n_replicas)`` for each arriving request,
+        int64 ``(n_arriving,)``."""
         return self._rng.integers(0, view.n_replicas, size=len(view)).astype(np.int64)
 
 
@@ -47,6 +50,9 @@ class LeastOutstanding(Router):
     name = "least-outstanding"
 
     def route(self, view: RouterView) -> np.ndarray:
+        """Each arriving request, in order, to the replica with the fewest outstanding
+        requests (ties: lowest index); a request routed in this call counts as one more
+        outstanding. int64 ``(n_arriving,)``."""
         return _argmin_sequential(view.outstanding, len(view))
 
 
@@ -56,6 +62,10 @@ class LeastKVLoad(Router):
     name = "least-kv"
 
     def route(self, view: RouterView) -> np.ndarray:
+        """Each arriving request, in order, to the replica with the lowest
+        ``used_blocks / total_blocks`` (ties: lowest index); a request routed in this call adds
+        its prompt's blocks, divided by the mean replica size, to its replica's share. int64
+        ``(n_arriving,)``."""
         total = np.maximum(view.total_blocks, 1).astype(float)
         # a request routed in the same call counts with its prompt's blocks
         add = np.ceil(view.prompt_tokens / view.block_tokens) / total.mean()
@@ -72,9 +82,13 @@ class PowerOfTwo(Router):
         self._rng: np.random.Generator | None = None
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Take ``rng`` as the router's only source of randomness."""
         self._rng = rng
 
     def route(self, view: RouterView) -> np.ndarray:
+        """For each arriving request, two distinct replicas drawn uniformly; the one with
+        fewer outstanding requests (ties: lower index) wins and counts one more. With one replica,
+        replica 0. int64 ``(n_arriving,)``."""
         R = view.n_replicas
         load = view.outstanding.astype(np.int64).copy()
         out = np.empty(len(view), np.int64)
@@ -113,9 +127,14 @@ class PrefixAffinity(Router):
         self._trees: list[OrderedDict] = []
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget every replica's remembered prefix-block hashes."""
         self._trees = []
 
     def route(self, view: RouterView) -> np.ndarray:
+        """Replica per arriving request, int64 ``(n_arriving,)``, decided in order (the
+        rule of the class docstring); the chosen replica remembers the request's block hashes
+        (most recent last, oldest dropped past ``max_tree_blocks``) and counts one more
+        outstanding request."""
         R = view.n_replicas
         if len(self._trees) != R:
             self._trees = [OrderedDict() for _ in range(R)]

@@ -42,9 +42,12 @@ class AssignmentRouter(Router):
         self._next = 0
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Restart the round-robin counter for requests outside the table."""
         self._next = 0
 
     def route(self, view: RouterView) -> np.ndarray:
+        """``table[request]`` for requests inside the table, round robin for the others,
+        clipped to ``n_replicas - 1`` (int64 ``(n_arriving,)``)."""
         req = view.request
         out = np.empty(req.size, dtype=np.int64)
         ok = (req >= 0) & (req < self.table.size)
@@ -95,6 +98,9 @@ class FluidSplitRouter(Router):
 
     @classmethod
     def from_solution(cls, solution: Any) -> "FluidSplitRouter":
+        """The router of a solved fluid LP: ``primal["split"]`` (classes x replicas rates
+        in requests/s) gives each class's routing probabilities; requests of a class the LP
+        did not see use the replicas' total rates ``rate_per_s.sum(axis=0)``."""
         p = solution.primal
         lk = _ClassLookup(p)
         P, D, g = p["class_prompt_tokens"], p["class_output_tokens"], p["class_group"]
@@ -103,9 +109,13 @@ class FluidSplitRouter(Router):
         return cls(keys, p["split"], lk, p["rate_per_s"].sum(axis=0))
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Take ``rng`` as the router's only source of randomness."""
         self._rng = rng
 
     def route(self, view: RouterView) -> np.ndarray:
+        """A replica per arriving request, int64 ``(n_arriving,)``, drawn with its class's
+        split (one uniform draw per request, inverted through the cumulative split), clipped to
+        ``n_replicas - 1``."""
         keys = self.lookup.keys(view)
         u = self._rng.random(keys.size)
         out = np.empty(keys.size, dtype=np.int64)
@@ -137,6 +147,10 @@ class DualIndexRouter(Router):
 
     @classmethod
     def from_solution(cls, solution: Any, queue_weight: float = 1.0) -> "DualIndexRouter":
+        """The index router of a solved fluid LP: the prefill fit, rates and TPOT from
+        ``primal``, the dual prices of the ``prefill``, ``decode``, ``gpu`` and ``kv`` rows from
+        ``dual`` (0 where absent), and ``w_m = queue_weight x (Pbar / muP_m + Dbar / muD_m)`` with
+        the rate-weighted mean prompt ``Pbar`` and output ``Dbar`` (tokens)."""
         p, d = solution.primal, solution.dual
         fit = p["prefill_fit"]                                # (R, 2): intercept, slope
         muP, muD, tpot = p["prefill_tokens_per_s"], p["decode_tokens_per_s"], p["tpot_s"]
@@ -154,6 +168,9 @@ class DualIndexRouter(Router):
         return cls(A, B, C, E, W, p["group_saving_s"], _ClassLookup(p))
 
     def route(self, view: RouterView) -> np.ndarray:
+        """``argmin_m`` of the index for each arriving request, in order, int64
+        ``(n_arriving,)``; each routed request adds ``w_m`` of queue work to its replica for the
+        requests after it in the same call."""
         n = len(view)
         if n == 1:                      # the common case: scalar features, one length-R pass
             P = float(view.prompt_tokens[0])

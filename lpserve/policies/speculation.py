@@ -52,6 +52,7 @@ class NeverSpeculate(SpeculationDecider):
         super().__init__(draft, acceptance, **kw)
 
     def choose(self, ctx: StepContext) -> int:
+        """0, ``Arm(0)``: no draft tokens at any step."""
         return 0
 
 
@@ -74,6 +75,7 @@ class FixedSpeculation(SpeculationDecider):
         self.name = f"fixed-k{self.k}"
 
     def choose(self, ctx: StepContext) -> int:
+        """The index of ``Arm(k, draft_index)`` at every step."""
         return self.arm_index(self.k, self.draft_index)
 
 
@@ -90,6 +92,7 @@ class UCBSpeculation(SpeculationDecider):
     learns = True
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Drop every replica's bandit (they are created again on first use)."""
         self._bandits: dict[tuple[str, int], SpeculationBandit] = {}
 
     def _bandit(self, replica: tuple[str, int]) -> SpeculationBandit:
@@ -99,9 +102,13 @@ class UCBSpeculation(SpeculationDecider):
         return b
 
     def choose(self, ctx: StepContext) -> int:
+        """The UCB1 arm of ``ctx.key`` in this replica's bandit (each arm is tried once
+        before the index is used)."""
         return self._bandit(ctx.replica).select(ctx.key)
 
     def observe(self, ctx: StepContext, result: StepResult) -> None:
+        """Credit ``result.reward`` (in ``[0, 1]``) to ``result.arm`` in context ``ctx.key``
+        of this replica's bandit."""
         self._bandit(ctx.replica).update(ctx.key, result.arm, result.reward)
 
 
@@ -122,6 +129,7 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
     learns = True
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Drop every replica's acceptance learner (created again on first use)."""
         self._learners: dict[tuple[str, int], AcceptanceUCB] = {}
 
     def _learner(self, replica: tuple[str, int]) -> AcceptanceUCB:
@@ -131,6 +139,9 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
         return a
 
     def choose(self, ctx: StepContext) -> int:
+        """The arm maximizing ``sum_i E[tokens](a~_i, k_j) / time_s(j)`` over the batch,
+        with ``a~_i`` the optimistic acceptance rate of sequence ``i``'s (tenant, draft); ties
+        toward the smaller arm index."""
         state = self._learner(ctx.replica)
         tenants = ctx.tenant.tolist()
         best, best_v = 0, -np.inf
@@ -143,6 +154,8 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
         return best
 
     def observe(self, ctx: StepContext, result: StepResult) -> None:
+        """Update each (tenant, draft) of the batch with its ``result.accepted`` drafts
+        out of the ``result.k`` drawn (Bernoulli trials up to the first rejection)."""
         d = max(ctx.arms[result.arm].draft, 0)
         self._learner(ctx.replica).observe([(t, d) for t in ctx.tenant.tolist()], result.k,
                                            result.accepted)
@@ -160,6 +173,8 @@ class OracleSpeculation(SpeculationDecider):
     meta = Meta(engines=("lpserve",), clairvoyant=True)
 
     def choose(self, ctx: StepContext) -> int:
+        """The arm maximizing expected tokens/s of this step with the true rates
+        ``ctx.rates`` (``(batch_size, n_drafts)``); ties toward the smaller arm index."""
         best, best_v = 0, -np.inf
         for j, arm in enumerate(ctx.arms):
             a = ctx.rates[:, max(arm.draft, 0)]
