@@ -90,22 +90,35 @@ def engine_policy(engine: str, *, router: Any = "round-robin",
 
 
 def vllm(**params: Any) -> Policy:
+    """vLLM's V0 scheduler (prefill-first, 4096-token budget, 256 sequences, recompute
+    preemption, prefix caching) behind a round-robin router; ``params`` override
+    :class:`~lpserve.policy.EngineConfig` fields and the router."""
     return engine_policy("vllm", **params)
 
 
 def vllm_chunked(**params: Any) -> Policy:
+    """vLLM with chunked prefill: decode-first, stall-free chunks within a 2048-token
+    budget, otherwise as :func:`vllm`; ``params`` override engine fields and the router."""
     return engine_policy("vllm-chunked", **params)
 
 
 def sarathi(**params: Any) -> Policy:
+    """Sarathi-Serve: decode-first, stall-free chunked prefill with a 512-token budget,
+    256 sequences, recompute preemption; ``params`` override engine fields and the router."""
     return engine_policy("sarathi", **params)
 
 
 def orca(**params: Any) -> Policy:
+    """Orca: mixed iterations of decodes and whole prefills, KV reserved for 4096 tokens
+    at admission (never preempts), 128 sequences, no prefix caching; ``params`` override
+    engine fields and the router."""
     return engine_policy("orca", **params)
 
 
 def static(**params: Any) -> Policy:
+    """Request-level (static) batching: up to 32 requests admitted into an empty engine
+    run until the longest finishes, KV reserved for 4096 tokens each; ``params`` override
+    engine fields and the router."""
     return engine_policy("static", **params)
 
 

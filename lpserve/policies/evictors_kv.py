@@ -124,6 +124,8 @@ class ScoreEvictor(Evictor):
         self.params = dict(params)
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        """The first ``need_blocks`` positions into ``view`` (int64) by ascending score,
+        the deeper block first among equal scores."""
         s = np.asarray(self._score(self, view), np.float64)
         order = np.lexsort((-np.asarray(view.depth), s))
         return order[:int(need_blocks)].astype(np.int64)
@@ -174,6 +176,10 @@ class LeafEvictor(ScoreEvictor):
     comes from the other candidates by score."""
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        """``need_blocks`` positions into ``view`` (int64): radix leaves with no in-use
+        child, lowest score first (deeper first on ties), a parent joining the heap once its
+        last evictable child is gone; if that runs out, the remaining candidates by score.
+        A ValueError when ``view`` lacks ``children`` or ``parent``."""
         import heapq
 
         if view.children is None or view.parent is None:
@@ -226,6 +232,8 @@ def lfu() -> Evictor:
 
 
 def prefix_lru(credit_s: float = 300.0, protect_depth: int = 2) -> Evictor:
+    """LRU with ``credit_s`` seconds of recency credit for shallow shared blocks
+    (``depth < protect_depth`` with at least one hit: system prompts, few-shot prefixes)."""
     return ScoreEvictor("kv-prefix-lru", _prefix, credit_s=credit_s, protect_depth=protect_depth)
 
 
@@ -237,6 +245,9 @@ def gdsf(age_s: float = 60.0, depth_scale: float = 64.0) -> Evictor:
 
 
 def knapsack(credit_s: float = 1200.0) -> Evictor:
+    """LRU plus ``credit_s`` seconds times the block's estimated reuse probability,
+    ``(blocks with more hits + 1) / (blocks with at least as many + 2)`` over hit classes
+    0, 1, 2 and 3+ of the view (the online score of the knapsack model)."""
     return ScoreEvictor("kv-knapsack", _knapsack, credit_s=credit_s)
 
 

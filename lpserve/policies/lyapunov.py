@@ -123,6 +123,10 @@ class TBTRecorder(BudgetController):
         return s
 
     def observe(self, view: IterationView) -> None:
+        """Account one iteration of ``view.replica``: the token gaps (s) of the requests
+        that produced a token after an earlier one, the stall penalty of eq. (7) (only when the
+        controller decides), and the virtual-queue updates of eqs. (5)-(6) and the slot
+        statistics of :meth:`report`."""
         state = self._state(view.replica)
         ids = view.produced_request
         lt = state.last_tokens(ids)
@@ -149,6 +153,9 @@ class TBTRecorder(BudgetController):
         return ctx.size * (t - t0)
 
     def observe_decode_run(self, view: DecodeRunView, n_iters: int) -> None:
+        """Account a run of ``n_iters`` pure-decode iterations at once in the compiled
+        kernel (gaps, virtual queues, statistics) and move each request's last-token time to the
+        run's end; no per-iteration Python work."""
         state = self._state(view.replica)
         idx = np.array(view.request, np.int64)
         lt = state.last_tokens(idx)
@@ -288,6 +295,10 @@ class DPPController(TBTRecorder):
         return np.array(toks, np.int64), np.array(cached, np.int64)
 
     def budget(self, view: BudgetView) -> int:
+        """Prefill tokens ``u`` of this iteration (``<= view.cap_tokens``): the menu entry
+        ``{0, grain, 2 grain, ...}`` that minimizes drift + ``V`` x penalty, eq. (9), over the
+        per-class backlog of ``view``. Returns 1 instead of 0 when a request whose KV is ready
+        (swapped out or transferred) waits, so the engine can admit it."""
         state = self._state(view.replica)
         cap = int(view.cap_tokens)
         self._backlog(state, view)
@@ -303,6 +314,8 @@ class DPPController(TBTRecorder):
         return state.u
 
     def decode_limit(self, view: DecodeRunView) -> int:
+        """Iterations of the pure-decode run before eq. (9) could choose a positive
+        budget again (at least 1); ``view.max_iters`` when there is no backlog."""
         state = self._state(view.replica)
         if state.q_tokens <= 0 or view.max_iters <= 1:
             return int(view.max_iters)
@@ -329,6 +342,10 @@ class DPPScheduler(Scheduler):
         self.class_weights = tuple(float(w) for w in class_weights)
 
     def rank(self, view: SchedulerView) -> np.ndarray:
+        """Float64 ``(n,)``: classes (tenant, clipped to the number of weights) ordered by
+        weighted prefill backlog ``w_c Q_c`` largest first, arrival order within a class
+        (ranks of one class lie in a band wider than the arrival span); ``arrival_s`` with one
+        class."""
         arr = np.asarray(view.arrival_s, np.float64)
         n_cls = len(self.class_weights)
         if n_cls == 1 or len(view) == 0:

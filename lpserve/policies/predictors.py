@@ -57,6 +57,8 @@ class Oracle(Predictor):
     meta = _CLAIRVOYANT
 
     def predict(self, view: PredictorView) -> Prediction:
+        """The true output lengths of the arriving requests as ``lo``, ``hi`` and ``point``
+        (int64 ``(n,)`` copies); a ValueError when the view carries no truth."""
         t = _truth(self, view)
         return Prediction(t.copy(), t.copy(), t.copy())
 
@@ -78,6 +80,9 @@ class NoisyOracle(Predictor):
             raise ValueError(f"NoisyOracle.interval_z must be >= 0, got {self.interval_z!r}")
 
     def predict(self, view: PredictorView) -> Prediction:
+        """Log-normal noise around the truth: ``point = max(1, round(o e^N(0, sigma)))``,
+        ``lo = max(1, floor(point / w))``, ``hi = max(lo, ceil(point w))`` with
+        ``w = e^(interval_z sigma)``; int64 ``(n,)`` tokens, noise from the predictor's ``rng``."""
         t = _truth(self, view)
         noise = self.rng.normal(0.0, self.sigma, size=t.size)
         point = np.maximum(1, np.rint(t * np.exp(noise))).astype(np.int64)
@@ -106,12 +111,18 @@ class IntervalClasses(Predictor):
                              f"{self.base_tokens!r}")
 
     def classes(self, truth) -> np.ndarray:
+        """Class index ``k >= 0`` of each true length (int64 ``(n,)`` tokens in, int64
+        ``(n,)`` out): ``floor(log_r(o / base_tokens))`` with ``r = 1/alpha``, 0 below
+        ``base_tokens``."""
         t = _ints("true output_tokens", truth)
         r = 1.0 / self.alpha
         k = np.floor(np.log(np.maximum(t, 1) / self.base_tokens) / math.log(r) + 1e-12)
         return np.maximum(k, 0).astype(np.int64)
 
     def predict(self, view: PredictorView) -> Prediction:
+        """The class interval ``[lo, hi]`` of each true length (widened where rounding at
+        a class edge would leave the truth outside) and its rounded geometric mean as the point;
+        int64 ``(n,)`` tokens."""
         t = _truth(self, view)
         r = 1.0 / self.alpha
         k = self.classes(t)
@@ -157,6 +168,7 @@ class History(Predictor):
                              f"<= hi, got {self.prior!r}")
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Take the new ``rng`` and forget every completion seen."""
         super().reset(cluster, rng)
         self._buckets = {}
 
@@ -166,6 +178,9 @@ class History(Predictor):
         return (b, tenant), (b, None), (None, None)
 
     def predict(self, view: PredictorView) -> Prediction:
+        """``(q_lo, q_hi)`` quantiles and the median of the most specific bucket with
+        ``min_samples`` completions (prompt bucket and tenant, then prompt bucket, then all);
+        ``prior`` when none has. int64 ``(n,)`` tokens."""
         p = _ints("prompt_tokens", view.prompt_tokens)
         ten = _ints("tenant", view.tenant)
         lo = np.empty(p.size, np.int64)
@@ -189,6 +204,8 @@ class History(Predictor):
         return Prediction(lo, hi, pt)
 
     def observe(self, view: PredictorView) -> None:
+        """Add each completed request's true output length to its three buckets, keeping
+        the newest ``window`` per bucket."""
         p = _ints("prompt_tokens", view.prompt_tokens)
         o = _ints("output_tokens", view.output_tokens)
         ten = _ints("tenant", view.tenant)

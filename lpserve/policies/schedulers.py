@@ -59,6 +59,9 @@ class TickCached(Scheduler):
         """Fresh ranks of ``view``'s candidates (called only when a decision is due)."""
 
     def rank(self, view: SchedulerView) -> np.ndarray:
+        """Ranks of ``view``'s candidates (float64 ``(n,)``, lower runs first): fresh from
+        ``_rank`` when this replica's candidates or running flags changed or a new ``quantum_s``
+        tick began since the last call, else a copy of the last ranks."""
         cache = self.__dict__.setdefault("_tick_cache", {})
         q = self.quantum_s
         tick = tick_index(view.now_s, q) if q else 0
@@ -71,6 +74,7 @@ class TickCached(Scheduler):
         return r
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget the cached ranks of every replica."""
         self.__dict__["_tick_cache"] = {}
 
 
@@ -93,6 +97,8 @@ class SJFOracle(Scheduler):
         self.meta = Meta(clairvoyant=True, claims=claims)
 
     def rank(self, view: SchedulerView) -> np.ndarray:
+        """True output tokens still to produce (``remaining``) or in total, float64
+        ``(n,)``; lower runs first."""
         out = view.output_tokens.astype(np.float64)
         return out - view.generated_tokens if self.remaining else out.copy()
 
@@ -113,6 +119,8 @@ class WSPT(Scheduler):
             _check_pos("wspt-oracle", f"weights[{k}]", w)
 
     def rank(self, view: SchedulerView) -> np.ndarray:
+        """True output tokens divided by the tenant's weight, float64 ``(n,)``: the
+        largest weight per token runs first."""
         w = np.array([self.weights.get(int(t), 1.0) for t in view.tenant], np.float64)
         return view.output_tokens.astype(np.float64) / w
 
@@ -142,6 +150,8 @@ class SJFPredicted(Scheduler):
         self.which = which
 
     def rank(self, view: SchedulerView) -> np.ndarray:
+        """Predicted output tokens minus tokens generated, floored at 1, float64 ``(n,)``;
+        ``arrival_s`` (FCFS) when the view has no predictions."""
         p = predicted_tokens(view, self.which)
         if p is None:
             return view.arrival_s.astype(np.float64).copy()
@@ -189,6 +199,7 @@ class RoundRobin(TickCached):
         self._served: dict[int, float] = {}
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget the cached ranks and every request's last-served time."""
         super().reset(cluster, rng)
         self._served = {}
 
