@@ -131,6 +131,8 @@ class VTC(TickCached, BudgetController):
         self.log: list[dict[str, Any]] = []
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget every replica's per-tenant counters, every request's charges, the
+        observation count and the log of the last run."""
         super().reset(cluster, rng)
         self._fresh()
 

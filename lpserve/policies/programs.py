@@ -83,6 +83,8 @@ class ProgramScheduler(TickCached):
         self._pid: dict[int, Any] = {}
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget the service, critical path and waiting time recorded per call and per
+        program."""
         super().reset(cluster, rng)
         self._reset_state()
 

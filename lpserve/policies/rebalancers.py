@@ -46,6 +46,7 @@ class NoMigration(Rebalancer):
         self.period_s = check_period(period_s)
 
     def migrate(self, view: RebalanceView) -> np.ndarray:
+        """No moves: an empty int64 ``(0, 2)`` array."""
         return NO_MOVES.copy()
 
 
@@ -73,6 +74,12 @@ class LlumnixFreeness(Rebalancer):
         return (free - head) / np.maximum(running, 1)
 
     def migrate(self, view: RebalanceView) -> np.ndarray:
+        """Up to ``max_moves`` ``(request, destination)`` rows, int64 ``(n_moves, 2)``:
+        each from the lowest-freeness replica (the source's request with the fewest KV blocks,
+        ties by request id) to the highest, while the freeness gap exceeds ``threshold_blocks``,
+        the source is below ``source_below_blocks``, and the destination has a free seat and
+        room for the blocks now. Freeness is updated after each move as if the copy had landed
+        (the source's blocks are freed only then, so they never count as room)."""
         free = view.free_blocks.astype(np.float64)   # for freeness: after the copies land
         room = view.free_blocks.astype(np.float64)   # for capacity: blocks free now
         running = view.running.astype(np.float64)
