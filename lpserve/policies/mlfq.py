@@ -109,9 +109,10 @@ class MLFQ(TickCached):
         self.demotions = 0
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
-        """Forget every request's queue level and service and the demotion count; fill in the prefill seconds per
-        token and the decode-iteration seconds from ``cluster``'s cost model (at 1024 tokens)
-        where they were not given, and set the base quantum (s) from them."""
+        """Forget every request's queue level and service and the demotion count; fill in
+        the prefill seconds per token and the decode-iteration seconds from ``cluster``'s
+        cost model (at 1024 tokens) where they were not given, and set the base quantum (s)
+        from them."""
         super().reset(cluster, rng)
         self._state = {}
         self._last_now = {}
