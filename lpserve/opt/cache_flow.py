@@ -70,10 +70,12 @@ class BlockAccesses:
 
     @property
     def n_requests(self) -> int:
+        """Requests ``n`` (``offsets`` has ``n + 1`` entries)."""
         return int(self.offsets.shape[0] - 1)
 
     @property
     def n_accesses(self) -> int:
+        """Block accesses ``A`` over all prompts."""
         return int(self.key.shape[0])
 
     def next_request(self) -> np.ndarray:
@@ -374,6 +376,8 @@ class PrefixLP:
 
     @property
     def total_value(self) -> float:
+        """Sum of ``value_s`` over every access: the objective if every access hit
+        (recompute seconds, or accesses when built without a cost model)."""
         return float(self.acc.value_s.sum())
 
 

@@ -60,6 +60,9 @@ class KVProblem:
     @classmethod
     def from_arrays(cls, arrival_round: Any, prompt_tokens: Any, output_tokens: Any,
                     memory_tokens: int) -> "KVProblem":
+        """A validated problem from array-likes: ``arrival_round >= 0``,
+        ``prompt_tokens >= 0`` and ``output_tokens >= 1`` (integers of one length ``n``) and an
+        integer ``memory_tokens >= 1``; a ValueError names the first bad field."""
         a = _int_array(arrival_round, "arrival_round", minimum=0)
         s = _int_array(prompt_tokens, "prompt_tokens", minimum=0)
         o = _int_array(output_tokens, "output_tokens", minimum=1)
@@ -92,6 +95,7 @@ class KVProblem:
 
     @property
     def n(self) -> int:
+        """Number of requests."""
         return int(self.arrival_round.size)
 
     def peak_tokens(self) -> np.ndarray:

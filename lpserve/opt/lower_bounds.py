@@ -349,11 +349,18 @@ def _no_export(solution: Solution, instance: Any) -> Any:
 # --------------------------------------------------------------- abstract-model area bound
 def build_area(instance: Any, *, memory_tokens: int | None = None,
                round_s: float = 1.0) -> tuple[KVProblem, str]:
+    """The round model of ``instance`` (:meth:`KVProblem.from_instance`: rounds of
+    ``round_s`` seconds, KV memory ``memory_tokens`` or the instance's unit-round cost model)
+    and the instance digest."""
     return KVProblem.from_instance(instance, memory_tokens, round_s), instance.digest()
 
 
 def solve_area(model: tuple[KVProblem, str], solver: str = "closed-form",
                time_limit_s: float | None = None) -> Solution:
+    """The area bound of ``models/lower-bounds.md`` (4) in closed form (total latency,
+    rounds): OPTIMAL with objective = bound, or INFEASIBLE naming the first request whose
+    peak KV exceeds ``memory_tokens``. ``solver`` and ``time_limit_s`` are accepted for the
+    :class:`Formulation` interface and unused."""
     t0 = time.perf_counter()
     p, digest = model
     bad = p.oversized()
@@ -369,6 +376,8 @@ def solve_area(model: tuple[KVProblem, str], solver: str = "closed-form",
 
 
 def certify_area(model: tuple[KVProblem, str], solution: Solution) -> dict[str, float]:
+    """``{"objective_residual": |area bound recomputed - reported|}`` (rounds; 0 for an
+    unsolved solution)."""
     if not solution.solved:
         return {"objective_residual": 0.0}
     return {"objective_residual": abs(area_bound(model[0]) - solution.objective)}

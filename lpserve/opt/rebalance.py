@@ -321,9 +321,15 @@ class AssignmentRebalancer(Rebalancer):
         self.info: dict[str, Any] = {}
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Clear :attr:`info` (the last decision's solver status, objective and time)."""
         self.info = {}
 
     def migrate(self, view: RebalanceView) -> np.ndarray:
+        """``(request, destination)`` rows, int64 ``(n_moves, 2)``, of the MILP of
+        ``models/rebalancing.md`` over about ``max_candidates`` candidates (those on replicas
+        with blocked waiting requests or more than one decoding request above the least loaded);
+        no moves with fewer than two replicas, when the solve fails, or when its gain (s) is not
+        above ``min_gain_s``. Records the solve in :attr:`info`."""
         if view.n_replicas < 2:
             return NO_MOVES.copy()
         model = build_rebalance(view, default_remaining_tokens=self.default_remaining_tokens,

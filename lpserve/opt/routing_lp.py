@@ -53,6 +53,8 @@ class ReplicaProfile:
     kv_tokens: float
 
     def prefill_s(self, tokens: np.ndarray) -> np.ndarray:
+        """Prefill seconds of one prompt of each length in ``tokens`` (same shape),
+        linearly interpolated on the grid and constant beyond its ends."""
         return np.interp(tokens, self.prefill_grid_tokens, self.prefill_grid_s)
 
     def expected_decode_s(self, prompt: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -310,6 +312,7 @@ class FluidModel:
 
     @property
     def shape(self) -> tuple[int, int, int]:
+        """``(C, R, G)``: classes, replicas and prefix groups."""
         return (self.rate_per_s.size, self.latency_s.shape[1], self.group_prefix_tokens.size)
 
 

@@ -454,6 +454,8 @@ class PlannedStartScheduler(Scheduler):
         self.start_round.setflags(write=False)
 
     def rank(self, view: Any) -> np.ndarray:
+        """Each candidate's planned start round (float64 ``(n,)``, earliest first);
+        ``+inf`` for a request outside the plan, which the engine holds back."""
         req = np.asarray(view.request, dtype=np.int64)
         out = np.full(req.shape, np.inf)
         ok = (req >= 0) & (req < self.start_round.size)
