@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``lpserve`` argument parser: ``--version`` and one subcommand per module of
+    ``COMMAND_MODULES`` (each adds itself with its ``register``)."""
     parser = argparse.ArgumentParser(
         prog="lpserve",
         description="Principled LLM-serving policies: traces, GPU cost model, simulator, "
@@ -38,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``) and return the exit code:
+    0 on success, 2 on a bad argument or a user error (one line on stderr, see
+    :func:`lpserve.commands.common.run_command`) and when no command is given."""
     parser = build_parser()
     try:  # a bad argument: argparse names the flag on stderr; exit code 2, also in-process
         args = parser.parse_args(argv)

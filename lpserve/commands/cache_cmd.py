@@ -12,6 +12,8 @@ DEFAULT_POLICIES = ("infinite", "lp", "lp-rounded", "foo-l", "belady", "belady-p
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve cache`` (KV prefix-cache hit rates of evictors and bounds on a trace)
+    on the subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "cache", help="KV prefix-cache hit rates of evictors and bounds",
         description="Replay a trace with prefix block ids through KV-cache evictors and "

@@ -7,6 +7,8 @@ from lpserve.commands.common import CLIError, add_json_flag, emit_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve calibrate`` (fit the cost model to measured iterations or vLLM
+    benchmark results) on the subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "calibrate", help="fit the cost model to your measurements (CSV of iterations, vLLM "
         "benchmark JSON)",

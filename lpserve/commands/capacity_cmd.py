@@ -14,6 +14,8 @@ from lpserve.commands.common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve capacity`` (the highest load that meets the p99 TTFT and TPOT SLOs)
+    on the subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "capacity", help="find the highest load meeting p99 TTFT and TPOT SLOs",
         description="Bisect the arrival-rate multiplier of a trace for the highest load at "

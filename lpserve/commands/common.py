@@ -72,6 +72,8 @@ def seed_list(text: str) -> list[int]:
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--json`` to ``parser``: print one JSON object on stdout instead of the
+    text report."""
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object on stdout (for scripts)"
     )
@@ -142,6 +144,9 @@ def process_age_s() -> float:
 
 
 def fmt_num(x: float, digits: int = 4) -> str:
+    """A number for a text table: ``"-"`` for None, NaN or inf; integers with thousands
+    separators; scientific notation with ``digits`` significant digits below 1e-3 or from
+    1e6 on; else ``digits`` significant digits below 100 and one decimal from 100."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     if isinstance(x, (int, np.integer)):

@@ -7,6 +7,8 @@ from lpserve.commands.common import CLIError, add_json_flag, emit_json, fmt_num,
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve cost`` (the cost model's iteration time of one batch on a GPU) on the
+    subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "cost", help="iteration time of a batch on a GPU (cost model)",
         description="Print the time of one iteration of a prefill batch (--prefill N "

@@ -52,6 +52,8 @@ TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve gap`` (the gap of the serving heuristics to the lower bounds) on the
+    subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "gap", help="gap of serving heuristics to lower bounds (table, robustness, report)",
         description="Simulate baseline heuristics (round robin / JSQ routing, FCFS vLLM "

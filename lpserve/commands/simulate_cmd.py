@@ -14,6 +14,8 @@ from lpserve.commands.common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve simulate`` (simulate a registered policy on a trace) on the
+    subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "simulate", help="simulate a serving policy on a trace",
         description="Simulate a registered policy (engine, scheduler, router) serving a "

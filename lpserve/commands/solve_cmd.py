@@ -23,6 +23,9 @@ from lpserve.commands.common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve solve`` and ``lpserve bound`` (solve a formulation, or compute a
+    lower bound, on an instance) on the subcommand parsers ``sub``: its flags and its
+    handler."""
     for cmd, help_ in (("solve", "solve a formulation (offline optimum, routing LP) on an "
                                  "instance"),
                        ("bound", "compute a lower bound (LP relaxation, area or cost-model "

@@ -24,6 +24,8 @@ TABLE_METRICS = ("ttft_s_mean", "ttft_s_p99", "tpot_s_mean", "e2e_s_p99", "goodp
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve sweep`` (run a grid of simulations, solves, bounds or cache replays)
+    on the subcommand parsers ``sub``: its flags and its handler."""
     p = sub.add_parser(
         "sweep", help="run a grid of simulations, solves, bounds or cache replays",
         description="Run every cell of a sweep grid (TOML; see lpserve.sweep.grid) that the "

@@ -7,6 +7,8 @@ from lpserve.commands.common import add_json_flag, emit_json, fmt_num, int_at_le
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve trace`` (inspect request traces: ``trace stats``) on the subcommand
+    parsers ``sub``: its flags and its handler."""
     p = sub.add_parser("trace", help="inspect request traces",
                        description="Inspect request traces.")
     tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)

@@ -58,6 +58,9 @@ class SweepReport:
         return [{"cell": str(c), "error": str(e)} for c, e in zip(bad["cell"], bad["error"])]
 
     def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: output folder, backend, workers, cell counts (total,
+        skipped, run, failed, run elsewhere), ``wall_s`` (s), ``cells_per_s``, the failures and the
+        rejected result parts."""
         return {"out_dir": str(self.out_dir), "backend": self.backend, "workers": self.workers,
                 "n_cells": self.n_cells, "n_skipped": self.n_skipped, "n_run": self.n_run,
                 "n_failed": self.n_failed, "n_elsewhere": self.n_elsewhere,

@@ -81,6 +81,8 @@ def clear_cache() -> None:
 
 
 def cost_key(gpu: str, llm: str, tp: int) -> str:
+    """The cache key ``"gpu|llm|tp"`` of one cost model (one per GPU, LLM and tensor-parallel
+    degree per worker process)."""
     return f"{gpu}|{llm}|{int(tp)}"
 
 
