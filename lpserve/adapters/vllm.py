@@ -113,6 +113,8 @@ class PolicyScheduler(_VllmScheduler):
         return i
 
     def add_request(self, request: Any) -> None:
+        """Give ``request`` the integer id the policy will see (arrival order at this
+        scheduler), then queue it as vLLM does."""
         self._lp_id(request.request_id)
         super().add_request(request)
 
@@ -177,6 +179,11 @@ class PolicyScheduler(_VllmScheduler):
         return held
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """One vLLM scheduling step with the policy's order: rank the KV-holding waiting,
+        waiting and running requests in one view, reorder the queues (preemption takes the
+        worst-ranked running request), hold back ``+inf`` ranks for this step only, then run
+        vLLM's own ``schedule`` and return its output. Records each new request's first
+        scheduled time (wall clock, s)."""
         now_s = time.time()
         held = self._apply_lpserve_order(now_s)
         try:
