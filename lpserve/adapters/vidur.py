@@ -79,23 +79,29 @@ from vidur.scheduler.replica_scheduler.vllm_replica_scheduler import (
 from vidur.types import BaseIntEnum, ReplicaId
 
 from lpserve.adapters import _order
+from lpserve.adapters._vidur_names import cluster_of as _cluster_of
+from lpserve.adapters._vidur_names import lpserve_keys as _lpserve_keys
 from lpserve.policy import RouterView
 
 
 # Vidur's key enums cannot be extended; new enums with values no Vidur key uses.
 class LpserveGlobalSchedulerType(BaseIntEnum):
+    """Vidur key of the ``lpserve`` global scheduler (a value no Vidur key uses)."""
     LPSERVE = 101
 
 
 class LpserveReplicaSchedulerType(BaseIntEnum):
+    """Vidur key of the ``lpserve_vllm`` replica scheduler."""
     LPSERVE_VLLM = 101
 
 
 class LpservePredictorType(BaseIntEnum):
+    """Vidur key of the ``lpserve_cost`` execution-time predictor."""
     LPSERVE_COST = 101
 
 
 class LpserveRequestGeneratorType(BaseIntEnum):
+    """Vidur key of the ``lpserve_trace`` request generator."""
     LPSERVE_TRACE = 101
 
 
@@ -114,16 +120,21 @@ def _spec(policy: str, params_json: str) -> tuple[str, dict[str, Any]]:
 # ================================================================================ configs
 @dataclass
 class LpserveGlobalSchedulerConfig(BaseGlobalSchedulerConfig):
+    """``--global_scheduler_config_type lpserve``: route with the router of ``policy``
+    (``params_json`` its parameters)."""
     policy: str = field(default="", metadata={"help": _POLICY_HELP})
     params_json: str = field(default="{}", metadata={"help": _PARAMS_HELP})
 
     @staticmethod
     def get_type():
+        """The registry key of :class:`LpserveGlobalScheduler`."""
         return LpserveGlobalSchedulerType.LPSERVE
 
 
 @dataclass
 class LpserveVllmSchedulerConfig(VllmSchedulerConfig):
+    """``--replica_scheduler_config_type lpserve_vllm``: Vidur's vLLM scheduler options
+    plus the lpserve ``policy``, its ``params_json`` and an optional ``record_views`` file."""
     policy: str = field(default="", metadata={"help": _POLICY_HELP})
     params_json: str = field(default="{}", metadata={"help": _PARAMS_HELP})
     record_views: str = field(default="", metadata={
@@ -131,11 +142,14 @@ class LpserveVllmSchedulerConfig(VllmSchedulerConfig):
 
     @staticmethod
     def get_type():
+        """The registry key of :class:`LpserveVllmReplicaScheduler`."""
         return LpserveReplicaSchedulerType.LPSERVE_VLLM
 
 
 @dataclass
 class LpserveCostPredictorConfig(BaseExecutionTimePredictorConfig):
+    """``--execution_time_predictor_config_type lpserve_cost``: the catalog ``gpu`` and
+    ``llm`` to price batches with (derived from Vidur's device and model when empty)."""
     gpu: str = field(default="", metadata={
         "help": "lpserve GPU key (default: from --replica_config_device, a100 -> a100-80gb)"})
     llm: str = field(default="", metadata={
@@ -143,44 +157,24 @@ class LpserveCostPredictorConfig(BaseExecutionTimePredictorConfig):
 
     @staticmethod
     def get_type():
+        """The registry key of :class:`LpserveCostPredictor`."""
         return LpservePredictorType.LPSERVE_COST
 
 
 @dataclass
 class LpserveTraceRequestGeneratorConfig(BaseRequestGeneratorConfig):
+    """``--request_generator_config_type lpserve_trace``: the CSV ``trace_file`` to
+    replay (see :func:`write_trace_csv`)."""
     trace_file: str = field(default="", metadata={
         "help": "CSV with columns arrival_s, prompt_tokens, output_tokens"})
 
     @staticmethod
     def get_type():
+        """The registry key of :class:`LpserveTraceRequestGenerator`."""
         return LpserveRequestGeneratorType.LPSERVE_TRACE
 
 
 # ================================================================================ cost model
-_GPU_KEYS = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40", "l40s": "l40s",
-             "h200": "h200"}
-
-
-def _lpserve_keys(gpu: str, llm: str, replica_config: Any) -> tuple[str, str]:
-    from lpserve.cost import catalog
-
-    device = str(getattr(replica_config, "device", "")).lower()
-    gpu = gpu or _GPU_KEYS.get(device, device)
-    if not llm:
-        name = str(replica_config.model_name).split("/")[-1].lower()
-        llm = name[:-3] if name.endswith("-hf") else name
-    gpus, llms = catalog.gpu_names(), catalog.llm_names()
-    if gpu not in gpus:
-        raise ValueError(f"lpserve_cost predictor: GPU {gpu!r} (Vidur device {device!r}) is "
-                         f"not in lpserve's catalog {gpus}; set "
-                         "--lpserve_cost_predictor_config_gpu")
-    if llm not in llms:
-        raise ValueError(f"lpserve_cost predictor: LLM {llm!r} (Vidur model "
-                         f"{replica_config.model_name!r}) is not in lpserve's catalog {llms}; "
-                         "set --lpserve_cost_predictor_config_llm")
-    return gpu, llm
-
-
 def batch_arrays(batch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(prefill_tokens, prefill_cached, decode_context)`` of a Vidur batch.
 
@@ -219,10 +213,15 @@ class LpserveCostPredictor(BaseExecutionTimePredictor):
         self.gpu, self.llm = gpu, llm
 
     def batch_time_s(self, batch: Any) -> float:
+        """Seconds of one iteration of the Vidur ``batch``
+        (:meth:`lpserve.cost.CostModel.batch_time_s` of its :func:`batch_arrays`)."""
         pt, pc, dc = batch_arrays(batch)
         return self.cost.batch_time_s(prefill_tokens=pt, prefill_cached=pc, decode_context=dc)
 
     def get_execution_time(self, batch: Any, pipeline_stage: int) -> ExecutionTimeC:
+        """Vidur's ``ExecutionTime`` of ``batch``: the iteration time in ms divided
+        over the stage's layers and carried in one per-layer slot, so Vidur's total equals
+        :meth:`batch_time_s`. Refuses KV-parallel batches."""
         if hasattr(batch, "batch_mapping"):
             raise ValueError("lpserve_cost predictor does not price KV-parallel batches")
         per_layer_ms = self.batch_time_s(batch) * 1e3 / self._num_layers_per_pipeline_stage
@@ -261,6 +260,8 @@ class LpserveTraceRequestGenerator(BaseRequestGenerator):
     Vidur's request ids are the row numbers in a fresh process."""
 
     def generate_requests(self) -> list[Request]:
+        """One Vidur ``Request`` per CSV row, in file order (arrival in s, prompt and
+        output tokens); a ValueError names a missing file or column."""
         path = self.config.trace_file
         if not path or not os.path.exists(path):
             raise ValueError(f"lpserve_trace request generator: trace_file {path!r} not found")
@@ -284,18 +285,6 @@ def write_trace_csv(trace: Any, path: str) -> str:
 
 
 # ================================================================================ schedulers
-def _cluster_of(replica_config: Any, cache_config: Any, num_replicas: int) -> Any:
-    """The lpserve :class:`~lpserve.cluster.Cluster` a policy's ``reset`` receives."""
-    from lpserve.cluster import Cluster
-
-    try:
-        gpu, llm = _lpserve_keys("", "", replica_config)
-    except ValueError:  # a model outside lpserve's catalog: the names as Vidur has them
-        gpu, llm = str(replica_config.device), str(replica_config.model_name)
-    return Cluster(gpu=gpu, llm=llm, tp=int(replica_config.tensor_parallel_size),
-                   replicas=int(num_replicas), block_tokens=int(cache_config.block_size))
-
-
 class LpserveGlobalScheduler(BaseGlobalScheduler):
     """Routes each arriving request with the lpserve policy's router."""
 
@@ -319,6 +308,10 @@ class LpserveGlobalScheduler(BaseGlobalScheduler):
                 "total_blocks": np.array([x._cache_config.num_blocks for x in s], np.int64)}
 
     def schedule(self) -> list[tuple[ReplicaId, Request]]:
+        """Route every queued request (sorted by arrival) in one router call: a
+        :class:`~lpserve.policy.RouterView` with Vidur's request ids and each replica's
+        outstanding, waiting, running and KV-block counts; returns ``(replica id, request)``
+        pairs after the routes are checked."""
         self.sort_requests()
         reqs, self._request_queue = self._request_queue, []
         if not reqs:
@@ -359,6 +352,8 @@ class LpserveVllmReplicaScheduler(VLLMReplicaScheduler):
         self.n_rankings = 0
 
     def add_request(self, request: Request) -> None:
+        """Remember the request's original prompt length (Vidur folds decoded tokens into
+        the prefill on a restart), then queue it as Vidur does."""
         self._prompt0.setdefault(request.id, request.num_prefill_tokens)
         super().add_request(request)
 
