@@ -34,8 +34,7 @@ class ReplicaProfile:
     """What the routing models need from one replica's cost model.
 
     Attributes:
-        prefill_grid_tokens, prefill_grid_s: prefill time (s) of one prompt of each grid
-            length, for interpolation (shape (g,)).
+        prefill_grid_tokens, prefill_grid_s: prefill time (s) of one prompt per grid length (g,).
         decode_prefix_s: prefix sums of single-request decode iteration time over context
             c = 0..c_max, shape (c_max + 2,).
         tpot_s: decode iteration time at the reference batch (s).
@@ -53,8 +52,7 @@ class ReplicaProfile:
     kv_tokens: float
 
     def prefill_s(self, tokens: np.ndarray) -> np.ndarray:
-        """Prefill seconds of one prompt of each length in ``tokens`` (same shape),
-        linearly interpolated on the grid and constant beyond its ends."""
+        """Prefill seconds of one prompt per length in ``tokens`` (same shape), interpolated."""
         return np.interp(tokens, self.prefill_grid_tokens, self.prefill_grid_s)
 
     def expected_decode_s(self, prompt: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -177,9 +175,8 @@ def build_assignment(instance: Any, *, replica_costs: Sequence[Any] | None = Non
 def solve_assignment(model: AssignmentModel, solver: str = "highs",
                      time_limit_s: float | None = None,
                      deadline: Deadline | None = None) -> Solution:
-    """Solve (1)–(4) with HiGHS (interior point + crossover); the basic optimum is
-    integral (TU), the
-    rounding ``argmax_j x_ij`` is then the identity (checked in :func:`certify_assignment`).
+    """Solve (1)–(4) with HiGHS (interior point + crossover); the basic optimum is integral
+    (TU), so the rounding ``argmax_j x_ij`` is the identity (checked in :func:`certify_assignment`).
     ``deadline`` (from ``lp.solve``) wins over ``time_limit_s``; at the limit: ``LIMIT``."""
     if solver not in ("highs", "cvxpy"):
         raise ValueError(f"solver must be 'highs' or 'cvxpy', got {solver!r}")

@@ -180,7 +180,7 @@ class RoundRobin(Router):
 
     def route(self, view: RouterView) -> np.ndarray:
         """Replica ``(k + j) mod n_replicas`` for the ``j``-th arriving request, int64
-        ``(n_arriving,)``, where ``k`` counts the requests routed before (kept mod ``n_replicas``)."""
+        ``(n_arriving,)``, where ``k`` counts the requests routed before (mod ``n_replicas``)."""
         n = len(view)
         if n == 1:
             k = self._next
