@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite: sets up .venv, then runs pytest in two stages — the default tier,
-# then the slow tier (long runs, notebooks, real vLLM and Vidur in their own venvs).
+# The whole test suite: sets up .venv (the test extra, plus ruff from the dev extra), runs
+# ruff, then pytest in two stages — the default tier, then the slow tier (long runs,
+# notebooks, real vLLM and Vidur in their own venvs).
 # Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-env.sh test
+if ! .venv/bin/ruff --version >/dev/null 2>&1; then
+  .venv/bin/python -m pip install --quiet -e ".[dev]"  # the dev extra adds ruff
+fi
+echo "== ruff"
+.venv/bin/ruff check lpserve tests benchmarks notebooks
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 echo "== stage 1: default tier"
 .venv/bin/python -m pytest -q -m "not slow" "$@"
