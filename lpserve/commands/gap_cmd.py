@@ -27,7 +27,6 @@ from lpserve.commands.common import (
     int_at_least,
     name_list,
     positive_number,
-    progress,
     seed_list,
 )
 
@@ -46,6 +45,7 @@ TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
     ("e2e_s_p99", "p99", "E2E p99 (s)"),
     ("goodput_rps", "goodput req/s", "goodput (req/s)"),
     ("prefix_hit_rate", "hit rate", "prefix hit rate"),
+    ("n_rejected", "rejected", "rejected"),
     ("bound_value", "bound", "bound"), ("ratio_to_bound", "ratio", "ratio to bound"),
     ("e2e_s_p99_over_p50", "P99/P50", "E2E P99/P50"),
 )
@@ -101,8 +101,30 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="simulation seeds; metrics are averaged over them (default 0)")
     p.add_argument("--out", default="lpserve-report", metavar="DIR",
                    help="report folder (default lpserve-report/)")
+    _register_run_options(p)
     add_json_flag(p)
     p.set_defaults(func=_gap)
+
+
+def _register_run_options(p: argparse.ArgumentParser) -> None:
+    """Engine parameters, predictors, load unit, comparison set, checkpoints, progress."""
+    from lpserve.commands.runopts import add_engine_options, add_progress_options
+
+    add_engine_options(p)
+    p.add_argument("--load-unit", default="scale", choices=("scale", "utilization"),
+                   help="what --load and --loads mean: a rate scale (x the trace's arrival "
+                   "rate, default) or a utilisation of the cluster's fluid capacity "
+                   "estimate (lpserve.evaluate.utilization: cost-model prefill and decode "
+                   "GPU-seconds per request; 1.0 = where that model saturates)")
+    p.add_argument("--over", default="common", choices=("common", "served"),
+                   help="requests the latency columns, bounds and ratios cover: those every "
+                   "policy served (default) or those each policy served")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="checkpoint folder: each simulation is stored when it ends and a "
+                   "rerun with the same inputs loads it, so an interrupted run resumes "
+                   "(default: OUT/checkpoints)")
+    p.add_argument("--no-checkpoint", action="store_true", help="store no checkpoints")
+    add_progress_options(p)
 
 
 # ------------------------------------------------------------------------ arguments
@@ -195,18 +217,16 @@ def _gap(args: argparse.Namespace) -> int:
                            f"solved: {', '.join(SOLVED_POLICIES)}")
     else:
         policies = default_policies(cluster.n_replicas)
-    cases = [(wl, load, Instance(trace=tr if load == 1.0 else tr.scale_rate(load),
-                                    cluster=cluster, slo=slo))
+    run = _run_setup(args, workloads, cluster, slo, policies, loads, seeds)
+    cases = [(wl, load, Instance(trace=tr if run.scale[wl, load] == 1.0 else
+                                 tr.scale_rate(run.scale[wl, load]), cluster=cluster, slo=slo))
              for wl, tr in workloads for load in loads]
     main_case = (workloads[0][0], args.load)
-    total = len(cases) * len(policies) * len(seeds)
-    ticks = iter(progress(range(total), total=total, desc="lpserve gap", quiet=args.json))
     try:
         tables, frames, skipped = _run_cases(cases, main_case, policies, bounds, claimed,
-                                             seeds, args, lambda *_: next(ticks, None))
+                                             seeds, args, run)
     except BoundViolation as exc:
-        for _ in ticks:  # close the bar
-            pass
+        run.reporter.close()
         msg = f"bound violated: {exc}"
         if args.json:
             emit_json({"error": f"BoundViolation: {exc}", "policy": exc.policy,
@@ -214,8 +234,8 @@ def _gap(args: argparse.Namespace) -> int:
                        "bound_value": exc.bound_value, "policy_value": exc.policy_value})
         print(f"lpserve gap: error: {msg}", file=sys.stderr)
         return EXIT_BOUND_VIOLATED
-    for _ in ticks:
-        pass
+    finally:
+        run.reporter.close()
     import pandas as pd
 
     runs = pd.concat(frames, ignore_index=True)
@@ -226,41 +246,139 @@ def _gap(args: argparse.Namespace) -> int:
     robust = robustness_summary(same, args.metric, case=("workload", "load"))
     table = tables[main_case]
     sim_s = float(runs["wall_s"].sum())
+    note = "\n".join([note, *run.notes])
     files = _write_report(Path(args.out), table, runs, same, robust, note, args, cluster,
-                          loads, skipped)
+                          loads, skipped, run)
     wall = time.perf_counter() - t_start
     out = _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall,
                 sim_s)
-    out["skipped"] = skipped
+    out.update(skipped=skipped, **run.json())
     if args.json:
         emit_json(out)
         return 0
     _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases), skipped)
+    _print_run_summary(run, runs)
     return 0
 
 
-def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run):
+def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, run):
     """compare() on every (workload, load) case; the claimed bound joins the main case."""
+    import warnings
+
+    from lpserve.commands.runopts import warn
     from lpserve.evaluate import compare
+    from lpserve.evaluate.specs import RejectionWarning
 
     tables, frames, skipped = {}, [], []
     for wl, load, inst in cases:
         b = list(bounds)
         if claimed is not None and (wl, load) == main_case:
             b.append(claimed)
-        df = compare(inst, policies, b, seeds, metric=args.metric, skip_unavailable=True,
-                     on_run=on_run)
+        run.reporter.case = f"{wl} load x{load:g}"
+        with warnings.catch_warnings():  # printed below, once, without a source line
+            warnings.simplefilter("ignore", RejectionWarning)
+            df = compare(inst, policies, b, seeds, metric=args.metric, skip_unavailable=True,
+                         **run.compare_options())
+        warn([f"{w} ({wl}, load x{load:g})" for w in df.attrs["warnings"]],
+             quiet=args.json or args.quiet)
         for label, reason in df.attrs["skipped"].items():
             skipped.append({"workload": wl, "load": load, "policy": label, "reason": reason})
             for _ in seeds:  # keep the progress bar's count
-                on_run(label, -1)
+                run.reporter.on_requests(len(inst.trace))
+        run.warnings += [f"{w} ({wl}, load x{load:g})" for w in df.attrs["warnings"]]
         tables[(wl, load)] = df
         long = df.copy()
         long.attrs = {}
+        long.insert(0, "utilization", run.utilization[wl, load])
+        long.insert(0, "rate_scale", run.scale[wl, load])
         long.insert(0, "load", load)
         long.insert(0, "workload", wl)
         frames.append(long)
     return tables, frames, skipped
+
+
+class _RunSetup:
+    """The run options of one ``lpserve gap``: engine overrides, predictor, load unit and
+    capacity estimates, checkpoint folder, progress reporter, notes and warnings."""
+
+    def __init__(self, args, workloads, cluster, slo, policies, loads, seeds) -> None:
+        from lpserve.commands import runopts as ro
+        from lpserve.evaluate.utilization import fluid_capacity
+        from lpserve.instance import Instance
+
+        self.over, self.load_unit = args.over, args.load_unit
+        self.engine = ro.engine_mapping(args.engine, policies)
+        self.predictor = ro.predictor_spec(args.predictor)
+        base = workloads[0][1]
+        self.notes: list[str] = []
+        if self.predictor is None and not args.policies and ro.prediction_readers(policies) \
+                and base.predicted_lo is None:
+            self.predictor = "history"
+            self.notes.append(f"predictions: history (online quantiles of completed requests) "
+                              f"for {', '.join(ro.prediction_readers(policies))} of the "
+                              "default policy set; the trace has none (--predictor to choose)")
+        ro.check_predictions(policies, base, self.predictor)
+        if self.predictor is not None and not any("predictions:" in n for n in self.notes):
+            self.notes.append(f"predictions: {self.predictor} (--predictor) for every run")
+        from lpserve.evaluate.specs import describe_overrides, engine_for
+
+        for p in policies:
+            over = engine_for(self.engine, p)
+            if over:
+                self.notes.append(f"engine of {p}: {describe_overrides(over)} (--engine)")
+        self.caps = {wl: fluid_capacity(Instance(trace=tr, cluster=cluster, slo=slo))
+                     for wl, tr in workloads}
+        self.scale, self.utilization = {}, {}
+        for wl, _ in workloads:
+            cap = self.caps[wl]
+            for load in loads:
+                sc = cap.load_for(load) if args.load_unit == "utilization" else load
+                self.scale[wl, load] = sc
+                self.utilization[wl, load] = cap.utilization(sc)
+        cap0 = self.caps[workloads[0][0]]
+        self.notes.append(f"load: {'utilisation' if args.load_unit == 'utilization' else 'rate scale'}"
+                          f" (--load-unit); table load x{args.load:g} = rate scale "
+                          f"{self.scale[workloads[0][0], args.load]:.3g}, utilisation "
+                          f"{self.utilization[workloads[0][0], args.load]:.3g} of the "
+                          f"{cap0.describe()}")
+        self.warnings: list[str] = []
+        ctx = ro.context_warning(base, args.llm)
+        if ctx:
+            self.warnings.append(ctx)
+        self.checkpoint = None if args.no_checkpoint else \
+            Path(args.checkpoint) if args.checkpoint else Path(args.out) / "checkpoints"
+        n_runs = len(workloads) * len(loads) * len(policies) * len(seeds)
+        total = sum(len(tr) for _, tr in workloads) * len(loads) * len(policies) * len(seeds)
+        self.reporter = ro.Reporter(total, n_runs, "lpserve gap",
+                                    quiet=args.json or args.quiet)
+        ro.warn(self.warnings, quiet=args.json)
+
+    def compare_options(self) -> dict:
+        return {"engine": self.engine, "predictor": self.predictor,
+                "over": self.over, "checkpoint": self.checkpoint,
+                "on_result": self.reporter.on_result,
+                "on_requests": self.reporter.on_requests}
+
+    def json(self) -> dict:
+        return {"engine": self.engine, "predictor": self.predictor, "over": self.over,
+                "warnings": self.warnings,
+                "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+                "capacity": {wl: c.as_dict() for wl, c in self.caps.items()},
+                "load_unit": self.load_unit}
+
+
+def _run_setup(args, workloads, cluster, slo, policies, loads, seeds) -> _RunSetup:
+    return _RunSetup(args, workloads, cluster, slo, policies, loads, seeds)
+
+
+def _print_run_summary(run: _RunSetup, runs: Any) -> None:
+    """Checkpoint use, and the warnings again at the end (where they are seen)."""
+    if run.checkpoint is not None:
+        n = int(runs["from_checkpoint"].sum()) if "from_checkpoint" in runs else 0
+        print(f"checkpoints: {run.checkpoint}/ ({n} of {len(runs)} runs loaded from it; a "
+              "rerun with the same inputs loads them all)")
+    for w in run.warnings:
+        print(f"WARNING: {w}")
 
 
 # ------------------------------------------------------------------------ output
@@ -268,16 +386,24 @@ def _header(args: argparse.Namespace, cluster: Any, note: str) -> list[str]:
     return [f"cluster {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}; "
             f"SLO TTFT <= {args.slo_ttft:g} s, TPOT <= {args.slo_tpot:g} s; "
             f"rate scale x{args.load:g}",
-            note]
+            *note.split("\n")]
 
 
 def _bound_note(table: Any, args: argparse.Namespace) -> str:
     s = table.attrs["samples"]
-    return (f"'bound' = the largest lower bound on {args.metric} over the requests each "
-            f"policy finished; 'ratio' = {args.metric} / bound; P99/P50 of end-to-end "
-            f"latency as a stability diagnostic; lower-bound rows over the {s.n_common:,} "
-            "requests every policy finished. Every bound is asserted <= every policy's "
-            "value of the same metric over the same requests.")
+    common = table.attrs.get("over", "common") == "common"
+    n = int(table["n_requests"].iloc[0]) if len(table) else 0
+    scope = (f"latency columns, 'bound' and 'ratio' over the {s.n_common:,} of {n:,} requests "
+             "every policy served (--over common)" if common else
+             "latency columns, 'bound' and 'ratio' over the requests each policy served "
+             "(--over served: a policy that rejects or starves the hard requests looks "
+             "faster)")
+    return (f"{scope}; 'bound' = the largest lower bound on {args.metric}; 'ratio' = "
+            f"{args.metric} / bound; 'rejected' = requests the engine refused (counted in "
+            "goodput, not in latencies); P99/P50 of end-to-end latency as a stability "
+            f"diagnostic; lower-bound rows over the {s.n_common:,} requests every policy "
+            "finished. Every bound is asserted <= every policy's value of the same metric "
+            "over the same requests.")
 
 
 def _bound_rows(table: Any) -> list[tuple[str, dict[str, float]]]:
@@ -304,7 +430,7 @@ def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases, skip
     rej = table[table["n_rejected"] > 0]
     for _, r in rej.iterrows():
         print(f"  {r['policy']}: {int(r['n_rejected'])} of {int(r['n_requests'])} requests "
-              "rejected by the engine (not in its statistics)")
+              f"rejected by the engine ({r['rejection_reasons']})")
     m = args.metric
     print(f"\nrobustness: {m} over the cases (workload windows x loads {args.loads}) that "
           "every policy ran")
@@ -328,8 +454,19 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _rejected_title(frame: Any) -> str:
+    """``rejected: vllm 646 of 918 (70.4 %), ...`` over the frame's rows, or that none was."""
+    g = frame.groupby("policy", sort=False)[["n_rejected", "n_requests"]].sum()
+    bad = g[g["n_rejected"] > 0]
+    if bad.empty:
+        return "no policy rejected a request"
+    return "rejected: " + ", ".join(f"{p} {int(r.n_rejected):,} of {int(r.n_requests):,} "
+                                    f"({100 * r.n_rejected / r.n_requests:.1f} %)"
+                                    for p, r in bad.iterrows())
+
+
 def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
-                  skipped) -> list[str]:
+                  skipped, run=None) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
     from lpserve.evaluate.plots import (
         metric_label,
@@ -370,6 +507,8 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
              if skipped else "") + "; all runs are in `runs.csv`.", "",
           _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
                      "ratio max", "worst case"], rrows),
+          *(["## Warnings", "", *[f"- {w}" for w in run.warnings], ""]
+            if run is not None and run.warnings else []),
           "## Plots", "", "![latency CDF](latency_cdf.png)", "",
           "![latency vs load](latency_vs_load.png)", "", "![gap to bound](gap_to_bound.png)",
           ""]
@@ -381,18 +520,25 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
         "latency_cdf.png": plot_latency_cdf(
             table, ("ttft_s", "e2e_s"),
             title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
-            f"load x{args.load:g}"),
+            f"load x{args.load:g}\n{_rejected_title(table)}"),
         "latency_vs_load.png": plot_latency_vs_load(
             same, m, title=f"{metric_label(m).split(' (')[0].capitalize()} vs load\n{setup}; "
-            f"band: min-max over {n_wl} workload(s)"),
+            f"band: min-max over {n_wl} workload(s)\n{_rejected_title(same)}",
+            x_label=_load_label(args)),
         "gap_to_bound.png": plot_gap_to_bound(
             same, title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
-            f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)"),
+            f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)\n"
+            f"{_rejected_title(same)}"),
     }
     for name, fig in figs.items():
         fig.savefig(out / name, dpi=110)
         files.append(str(out / name))
     return files
+
+
+def _load_label(args: argparse.Namespace) -> str:
+    return ("load (utilisation of the fluid capacity estimate)"
+            if args.load_unit == "utilization" else "load (rate scale, x trace arrival rate)")
 
 
 def _nest(row: Any) -> dict[str, Any]:
@@ -406,6 +552,20 @@ def _nest(row: Any) -> dict[str, Any]:
     for k in ("n_requests", "n_finished", "n_rejected", "n_unfinished", "preemptions"):
         d[k] = int(round(float(row[k])))
     d["bound_name"] = row["bound_name"]
+    d.update(_nest_run(row))
+    return d
+
+
+def _nest_run(row: Any) -> dict[str, Any]:
+    """The comparison set, rejections and load of a row."""
+    import json
+
+    d: dict[str, Any] = {"n_compared": int(row["n_compared"]),
+                         "rejected_share": float(row["rejected_share"]),
+                         "rejection_reasons": json.loads(row["rejection_reasons"] or "{}")}
+    for k in ("rate_scale", "utilization"):
+        if k in row:
+            d[k] = float(row[k])
     return d
 
 
