@@ -274,18 +274,18 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, run):
         b = list(bounds)
         if claimed is not None and (wl, load) == main_case:
             b.append(claimed)
-        run.reporter.case = f"{wl} load x{load:g}"
+        case = f"{wl}, {run.load_name(load)}"
+        run.reporter.case = case
         with warnings.catch_warnings():  # printed below, once, without a source line
             warnings.simplefilter("ignore", RejectionWarning)
             df = compare(inst, policies, b, seeds, metric=args.metric, skip_unavailable=True,
                          **run.compare_options())
-        warn([f"{w} ({wl}, load x{load:g})" for w in df.attrs["warnings"]],
-             quiet=args.json or args.quiet)
+        warn([f"{w} ({case})" for w in df.attrs["warnings"]], quiet=args.json)
         for label, reason in df.attrs["skipped"].items():
             skipped.append({"workload": wl, "load": load, "policy": label, "reason": reason})
             for _ in seeds:  # keep the progress bar's count
                 run.reporter.on_requests(len(inst.trace))
-        run.warnings += [f"{w} ({wl}, load x{load:g})" for w in df.attrs["warnings"]]
+        run.warnings += [f"{w} ({case})" for w in df.attrs["warnings"]]
         tables[(wl, load)] = df
         long = df.copy()
         long.attrs = {}
@@ -352,6 +352,9 @@ class _RunSetup:
         self.reporter = ro.Reporter(total, n_runs, "lpserve gap",
                                     quiet=args.json or args.quiet)
         ro.warn(self.warnings, quiet=args.json)
+
+    def load_name(self, load: float) -> str:
+        return f"utilisation {load:g}" if self.load_unit == "utilization" else f"load x{load:g}"
 
     def compare_options(self) -> dict:
         return {"engine": self.engine, "predictor": self.predictor,

@@ -89,7 +89,9 @@ def default_policies(n_replicas: int = 2) -> list[str]:
     return out + found[:MAX_DISCOVERED]
 
 
-def _describe(policy: Any, overrides: Mapping[str, Any] | None = None) -> str:
+def describe_policy(policy: Any, overrides: Mapping[str, Any] | None = None) -> str:
+    """``router / scheduler / evictor / batching`` of a policy, and its engine
+    ``overrides`` when given (the ``description`` column of :func:`compare`)."""
     e = policy.engine
     prefill = (f"chunked prefill {e.max_num_batched_tokens} tok" if e.chunked_prefill
                else f"{e.batching} batching")
@@ -217,7 +219,7 @@ def _run_row(label: str, kind: str, pol: Any, overrides: Mapping[str, Any], seed
     reasons = a["reason"][a["status"] == "rejected"]
     counts = dict(zip(*np.unique(reasons.astype(str), return_counts=True))) \
         if reasons.size else {}
-    row = {"policy": label, "kind": kind, "description": _describe(pol, overrides),
+    row = {"policy": label, "kind": kind, "description": describe_policy(pol, overrides),
            "online": bool(pol.meta.online), "clairvoyant": bool(pol.meta.clairvoyant),
            "seed": int(seed), **flat,
            "rejection_reasons": json.dumps({str(k): int(v) for k, v in counts.items()}),
@@ -506,5 +508,5 @@ def robustness(instances: Mapping[str, Any] | Sequence[Any],
 
 
 __all__ = ["BASELINES", "PREFERRED_PRINCIPLED", "SOLVED_POLICIES", "BoundViolation",
-           "PolicyUnavailable", "common_cases", "compare", "default_policies",
+           "PolicyUnavailable", "common_cases", "compare", "default_policies", "describe_policy",
            "resolve_policies", "robustness", "robustness_summary", "solved_policy", "Samples"]
