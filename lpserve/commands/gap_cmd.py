@@ -29,6 +29,13 @@ from lpserve.commands.common import (
     positive_number,
     seed_list,
 )
+from lpserve.commands.gap_run import (
+    gap_run,
+    load_label,
+    nest_run,
+    print_run_summary,
+    rejected_title,
+)
 
 #: the default workload is the first DEFAULT_DURATION_S seconds of the bundled trace (and
 #: DEFAULT_WINDOWS - 1 further windows for the robustness view), to finish within a minute
@@ -217,7 +224,7 @@ def _gap(args: argparse.Namespace) -> int:
                            f"solved: {', '.join(SOLVED_POLICIES)}")
     else:
         policies = default_policies(cluster.n_replicas)
-    run = _run_setup(args, workloads, cluster, slo, policies, loads, seeds)
+    run = gap_run(args, workloads, cluster, slo, policies, loads, seeds)
     cases = [(wl, load, Instance(trace=tr if run.scale[wl, load] == 1.0 else
                                  tr.scale_rate(run.scale[wl, load]), cluster=cluster, slo=slo))
              for wl, tr in workloads for load in loads]
@@ -257,7 +264,7 @@ def _gap(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases), skipped)
-    _print_run_summary(run, runs)
+    print_run_summary(run, runs)
     return 0
 
 
@@ -295,93 +302,6 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, run):
         long.insert(0, "workload", wl)
         frames.append(long)
     return tables, frames, skipped
-
-
-class _RunSetup:
-    """The run options of one ``lpserve gap``: engine overrides, predictor, load unit and
-    capacity estimates, checkpoint folder, progress reporter, notes and warnings."""
-
-    def __init__(self, args, workloads, cluster, slo, policies, loads, seeds) -> None:
-        from lpserve.commands import runopts as ro
-        from lpserve.evaluate.utilization import fluid_capacity
-        from lpserve.instance import Instance
-
-        self.over, self.load_unit = args.over, args.load_unit
-        self.engine = ro.engine_mapping(args.engine, policies)
-        self.predictor = ro.predictor_spec(args.predictor)
-        base = workloads[0][1]
-        self.notes: list[str] = []
-        if self.predictor is None and not args.policies and ro.prediction_readers(policies) \
-                and base.predicted_lo is None:
-            self.predictor = "history"
-            self.notes.append(f"predictions: history (online quantiles of completed requests) "
-                              f"for {', '.join(ro.prediction_readers(policies))} of the "
-                              "default policy set; the trace has none (--predictor to choose)")
-        ro.check_predictions(policies, base, self.predictor)
-        if self.predictor is not None and not any("predictions:" in n for n in self.notes):
-            self.notes.append(f"predictions: {self.predictor} (--predictor) for every run")
-        from lpserve.evaluate.specs import describe_overrides, engine_for
-
-        for p in policies:
-            over = engine_for(self.engine, p)
-            if over:
-                self.notes.append(f"engine of {p}: {describe_overrides(over)} (--engine)")
-        self.caps = {wl: fluid_capacity(Instance(trace=tr, cluster=cluster, slo=slo))
-                     for wl, tr in workloads}
-        self.scale, self.utilization = {}, {}
-        for wl, _ in workloads:
-            cap = self.caps[wl]
-            for load in loads:
-                sc = cap.load_for(load) if args.load_unit == "utilization" else load
-                self.scale[wl, load] = sc
-                self.utilization[wl, load] = cap.utilization(sc)
-        cap0 = self.caps[workloads[0][0]]
-        self.notes.append(f"load: {'utilisation' if args.load_unit == 'utilization' else 'rate scale'}"
-                          f" (--load-unit); table load x{args.load:g} = rate scale "
-                          f"{self.scale[workloads[0][0], args.load]:.3g}, utilisation "
-                          f"{self.utilization[workloads[0][0], args.load]:.3g} of the "
-                          f"{cap0.describe()}")
-        self.warnings: list[str] = []
-        ctx = ro.context_warning(base, args.llm)
-        if ctx:
-            self.warnings.append(ctx)
-        self.checkpoint = None if args.no_checkpoint else \
-            Path(args.checkpoint) if args.checkpoint else Path(args.out) / "checkpoints"
-        n_runs = len(workloads) * len(loads) * len(policies) * len(seeds)
-        total = sum(len(tr) for _, tr in workloads) * len(loads) * len(policies) * len(seeds)
-        self.reporter = ro.Reporter(total, n_runs, "lpserve gap",
-                                    quiet=args.json or args.quiet)
-        ro.warn(self.warnings, quiet=args.json)
-
-    def load_name(self, load: float) -> str:
-        return f"utilisation {load:g}" if self.load_unit == "utilization" else f"load x{load:g}"
-
-    def compare_options(self) -> dict:
-        return {"engine": self.engine, "predictor": self.predictor,
-                "over": self.over, "checkpoint": self.checkpoint,
-                "on_result": self.reporter.on_result,
-                "on_requests": self.reporter.on_requests}
-
-    def json(self) -> dict:
-        return {"engine": self.engine, "predictor": self.predictor, "over": self.over,
-                "warnings": self.warnings,
-                "checkpoint": str(self.checkpoint) if self.checkpoint else None,
-                "capacity": {wl: c.as_dict() for wl, c in self.caps.items()},
-                "load_unit": self.load_unit}
-
-
-def _run_setup(args, workloads, cluster, slo, policies, loads, seeds) -> _RunSetup:
-    return _RunSetup(args, workloads, cluster, slo, policies, loads, seeds)
-
-
-def _print_run_summary(run: _RunSetup, runs: Any) -> None:
-    """Checkpoint use, and the warnings again at the end (where they are seen)."""
-    if run.checkpoint is not None:
-        n = int(runs["from_checkpoint"].sum()) if "from_checkpoint" in runs else 0
-        print(f"checkpoints: {run.checkpoint}/ ({n} of {len(runs)} runs loaded from it; a "
-              "rerun with the same inputs loads them all)")
-    for w in run.warnings:
-        print(f"WARNING: {w}")
 
 
 # ------------------------------------------------------------------------ output
@@ -457,17 +377,6 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _rejected_title(frame: Any) -> str:
-    """``rejected: vllm 646 of 918 (70.4 %), ...`` over the frame's rows, or that none was."""
-    g = frame.groupby("policy", sort=False)[["n_rejected", "n_requests"]].sum()
-    bad = g[g["n_rejected"] > 0]
-    if bad.empty:
-        return "no policy rejected a request"
-    return "rejected: " + ", ".join(f"{p} {int(r.n_rejected):,} of {int(r.n_requests):,} "
-                                    f"({100 * r.n_rejected / r.n_requests:.1f} %)"
-                                    for p, r in bad.iterrows())
-
-
 def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
                   skipped, run=None) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
@@ -523,25 +432,20 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
         "latency_cdf.png": plot_latency_cdf(
             table, ("ttft_s", "e2e_s"),
             title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
-            f"load x{args.load:g}\n{_rejected_title(table)}"),
+            f"load x{args.load:g}\n{rejected_title(table)}"),
         "latency_vs_load.png": plot_latency_vs_load(
             same, m, title=f"{metric_label(m).split(' (')[0].capitalize()} vs load\n{setup}; "
-            f"band: min-max over {n_wl} workload(s)\n{_rejected_title(same)}",
-            x_label=_load_label(args)),
+            f"band: min-max over {n_wl} workload(s)\n{rejected_title(same)}",
+            x_label=load_label(args)),
         "gap_to_bound.png": plot_gap_to_bound(
             same, title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
             f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)\n"
-            f"{_rejected_title(same)}"),
+            f"{rejected_title(same)}"),
     }
     for name, fig in figs.items():
         fig.savefig(out / name, dpi=110)
         files.append(str(out / name))
     return files
-
-
-def _load_label(args: argparse.Namespace) -> str:
-    return ("load (utilisation of the fluid capacity estimate)"
-            if args.load_unit == "utilization" else "load (rate scale, x trace arrival rate)")
 
 
 def _nest(row: Any) -> dict[str, Any]:
@@ -555,20 +459,7 @@ def _nest(row: Any) -> dict[str, Any]:
     for k in ("n_requests", "n_finished", "n_rejected", "n_unfinished", "preemptions"):
         d[k] = int(round(float(row[k])))
     d["bound_name"] = row["bound_name"]
-    d.update(_nest_run(row))
-    return d
-
-
-def _nest_run(row: Any) -> dict[str, Any]:
-    """The comparison set, rejections and load of a row."""
-    import json
-
-    d: dict[str, Any] = {"n_compared": int(row["n_compared"]),
-                         "rejected_share": float(row["rejected_share"]),
-                         "rejection_reasons": json.loads(row["rejection_reasons"] or "{}")}
-    for k in ("rate_scale", "utilization"):
-        if k in row:
-            d[k] = float(row[k])
+    d.update(nest_run(row))
     return d
 
 
