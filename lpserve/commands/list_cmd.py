@@ -41,7 +41,7 @@ def _llms() -> list[dict[str, Any]]:
         out.append({"name": k, "params_b": m.n_params / 1e9, "layers": m.layers,
                     "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
                     "experts": m.experts, "dtype": m.dtype,
-                    "context_tokens": m.context_tokens or None,
+                    "max_context": m.max_context,
                     "kv_kib_per_token": 2 * m.layers * m.kv_heads * m.head_dim
                     * m.dtype_bytes / 1024, "source": m.source})
     return out

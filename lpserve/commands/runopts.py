@@ -81,10 +81,10 @@ def check_predictions(policies: Sequence[str], trace: Any, predictor: str | None
 
 
 def context_warning(trace: Any, llm: str) -> str | None:
-    """A warning when requests exceed the LLM's context length (catalog ``context_tokens``)."""
+    """A warning when requests exceed the LLM's context length (catalog ``max_context``)."""
     from lpserve.cost.catalog import get_llm
 
-    ctx = get_llm(llm).context_tokens
+    ctx = get_llm(llm).max_context
     if not ctx:
         return None
     tot = trace.prompt_tokens.astype("int64") + trace.output_tokens.astype("int64")

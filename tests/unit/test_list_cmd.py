@@ -28,10 +28,10 @@ def test_lists_hold_what_other_commands_accept(capsys):
         return {r["name"]: r for r in json.loads(capsys.readouterr().out)["items"]}
 
     llms = items("llms")
-    assert llms["llama-3-8b"]["context_tokens"] == 8192
-    assert llms["llama-2-7b"]["context_tokens"] == 4096
+    assert llms["llama-3-8b"]["max_context"] == 8192
+    assert llms["llama-2-7b"]["max_context"] == 4096
     assert llms["llama-3-8b"]["kv_kib_per_token"] == 128.0   # 2 x 32 x 8 x 128 x 2 bytes
-    assert all(r["context_tokens"] for r in llms.values())
+    assert all(r["max_context"] for r in llms.values())
     pols = items("policies")
     assert set(policy_names()) | {"lp-index", "lp-split"} == set(pols)
     assert pols["sjf-predicted"]["reads_predictions"] and not pols["vllm"]["reads_predictions"]
@@ -42,15 +42,3 @@ def test_lists_hold_what_other_commands_accept(capsys):
     eng = items("engine")
     assert eng["speculation"]["values"] == "object (Python only)"
     assert items("predictors")["history"]["clairvoyant"] is False
-
-
-def test_hf_config_context_length(tmp_path):
-    from lpserve.cost.catalog import LLMSpec, llm_from_hf_config
-
-    (tmp_path / "config.json").write_text(json.dumps({
-        "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
-        "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 32768}))
-    assert llm_from_hf_config(tmp_path, key="t", register=False).context_tokens == 32768
-    with pytest.raises(ValueError, match="context_tokens"):
-        LLMSpec(key="x", layers=1, hidden=8, heads=1, kv_heads=1, head_dim=8, ffn=8,
-                vocab=8, context_tokens=-1)
