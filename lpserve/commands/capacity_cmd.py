@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _capacity(args: argparse.Namespace) -> int:
     from lpserve.cluster import Cluster
-    from lpserve.evaluate.utilization import capacity
+    from lpserve.evaluate.capacity import capacity
     from lpserve.evaluate.stability import predict_capacity
     from lpserve.instance import SLO, Instance
     from lpserve.registry import make_policy, policy_names

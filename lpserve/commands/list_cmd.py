@@ -42,8 +42,8 @@ def _llms() -> list[dict[str, Any]]:
                     "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
                     "experts": m.experts, "dtype": m.dtype,
                     "max_context": m.max_context,
-                    "kv_kib_per_token": 2 * m.layers * m.kv_heads * m.head_dim
-                    * m.dtype_bytes / 1024, "source": m.source})
+                    "kv_kib_per_token": m.layers * m.kv_elems_per_token_layer
+                    * m.kv_dtype_bytes / 1024, "source": m.source})
     return out
 
 

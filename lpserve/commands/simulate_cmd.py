@@ -124,8 +124,8 @@ def _prepare(args: argparse.Namespace, inst: Any) -> tuple[Any, Any, dict[str, A
     """The instance at its load (``--utilization``), the policy with ``--engine``, and the
     capacity, engine and predictor fields of the output."""
     from lpserve.commands import runopts as ro
-    from lpserve.evaluate.capacity import fluid_capacity
     from lpserve.evaluate.specs import apply_engine
+    from lpserve.evaluate.utilization import fluid_capacity
     from lpserve.registry import make_policy
 
     cap = fluid_capacity(inst)

@@ -24,7 +24,7 @@ from lpserve.evaluate.bounds import (
                                      flatten,
                                      resolve_bounds,
 )
-from lpserve.evaluate.utilization import CapacityResult, bisect_capacity, capacity, meets_slo
+from lpserve.evaluate.capacity import CapacityResult, bisect_capacity, capacity, meets_slo
 from lpserve.evaluate.compare import (
                                      BASELINES,
                                      PREFERRED_PRINCIPLED,

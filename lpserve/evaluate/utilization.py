@@ -1,5 +1,6 @@
 """An estimate of how many requests per second a cluster can serve (layer 5), so that a
-load can be stated as a utilisation instead of a rate scale.
+load can be stated as a utilisation instead of a rate scale. (The simulated capacity under
+latency objectives is :mod:`lpserve.evaluate.capacity`; this one needs no simulation.)
 
 **The estimator** (:func:`fluid_capacity`): a fluid model of each replica as one server
 of GPU time, with the instance's cost model. Request ``i`` (prompt ``P_i``, output

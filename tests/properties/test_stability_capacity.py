@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import lpserve as lp
-from lpserve.evaluate.utilization import capacity
+from lpserve.evaluate.capacity import capacity
 from lpserve.evaluate.stability import predict_capacity
 
 M = 4096

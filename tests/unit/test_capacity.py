@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.evaluate.utilization import bisect_capacity, capacity, meets_slo
+from lpserve.evaluate.capacity import bisect_capacity, capacity, meets_slo
 from lpserve.evaluate.stability import kv_token_iterations, predict_capacity, queue_growth
 
 

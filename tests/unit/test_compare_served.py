@@ -10,9 +10,9 @@ import pytest
 
 import lpserve as lp
 from lpserve.evaluate import compare, robustness
-from lpserve.evaluate.capacity import fluid_capacity
 from lpserve.evaluate.checkpoint import RunStore
 from lpserve.evaluate.specs import REJECTION_WARN_SHARE, RejectionWarning
+from lpserve.evaluate.utilization import fluid_capacity
 
 #: a 2,048-token budget makes the non-chunked vllm engine reject the longer prompts
 SMALL_BUDGET = {"vllm": {"max_num_batched_tokens": 2048}}
