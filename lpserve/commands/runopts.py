@@ -18,7 +18,8 @@ PREDICTOR_HELP = ("output-length predictor NAME[:key=value,...] of every simulat
                   "(history, noisy-oracle:sigma=0.5, interval-classes:alpha=0.5, oracle), "
                   "or none to run prediction-reading policies on their fallback on purpose; "
                   "`lpserve list predictors` lists them. Without it, a policy that reads "
-                  "predictions on a trace without them is an error")
+                  "predictions on a trace without them is an error (gap's default policy "
+                  "set then uses history, and says so)")
 
 
 def add_engine_options(p: argparse.ArgumentParser, *, scoped: bool = True) -> None:
