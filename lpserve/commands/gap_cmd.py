@@ -32,6 +32,7 @@ from lpserve.commands.common import (
 from lpserve.commands.gap_run import (
     gap_run,
     load_label,
+    load_name,
     nest_run,
     print_run_summary,
     rejected_title,
@@ -86,9 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
     p.add_argument("--replicas", type=int_at_least(1), default=2, help="colocated replicas (default 2)")
     p.add_argument("--load", type=positive_number(), default=1.0, metavar="X",
-                   help="rate scale of the table: arrival rate x X (default 1.0)")
+                   help="load of the table: a rate scale, arrival rate x X (default 1.0), or a "
+                   "utilisation with --load-unit utilization")
     p.add_argument("--loads", default=DEFAULT_LOADS, metavar="X,Y,...",
-                   help=f"rate scales of the load sweep (default {DEFAULT_LOADS}); --load "
+                   help=f"loads of the sweep, in --load-unit (default rate scales {DEFAULT_LOADS}); --load "
                    "is added when missing")
     p.add_argument("--policies", type=name_list, default=None, metavar="A,B,...",
                    help="policies to compare: registered names, lp-index, lp-split "
@@ -308,7 +310,7 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, run):
 def _header(args: argparse.Namespace, cluster: Any, note: str) -> list[str]:
     return [f"cluster {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}; "
             f"SLO TTFT <= {args.slo_ttft:g} s, TPOT <= {args.slo_tpot:g} s; "
-            f"rate scale x{args.load:g}",
+            f"table at {load_name(args.load_unit, args.load)}",
             *note.split("\n")]
 
 
@@ -358,7 +360,8 @@ def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases, skip
     print(f"\nrobustness: {m} over the cases (workload windows x loads {args.loads}) that "
           "every policy ran")
     for sk in skipped:
-        print(f"  left out at {sk['workload']}, load x{sk['load']:g} (so this case is out "
+        print(f"  left out at {sk['workload']}, {load_name(args.load_unit, sk['load'])} "
+              "(so this case is out "
               f"of the robustness view and plots): {sk['reason']}")
     print(f"{'policy':<{w}}{'cases':>6}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}"
           f"{'ratio mean':>12}{'ratio max':>11}  worst case")
@@ -414,7 +417,8 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
                              for _, r in table.iterrows()], "",
           f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
           "", "Over the cases every policy ran"
-          + (" (left out: " + "; ".join(f"{k['workload']} at load x{k['load']:g}: "
+          + (" (left out: " + "; ".join(f"{k['workload']} at "
+                                        f"{load_name(args.load_unit, k['load'])}: "
                                         f"{k['reason']}" for k in skipped) + ")"
              if skipped else "") + "; all runs are in `runs.csv`.", "",
           _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
@@ -432,7 +436,7 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
         "latency_cdf.png": plot_latency_cdf(
             table, ("ttft_s", "e2e_s"),
             title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
-            f"load x{args.load:g}\n{rejected_title(table)}"),
+            f"{load_name(args.load_unit, args.load)}\n{rejected_title(table)}"),
         "latency_vs_load.png": plot_latency_vs_load(
             same, m, title=f"{metric_label(m).split(' (')[0].capitalize()} vs load\n{setup}; "
             f"band: min-max over {n_wl} workload(s)\n{rejected_title(same)}",

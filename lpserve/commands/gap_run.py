@@ -48,7 +48,7 @@ class GapRun:
                 self.utilization[wl, load] = cap.utilization(sc)
         cap0 = self.caps[workloads[0][0]]
         self.notes.append(f"load: {'utilisation' if args.load_unit == 'utilization' else 'rate scale'}"
-                          f" (--load-unit); table load x{args.load:g} = rate scale "
+                          f" (--load-unit); table at {load_name(args.load_unit, args.load)} = rate scale "
                           f"{self.scale[workloads[0][0], args.load]:.3g}, utilisation "
                           f"{self.utilization[workloads[0][0], args.load]:.3g} of the "
                           f"{cap0.describe()}")
@@ -66,7 +66,7 @@ class GapRun:
 
     def load_name(self, load: float) -> str:
         """``"load x1.5"`` or ``"utilisation 0.6"`` (by ``--load-unit``)."""
-        return f"utilisation {load:g}" if self.load_unit == "utilization" else f"load x{load:g}"
+        return load_name(self.load_unit, load)
 
     def compare_options(self) -> dict:
         """Keyword arguments of :func:`lpserve.evaluate.compare` for every case."""
@@ -108,6 +108,12 @@ def rejected_title(frame: Any) -> str:
     return "rejected: " + ", ".join(f"{p} {int(r.n_rejected):,} of {int(r.n_requests):,} "
                                     f"({100 * r.n_rejected / r.n_requests:.1f} %)"
                                     for p, r in bad.iterrows())
+
+
+def load_name(load_unit: str, load: float) -> str:
+    """A load of ``lpserve gap`` in its unit: ``"load x1.5"`` (rate scale) or
+    ``"utilisation 0.6"`` (of the fluid capacity estimate)."""
+    return f"utilisation {load:g}" if load_unit == "utilization" else f"load x{load:g}"
 
 
 def load_label(args: argparse.Namespace) -> str:

@@ -32,6 +32,7 @@ def add_engine_options(p: argparse.ArgumentParser, *, scoped: bool = True) -> No
 
 
 def add_progress_options(p: argparse.ArgumentParser) -> None:
+    """``--quiet``: no progress on stderr."""
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no per-run lines on stderr (--json implies it)")
 
@@ -126,11 +127,13 @@ class Reporter:
                             dynamic_ncols=True, smoothing=0.05)
 
     def on_requests(self, n: int) -> None:
+        """Count ``n`` more routed requests (advances the bar)."""
         self.done += int(n)
         if self.bar is not None:
             self.bar.update(int(n))
 
     def on_result(self, row: dict[str, Any]) -> None:
+        """One line for a finished (or checkpoint-loaded) run: its row of the table."""
         self.n_runs += 1
         if self.quiet:
             return
@@ -148,6 +151,7 @@ class Reporter:
             print(msg, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        """Close the bar (idempotent)."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -80,6 +80,7 @@ class RunStore:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def path(self, key: str) -> Path:
+        """The file of run ``key``."""
         return self.folder / f"{key}.npz"
 
     def load(self, key: str) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:

@@ -77,6 +77,7 @@ class CapacityEstimate:
                 f"{self.trace_rate_rps:.3g} req/s)")
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (JSON-ready)."""
         return asdict(self)
 
 
