@@ -116,7 +116,7 @@ class Reporter:
                  quiet: bool = False) -> None:
         self.quiet = quiet
         self.total, self.runs = int(total_requests), int(total_runs)
-        self.done = self.n_runs = 0
+        self.done = self.n_runs = self.loaded = 0  # loaded: requests of checkpoint runs
         self.case = ""
         self.t0 = time.perf_counter()
         self.bar = None
@@ -135,11 +135,14 @@ class Reporter:
     def on_result(self, row: dict[str, Any]) -> None:
         """One line for a finished (or checkpoint-loaded) run: its row of the table."""
         self.n_runs += 1
+        if row.get("from_checkpoint"):  # took no time: left out of the rate of the ETA
+            self.loaded += int(row["n_requests"])
         if self.quiet:
             return
         el = time.perf_counter() - self.t0
-        frac = self.done / self.total if self.total else 1.0
-        left = el * (1 - frac) / frac if frac > 0 else math.nan
+        todo = self.total - self.loaded
+        frac = (self.done - self.loaded) / todo if todo > 0 else 1.0
+        left = el * (1 - frac) / frac if frac > 0 else (0.0 if todo <= 0 else math.nan)
         src = "checkpoint" if row.get("from_checkpoint") else f"{row['wall_s']:.1f} s"
         msg = (f"[{self.n_runs}/{self.runs} runs, {_clock(el)} elapsed, ~{_clock(left)} left] "
                f"{row['policy']}{' @ ' + self.case if self.case else ''}: e2e mean "

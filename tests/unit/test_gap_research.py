@@ -112,3 +112,19 @@ def test_checkpoints_resume_with_the_same_table_and_progress(tmp_path, capsys):
 
     for name in ("gap_table.csv", "runs.csv"):
         assert table(tmp_path / "whole", name) == table(fresh, name)
+
+
+def test_progress_eta_leaves_out_runs_loaded_from_checkpoints(capsys):
+    from lpserve.commands.runopts import Reporter
+
+    row = {"policy": "vllm", "e2e_s_mean": 1.0, "n_finished": 100, "n_rejected": 0,
+           "n_requests": 100, "wall_s": 2.0}
+    rep = Reporter(300, 3, "test")
+    rep.on_requests(100)
+    rep.on_result({**row, "from_checkpoint": True})  # no time spent: no rate to estimate
+    rep.t0 -= 10.0                                    # then 10 s for half of the rest
+    rep.on_requests(100)
+    rep.on_result({**row, "from_checkpoint": False})
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[")]
+    assert "~? left" in lines[0] and "(checkpoint)" in lines[0]
+    assert "0:10 elapsed, ~0:10 left" in lines[1]    # not ~0:05 (as if 2/3 were done in 10 s)
