@@ -11,6 +11,8 @@ WHAT = ("gpus", "llms", "policies", "formulations", "traces", "engine", "predict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Register ``lpserve list`` (the names other commands accept) on the subcommand
+    parsers ``sub``: its argument and its handler."""
     p = sub.add_parser(
         "list", help="the names other commands accept (GPUs, LLMs, policies, ...)",
         description="List catalog GPUs (memory, bandwidth, FLOP/s), LLMs (shape, context "

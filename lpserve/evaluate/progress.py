@@ -27,9 +27,11 @@ class CountingRouter(Router):
         self.reads_predictions = getattr(inner, "reads_predictions", False)
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """The inner router's reset, unchanged."""
         self.inner.reset(cluster, rng)
 
     def route(self, view: RouterView) -> np.ndarray:
+        """The inner router's replica per arriving request ``(n,)``; then counts ``n``."""
         out = self.inner.route(view)
         self.on_routed(len(view))
         return out
