@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.simulate_cmd",
     "lpserve.commands.gap_cmd",
     "lpserve.commands.capacity_cmd",
+    "lpserve.commands.list_cmd",
 )
 
 

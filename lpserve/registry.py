@@ -120,13 +120,68 @@ def make_policy(name: str, **params: Any) -> Policy:
     return POLICIES[name](**params)
 
 
-def simulate(instance: Any, policy: str | Policy, seed: int = 0, **options: Any) -> Any:
+class MissingPredictions(ValueError):
+    """A policy that decides on predicted output lengths was asked to run on a trace
+    without predictions and no predictor: it would silently run its fallback."""
+
+
+def resolve_predictor(predictor: Any, where: str = "predictor") -> tuple[Any, bool]:
+    """``(Predictor or None, given)`` from ``None`` (not given), ``"none"`` (no predictor,
+    on purpose), a spec ``"NAME[:key=value,...]"`` or a Predictor object."""
+    if predictor is None:
+        return None, False
+    if isinstance(predictor, str):
+        if predictor.strip().lower() == "none":
+            return None, True
+        from lpserve.policies.predictors import parse_predictor
+
+        return parse_predictor(predictor, where), True
+    return predictor, True
+
+
+def check_predictions(instance: Any, policy: Policy, predictor_given: bool) -> None:
+    """Raise :class:`MissingPredictions` when ``policy`` reads predicted output lengths,
+    ``instance``'s trace carries none and no predictor was given."""
+    readers = policy.reads_predictions
+    tr = instance.trace
+    if not readers or predictor_given or (tr.predicted_lo is not None
+                                          and tr.predicted_hi is not None):
+        return
+    raise MissingPredictions(
+        f"policy {policy.name!r} decides on predicted output lengths ({', '.join(readers)} "
+        f"reads view.predicted_lo/hi), but trace {tr.name!r} carries no predictions and no "
+        "predictor was given, so it would silently run its fallback (see its docstring). "
+        "Give a predictor (predictor='history' for online quantiles of completed "
+        "requests, 'noisy-oracle:sigma=0.5' for a perturbed truth; on the CLI --predictor), "
+        "a trace with predicted_lo/hi, or predictor='none' to run the fallback on purpose")
+
+
+def simulate(instance: Any, policy: str | Policy, seed: int = 0, *, predictor: Any = None,
+             **options: Any) -> Any:
     """``lp.simulate``: :func:`lpserve.sim.simulate` where ``policy`` may also be a
-    registered name (made fresh by :func:`make_policy`); ``options`` (``reference``,
-    ``check``, ``predictor``) go to the simulator. Returns its
-    :class:`~lpserve.sim.Result`."""
+    registered name (made fresh by :func:`make_policy`) and ``predictor`` a spec
+    (``"history"``, ``"noisy-oracle:sigma=0.3"``; :func:`resolve_predictor`); ``options``
+    (``reference``, ``check``) go to the simulator. Returns its
+    :class:`~lpserve.sim.Result`.
+
+    Raises :class:`MissingPredictions` for a policy that reads predictions on a trace
+    without them when no predictor is given (``predictor="none"`` runs its fallback on
+    purpose), and a :class:`~lpserve.policy.PolicyError` naming the role, field and line
+    when a policy writes into its read-only view or reads a field it may not see
+    (:func:`~lpserve.policy.checks.explain_policy_error`).
+    """
+    from lpserve.policy.checks import explain_policy_error
     from lpserve.sim import simulate as run
 
     if isinstance(policy, str):
         policy = make_policy(policy)
-    return run(instance, policy, seed, **options)
+    pred, given = resolve_predictor(predictor)
+    if isinstance(policy, Policy) and hasattr(instance, "trace"):
+        check_predictions(instance, policy, given)
+    try:
+        return run(instance, policy, seed, predictor=pred, **options)
+    except (ValueError, TypeError, AttributeError) as exc:
+        better = explain_policy_error(exc)
+        if better is None:
+            raise
+        raise better from exc

@@ -2,6 +2,8 @@
 
 ``check_policy(policy)`` runs a policy through small simulated instances and checks:
 output shapes, inputs left untouched (views are read-only; trace and instance unchanged),
+view fields (no use of a field that is ``None`` for the policy, such as ``output_tokens``
+for a non-clairvoyant one),
 seeded determinism, non-anticipation (decisions before ``t`` do not change when arrivals
 after ``t`` change), non-clairvoyance (no view carries output lengths, and decisions
 before the first completion do not depend on them), liveness on an under-loaded
@@ -146,10 +148,13 @@ def check_policy(policy: Any, *, make: Callable[[], Any] | None = None, seed: in
     """Run every conformance check on ``policy`` (a registered name or a Policy).
 
     ``make`` builds a fresh copy (defaults to the registry factory for a name, or a
-    pickle round trip). Returns ``{"policy": name, "checks": {check: detail}}``.
+    pickle round trip). A policy that reads predicted output lengths
+    (``reads_predictions``) runs with the online ``history`` predictor on traces without
+    predictions. Returns ``{"policy": name, "checks": {check: detail}}`` (and
+    ``"predictor"`` when one was used).
     """
-    from lpserve.policy import Policy
-    from lpserve.registry import simulate
+    from lpserve.policy import Policy, PolicyError
+    from lpserve.registry import simulate as run
 
     if isinstance(policy, str):
         from lpserve.registry import make_policy
@@ -164,6 +169,15 @@ def check_policy(policy: Any, *, make: Callable[[], Any] | None = None, seed: in
     label = f"policy {policy.name!r}"
     insts = instances or conformance_instances(seed)
     report: dict[str, Any] = {"policy": policy.name, "checks": {}}
+    # a policy that decides on predicted lengths gets the online history predictor on
+    # traces without predictions (it never sees a true length before a completion)
+    pred = "history" if policy.reads_predictions else None
+    if pred is not None:
+        report["predictor"] = pred
+
+    def simulate(inst: Any, pol: Any, seed: int) -> Any:
+        has = inst.trace.predicted_lo is not None
+        return run(inst, pol, seed=seed, predictor=None if has else pred)
 
     def fail(check: str, msg: str) -> None:
         raise ConformanceError(f"{label} failed {check}: {msg}")
@@ -176,6 +190,12 @@ def check_policy(policy: Any, *, make: Callable[[], Any] | None = None, seed: in
             r1 = simulate(inst, _spied(make(), log), seed=seed)
         except ConformanceError as exc:
             fail("read-only views", str(exc))
+        except PolicyError as exc:
+            if "wrote into" in str(exc):
+                fail("inputs untouched", f"the policy wrote into a view: {exc}")
+            if "is None for this policy" in str(exc):
+                fail("view fields", str(exc))
+            fail("output shape", f"{type(exc).__name__}: {exc} (instance {key})")
         except ValueError as exc:
             if "read-only" in str(exc):
                 fail("inputs untouched", f"the policy wrote into a view: {exc}")

@@ -155,14 +155,27 @@ def same_array(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
+def fallback_predictor(inst, policy) -> str | None:
+    """``"none"`` when ``policy`` (a Policy or registered name) reads predicted output
+    lengths and ``inst``'s trace carries none, else ``None``: simulator tests run such a
+    policy on its documented fallback on purpose (``lp.simulate`` refuses it otherwise)."""
+    import lpserve as lp
+
+    pol = lp.make_policy(policy) if isinstance(policy, str) else policy
+    has = inst.trace.predicted_lo is not None and inst.trace.predicted_hi is not None
+    return "none" if pol.reads_predictions and not has else None
+
+
 def fast_and_reference(inst, policy, seed: int = 0, label: str = ""):
     """Simulate ``policy`` on ``inst`` in the fast and the reference mode (both with the
     invariant checker), assert every per-request result field and the digest agree, and
-    return ``(fast, ref)``."""
+    return ``(fast, ref)``. A prediction-reading policy on a trace without predictions
+    runs its fallback (:func:`fallback_predictor`)."""
     import lpserve as lp
 
-    fast = lp.simulate(inst, policy, seed=seed, check=True)
-    ref = lp.simulate(inst, policy, seed=seed, reference=True, check=True)
+    pred = fallback_predictor(inst, policy)
+    fast = lp.simulate(inst, policy, seed=seed, check=True, predictor=pred)
+    ref = lp.simulate(inst, policy, seed=seed, reference=True, check=True, predictor=pred)
     for f in RESULT_FIELDS:
         assert same_array(fast.arrays[f], ref.arrays[f]), (label, f)
     assert fast.digest() == ref.digest(), label

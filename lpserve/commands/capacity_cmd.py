@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from lpserve.commands.common import (
     CLIError,
@@ -49,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drain", type=positive_number(), default=None, metavar="SECONDS",
                    help="horizon after the last arrival (default max(30, 10 x TTFT SLO))")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the policy's randomness")
+    from lpserve.commands.runopts import add_engine_options
+
+    add_engine_options(p, scoped=False)
     add_json_flag(p)
     p.set_defaults(func=_capacity)
 
@@ -58,7 +62,7 @@ def _capacity(args: argparse.Namespace) -> int:
     from lpserve.evaluate.capacity import capacity
     from lpserve.evaluate.stability import predict_capacity
     from lpserve.instance import SLO, Instance
-    from lpserve.registry import make_policy, policy_names
+    from lpserve.registry import policy_names
     from lpserve.trace.loaders import DEFAULT_TRACE, load_trace
 
     if args.policy not in policy_names():
@@ -81,14 +85,15 @@ def _capacity(args: argparse.Namespace) -> int:
     slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
     insts = [Instance(trace=trace.slice(edges[k], edges[k + 1]).rebased(), cluster=cluster,
                       slo=slo) for k in range(R)]
-    res = capacity(insts, args.policy, start=args.start, rel_tol=args.rel_tol,
-                   confidence=args.confidence, drain_s=args.drain, seed=args.seed)
-    pred = predict_capacity(Instance(trace=trace, cluster=cluster, slo=slo),
-                            make_policy(args.policy))
+    policy, extra = _policy(args, trace)
+    res = capacity(insts, policy, start=args.start, rel_tol=args.rel_tol,
+                   confidence=args.confidence, drain_s=args.drain, seed=args.seed,
+                   predictor=args.predictor)
+    pred = predict_capacity(Instance(trace=trace, cluster=cluster, slo=slo), policy)
     out = res.as_dict()
     out.update(trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu, llm=args.llm,
                tp=args.tp, replicas=cluster.n_replicas, replications=R,
-               trace_rate_rps=float(trace.rate_per_s), predicted=pred,
+               trace_rate_rps=float(trace.rate_per_s), predicted=pred, **extra,
                rule="per-replication bisection on the rate multiplier; mean with a "
                     "two-sided Student-t interval")
     if args.json:
@@ -98,6 +103,9 @@ def _capacity(args: argparse.Namespace) -> int:
     print(f"policy {args.policy} on {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
           f"   trace {out['trace']} ({len(trace):,} requests, {fmt_num(trace.rate_per_s)} "
           f"req/s), {R} replication(s)")
+    for key in ("engine", "predictor"):
+        if out.get(key):
+            print(f"{key:<10} {out[key]}")
     print(f"SLO p99 TTFT <= {fmt_num(args.slo_ttft)} s, p99 TPOT <= {fmt_num(args.slo_tpot)} s")
     print(f"capacity   load x{fmt_num(res.load)}  ({fmt_num(res.rate_rps)} req/s)   "
           f"{int(args.confidence * 100)}% CI [{fmt_num(lo)}, {fmt_num(hi)}]   "
@@ -109,3 +117,23 @@ def _capacity(args: argparse.Namespace) -> int:
           f"(binding: {pred['binding']}; Nie-Si-Zhou memory term "
           f"{fmt_num(pred['mem_rps'])} req/s)")
     return 0
+
+
+def _policy(args: argparse.Namespace, trace: Any) -> tuple[Any, dict[str, Any]]:
+    """The policy with ``--engine`` applied, ``--predictor`` validated against it and the
+    trace, and the engine and predictor fields of the output."""
+    from lpserve.commands import runopts as ro
+    from lpserve.evaluate.specs import apply_engine
+    from lpserve.registry import make_policy
+
+    overrides = ro.engine_mapping(args.engine, [args.policy])
+    if any(isinstance(v, dict) for v in overrides.values()):
+        raise CLIError("--engine of capacity takes KEY=VALUE (one policy), not "
+                       "POLICY:KEY=VALUE")
+    try:
+        policy = apply_engine(make_policy(args.policy), overrides, where="--engine")
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    pred = ro.predictor_spec(args.predictor)
+    ro.check_predictions([args.policy], trace, pred)
+    return policy, {"engine": overrides, "predictor": pred}

@@ -27,8 +27,15 @@ from lpserve.commands.common import (
     int_at_least,
     name_list,
     positive_number,
-    progress,
     seed_list,
+)
+from lpserve.commands.gap_run import (
+    gap_run,
+    load_label,
+    load_name,
+    nest_run,
+    print_run_summary,
+    rejected_title,
 )
 
 #: the default workload is the first DEFAULT_DURATION_S seconds of the bundled trace (and
@@ -46,6 +53,7 @@ TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
     ("e2e_s_p99", "p99", "E2E p99 (s)"),
     ("goodput_rps", "goodput req/s", "goodput (req/s)"),
     ("prefix_hit_rate", "hit rate", "prefix hit rate"),
+    ("n_rejected", "rejected", "rejected"),
     ("bound_value", "bound", "bound"), ("ratio_to_bound", "ratio", "ratio to bound"),
     ("e2e_s_p99_over_p50", "P99/P50", "E2E P99/P50"),
 )
@@ -79,9 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
     p.add_argument("--replicas", type=int_at_least(1), default=2, help="colocated replicas (default 2)")
     p.add_argument("--load", type=positive_number(), default=1.0, metavar="X",
-                   help="rate scale of the table: arrival rate x X (default 1.0)")
+                   help="load of the table: a rate scale, arrival rate x X (default 1.0), or a "
+                   "utilisation with --load-unit utilization")
     p.add_argument("--loads", default=DEFAULT_LOADS, metavar="X,Y,...",
-                   help=f"rate scales of the load sweep (default {DEFAULT_LOADS}); --load "
+                   help=f"loads of the sweep, in --load-unit (default rate scales {DEFAULT_LOADS}); --load "
                    "is added when missing")
     p.add_argument("--policies", type=name_list, default=None, metavar="A,B,...",
                    help="policies to compare: registered names, lp-index, lp-split "
@@ -101,8 +110,30 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="simulation seeds; metrics are averaged over them (default 0)")
     p.add_argument("--out", default="lpserve-report", metavar="DIR",
                    help="report folder (default lpserve-report/)")
+    _register_run_options(p)
     add_json_flag(p)
     p.set_defaults(func=_gap)
+
+
+def _register_run_options(p: argparse.ArgumentParser) -> None:
+    """Engine parameters, predictors, load unit, comparison set, checkpoints, progress."""
+    from lpserve.commands.runopts import add_engine_options, add_progress_options
+
+    add_engine_options(p)
+    p.add_argument("--load-unit", default="scale", choices=("scale", "utilization"),
+                   help="what --load and --loads mean: a rate scale (x the trace's arrival "
+                   "rate, default) or a utilisation of the cluster's fluid capacity "
+                   "estimate (lpserve.evaluate.utilization: cost-model prefill and decode "
+                   "GPU-seconds per request; 1.0 = where that model saturates)")
+    p.add_argument("--over", default="common", choices=("common", "served"),
+                   help="requests the latency columns, bounds and ratios cover: those every "
+                   "policy served (default) or those each policy served")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="checkpoint folder: each simulation is stored when it ends and a "
+                   "rerun with the same inputs loads it, so an interrupted run resumes "
+                   "(default: OUT/checkpoints)")
+    p.add_argument("--no-checkpoint", action="store_true", help="store no checkpoints")
+    add_progress_options(p)
 
 
 # ------------------------------------------------------------------------ arguments
@@ -195,18 +226,16 @@ def _gap(args: argparse.Namespace) -> int:
                            f"solved: {', '.join(SOLVED_POLICIES)}")
     else:
         policies = default_policies(cluster.n_replicas)
-    cases = [(wl, load, Instance(trace=tr if load == 1.0 else tr.scale_rate(load),
-                                    cluster=cluster, slo=slo))
+    run = gap_run(args, workloads, cluster, slo, policies, loads, seeds)
+    cases = [(wl, load, Instance(trace=tr if run.scale[wl, load] == 1.0 else
+                                 tr.scale_rate(run.scale[wl, load]), cluster=cluster, slo=slo))
              for wl, tr in workloads for load in loads]
     main_case = (workloads[0][0], args.load)
-    total = len(cases) * len(policies) * len(seeds)
-    ticks = iter(progress(range(total), total=total, desc="lpserve gap", quiet=args.json))
     try:
         tables, frames, skipped = _run_cases(cases, main_case, policies, bounds, claimed,
-                                             seeds, args, lambda *_: next(ticks, None))
+                                             seeds, args, run)
     except BoundViolation as exc:
-        for _ in ticks:  # close the bar
-            pass
+        run.reporter.close()
         msg = f"bound violated: {exc}"
         if args.json:
             emit_json({"error": f"BoundViolation: {exc}", "policy": exc.policy,
@@ -214,8 +243,8 @@ def _gap(args: argparse.Namespace) -> int:
                        "bound_value": exc.bound_value, "policy_value": exc.policy_value})
         print(f"lpserve gap: error: {msg}", file=sys.stderr)
         return EXIT_BOUND_VIOLATED
-    for _ in ticks:
-        pass
+    finally:
+        run.reporter.close()
     import pandas as pd
 
     runs = pd.concat(frames, ignore_index=True)
@@ -226,37 +255,51 @@ def _gap(args: argparse.Namespace) -> int:
     robust = robustness_summary(same, args.metric, case=("workload", "load"))
     table = tables[main_case]
     sim_s = float(runs["wall_s"].sum())
+    note = "\n".join([note, *run.notes])
     files = _write_report(Path(args.out), table, runs, same, robust, note, args, cluster,
-                          loads, skipped)
+                          loads, skipped, run)
     wall = time.perf_counter() - t_start
     out = _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall,
                 sim_s)
-    out["skipped"] = skipped
+    out.update(skipped=skipped, **run.json())
     if args.json:
         emit_json(out)
         return 0
     _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases), skipped)
+    print_run_summary(run, runs)
     return 0
 
 
-def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run):
+def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, run):
     """compare() on every (workload, load) case; the claimed bound joins the main case."""
+    import warnings
+
+    from lpserve.commands.runopts import warn
     from lpserve.evaluate import compare
+    from lpserve.evaluate.specs import RejectionWarning
 
     tables, frames, skipped = {}, [], []
     for wl, load, inst in cases:
         b = list(bounds)
         if claimed is not None and (wl, load) == main_case:
             b.append(claimed)
-        df = compare(inst, policies, b, seeds, metric=args.metric, skip_unavailable=True,
-                     on_run=on_run)
+        case = f"{wl}, {run.load_name(load)}"
+        run.reporter.case = case
+        with warnings.catch_warnings():  # printed below, once, without a source line
+            warnings.simplefilter("ignore", RejectionWarning)
+            df = compare(inst, policies, b, seeds, metric=args.metric, skip_unavailable=True,
+                         **run.compare_options())
+        warn([f"{w} ({case})" for w in df.attrs["warnings"]], quiet=args.json)
         for label, reason in df.attrs["skipped"].items():
             skipped.append({"workload": wl, "load": load, "policy": label, "reason": reason})
             for _ in seeds:  # keep the progress bar's count
-                on_run(label, -1)
+                run.reporter.on_requests(len(inst.trace))
+        run.warnings += [f"{w} ({case})" for w in df.attrs["warnings"]]
         tables[(wl, load)] = df
         long = df.copy()
         long.attrs = {}
+        long.insert(0, "utilization", run.utilization[wl, load])
+        long.insert(0, "rate_scale", run.scale[wl, load])
         long.insert(0, "load", load)
         long.insert(0, "workload", wl)
         frames.append(long)
@@ -267,17 +310,25 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run)
 def _header(args: argparse.Namespace, cluster: Any, note: str) -> list[str]:
     return [f"cluster {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}; "
             f"SLO TTFT <= {args.slo_ttft:g} s, TPOT <= {args.slo_tpot:g} s; "
-            f"rate scale x{args.load:g}",
-            note]
+            f"table at {load_name(args.load_unit, args.load)}",
+            *note.split("\n")]
 
 
 def _bound_note(table: Any, args: argparse.Namespace) -> str:
     s = table.attrs["samples"]
-    return (f"'bound' = the largest lower bound on {args.metric} over the requests each "
-            f"policy finished; 'ratio' = {args.metric} / bound; P99/P50 of end-to-end "
-            f"latency as a stability diagnostic; lower-bound rows over the {s.n_common:,} "
-            "requests every policy finished. Every bound is asserted <= every policy's "
-            "value of the same metric over the same requests.")
+    common = table.attrs.get("over", "common") == "common"
+    n = int(table["n_requests"].iloc[0]) if len(table) else 0
+    scope = (f"latency columns, 'bound' and 'ratio' over the {s.n_common:,} of {n:,} requests "
+             "every policy served (--over common)" if common else
+             "latency columns, 'bound' and 'ratio' over the requests each policy served "
+             "(--over served: a policy that rejects or starves the hard requests looks "
+             "faster)")
+    return (f"{scope}; 'bound' = the largest lower bound on {args.metric}; 'ratio' = "
+            f"{args.metric} / bound; 'rejected' = requests the engine refused (counted in "
+            "goodput, not in latencies); P99/P50 of end-to-end latency as a stability "
+            f"diagnostic; lower-bound rows over the {s.n_common:,} requests every policy "
+            "finished. Every bound is asserted <= every policy's value of the same metric "
+            "over the same requests.")
 
 
 def _bound_rows(table: Any) -> list[tuple[str, dict[str, float]]]:
@@ -304,12 +355,13 @@ def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases, skip
     rej = table[table["n_rejected"] > 0]
     for _, r in rej.iterrows():
         print(f"  {r['policy']}: {int(r['n_rejected'])} of {int(r['n_requests'])} requests "
-              "rejected by the engine (not in its statistics)")
+              f"rejected by the engine ({r['rejection_reasons']})")
     m = args.metric
     print(f"\nrobustness: {m} over the cases (workload windows x loads {args.loads}) that "
           "every policy ran")
     for sk in skipped:
-        print(f"  left out at {sk['workload']}, load x{sk['load']:g} (so this case is out "
+        print(f"  left out at {sk['workload']}, {load_name(args.load_unit, sk['load'])} "
+              "(so this case is out "
               f"of the robustness view and plots): {sk['reason']}")
     print(f"{'policy':<{w}}{'cases':>6}{'mean':>10}{'std':>10}{'min':>10}{'max':>10}"
           f"{'ratio mean':>12}{'ratio max':>11}  worst case")
@@ -329,7 +381,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
-                  skipped) -> list[str]:
+                  skipped, run=None) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
     from lpserve.evaluate.plots import (
         metric_label,
@@ -365,11 +417,14 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
                              for _, r in table.iterrows()], "",
           f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
           "", "Over the cases every policy ran"
-          + (" (left out: " + "; ".join(f"{k['workload']} at load x{k['load']:g}: "
+          + (" (left out: " + "; ".join(f"{k['workload']} at "
+                                        f"{load_name(args.load_unit, k['load'])}: "
                                         f"{k['reason']}" for k in skipped) + ")"
              if skipped else "") + "; all runs are in `runs.csv`.", "",
           _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
                      "ratio max", "worst case"], rrows),
+          *(["## Warnings", "", *[f"- {w}" for w in run.warnings], ""]
+            if run is not None and run.warnings else []),
           "## Plots", "", "![latency CDF](latency_cdf.png)", "",
           "![latency vs load](latency_vs_load.png)", "", "![gap to bound](gap_to_bound.png)",
           ""]
@@ -381,13 +436,15 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
         "latency_cdf.png": plot_latency_cdf(
             table, ("ttft_s", "e2e_s"),
             title=f"Latency CDFs: {table.attrs['samples'].n_common:,} requests, {setup}, "
-            f"load x{args.load:g}"),
+            f"{load_name(args.load_unit, args.load)}\n{rejected_title(table)}"),
         "latency_vs_load.png": plot_latency_vs_load(
             same, m, title=f"{metric_label(m).split(' (')[0].capitalize()} vs load\n{setup}; "
-            f"band: min-max over {n_wl} workload(s)"),
+            f"band: min-max over {n_wl} workload(s)\n{rejected_title(same)}",
+            x_label=load_label(args)),
         "gap_to_bound.png": plot_gap_to_bound(
             same, title=f"Gap to the lower bound ({m})\n{setup}; whiskers: "
-            f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)"),
+            f"min-max over {same.groupby(['workload', 'load']).ngroups} case(s)\n"
+            f"{rejected_title(same)}"),
     }
     for name, fig in figs.items():
         fig.savefig(out / name, dpi=110)
@@ -406,6 +463,7 @@ def _nest(row: Any) -> dict[str, Any]:
     for k in ("n_requests", "n_finished", "n_rejected", "n_unfinished", "preemptions"):
         d[k] = int(round(float(row[k])))
     d["bound_name"] = row["bound_name"]
+    d.update(nest_run(row))
     return d
 
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from lpserve.commands.common import (
     CLIError,
@@ -40,6 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo-ttft", type=positive_number(allow_inf=True), default=float("inf"), metavar="SECONDS")
     p.add_argument("--slo-tpot", type=positive_number(allow_inf=True), default=float("inf"), metavar="SECONDS")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the policy's randomness")
+    p.add_argument("--utilization", type=positive_number(), default=None, metavar="U",
+                   help="set the arrival rate to U x the cluster's fluid capacity estimate "
+                   "(lpserve.evaluate.utilization) instead of --rate-scale")
+    from lpserve.commands.runopts import add_engine_options, add_progress_options
+
+    add_engine_options(p, scoped=False)
+    add_progress_options(p)
     add_json_flag(p)
     p.set_defaults(func=_simulate)
 
@@ -47,12 +56,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from lpserve.cluster import Cluster
     from lpserve.instance import SLO, Instance
-    from lpserve.registry import make_policy, policy_names, simulate
+    from lpserve.registry import policy_names
     from lpserve.trace.loaders import DEFAULT_TRACE, load_trace
 
     if args.policy not in policy_names():
         raise CLIError(f"unknown policy {args.policy!r}; registered: "
                        f"{', '.join(policy_names())}")
+    if args.utilization is not None and args.rate_scale != 1.0:
+        raise CLIError("--utilization replaces --rate-scale (give one), got "
+                       f"--utilization {args.utilization} --rate-scale {args.rate_scale}")
     trace = load_trace(args.trace or DEFAULT_TRACE)
     if args.head is not None:
         trace = trace.head(args.head)
@@ -76,16 +88,21 @@ def _simulate(args: argparse.Namespace) -> int:
     inst = Instance(trace=trace, cluster=cluster,
                        slo=SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot),
                        horizon_s=args.horizon)
-    res = simulate(inst, make_policy(args.policy), seed=args.seed)
+    inst, policy, extra = _prepare(args, inst)
+    res = _run(args, inst, policy)
     s = res.summary()
     s.update(policy=args.policy, trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu,
              llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, seed=args.seed,
-             rate_scale=args.rate_scale, digest=res.digest())
+             digest=res.digest(), **extra)
     if args.json:
         emit_json(s)
         return 0
     print(f"policy {args.policy} on {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
-          f"   trace {s['trace']} (rate x{args.rate_scale})")
+          f"   trace {s['trace']} (rate x{s['rate_scale']:.4g}, utilisation "
+          f"{s['utilization']:.3g} of the fluid capacity {s['capacity_rps']:.3g} req/s)")
+    for key in ("engine", "predictor"):
+        if s.get(key):
+            print(f"{key:<10} {s[key]}")
     print(f"requests   {s['n_requests']:,}  finished {s['n_finished']:,}  rejected "
           f"{s['n_rejected']:,}  unfinished {s['n_unfinished']:,}  preemptions "
           f"{s['preemptions']:,}")
@@ -101,3 +118,49 @@ def _simulate(args: argparse.Namespace) -> int:
           f"{fmt_num(s['prefix_hit_rate'])}   KV utilization {fmt_num(s['kv_utilization'])}")
     print(f"wall       {fmt_num(s['wall_s'])} s")
     return 0
+
+
+def _prepare(args: argparse.Namespace, inst: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The instance at its load (``--utilization``), the policy with ``--engine``, and the
+    capacity, engine and predictor fields of the output."""
+    from lpserve.commands import runopts as ro
+    from lpserve.evaluate.specs import apply_engine
+    from lpserve.evaluate.utilization import fluid_capacity
+    from lpserve.registry import make_policy
+
+    cap = fluid_capacity(inst)
+    scale = args.rate_scale
+    if args.utilization is not None:
+        scale = cap.load_for(args.utilization)
+        inst = inst.with_(trace=inst.trace.scale_rate(scale))
+        cap = fluid_capacity(inst)
+        args.rate_scale = scale
+    overrides = ro.engine_mapping(args.engine, [args.policy])
+    if any(isinstance(v, dict) for v in overrides.values()):
+        raise CLIError("--engine of simulate takes KEY=VALUE (one policy), not POLICY:KEY=VALUE")
+    try:
+        policy = apply_engine(make_policy(args.policy), overrides, where="--engine")
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    pred = ro.predictor_spec(args.predictor)
+    ro.check_predictions([args.policy], inst.trace, pred)
+    ro.warn([w for w in [ro.context_warning(inst.trace, args.llm)] if w],
+            quiet=args.json)
+    return inst, policy, {"rate_scale": float(scale), "utilization": cap.utilization(1.0),
+                          "capacity_rps": cap.capacity_rps, "capacity": cap.as_dict(),
+                          "engine": overrides, "predictor": pred}
+
+
+def _run(args: argparse.Namespace, inst: Any, policy: Any) -> Any:
+    """The simulation, with a progress bar of routed requests on a terminal."""
+    from lpserve.commands.runopts import Reporter
+    from lpserve.evaluate.progress import counting
+    from lpserve.registry import simulate
+
+    rep = Reporter(len(inst.trace), 1, f"simulate {args.policy}",
+                   quiet=args.json or args.quiet or not sys.stderr.isatty())
+    try:
+        return simulate(inst, counting(policy, rep.on_requests if rep.bar else None),
+                        seed=args.seed, predictor=args.predictor)
+    finally:
+        rep.close()

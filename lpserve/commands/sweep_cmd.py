@@ -127,8 +127,8 @@ def _print_report(name: str, report: Any, rows: list[dict[str, Any]],
           + (f"   ({fmt_num(cps)} cells/s)" if math.isfinite(cps) else ""))
     print(f"results    {report.out_dir}/parts")
     if rows:
-        keys = [k for k in rows[0] if k not in TABLE_METRICS and not k.endswith("_ci")
-                and k != "n"]
+        keys = [k for k in rows[0] if k not in TABLE_METRICS
+                and not k.endswith(("_lo", "_hi")) and k != "n"]
         metrics = [m for m in TABLE_METRICS if m in rows[0]]
         head = [*keys, "n", *metrics]
         widths = [max(len(h), 10) for h in head]

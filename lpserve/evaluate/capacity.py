@@ -147,7 +147,8 @@ class CapacityResult:
 def capacity(instances: Any, policy: Any, *, slo: Any = None, start: float = 1.0,
              rel_tol: float = 0.02, confidence: float = 0.95, drain_s: float | None = None,
              seed: int = 0, quantile: float = 99.0, check_below: Sequence[float] = (),
-             make_policy: Callable[[], Any] | None = None) -> CapacityResult:
+             make_policy: Callable[[], Any] | None = None,
+             predictor: Any = None) -> CapacityResult:
     """Highest load multiplier at which ``policy`` meets ``slo`` (default: each
     instance's) on every replication in ``instances`` (an Instance or a sequence of them),
     with the statistical rule of the module docstring.
@@ -155,6 +156,9 @@ def capacity(instances: Any, policy: Any, *, slo: Any = None, start: float = 1.0
     ``policy`` is a registered name or a Policy (copied fresh for every run with
     ``make_policy`` or a pickle round trip). ``drain_s``: seconds after the last scaled
     arrival before the horizon (default ``10 * slo.ttft_s``, at least 30 s).
+    ``predictor``: output-length predictor of every run, as in
+    :func:`lpserve.registry.simulate` (a spec such as ``"history"``, a Predictor, or
+    ``"none"``); a policy that reads predictions needs one on a trace without them.
     """
     import pickle
 
@@ -191,7 +195,8 @@ def capacity(instances: Any, policy: Any, *, slo: Any = None, start: float = 1.0
             tr = inst.trace.scale_rate(x)
             horizon = inst.horizon_s if inst.horizon_s is not None else \
                 float(tr.arrival_s[-1]) + drain
-            res = simulate(inst.with_(trace=tr, horizon_s=horizon), fresh(), seed=seed)
+            res = simulate(inst.with_(trace=tr, horizon_s=horizon), fresh(), seed=seed,
+                           predictor=predictor)
             ok, q_tt, q_tp = meets_slo(res, s.ttft_s, s.tpot_s, quantile)
             runs.append({"replication": r, "load": x, "met": ok, "ttft_p99_s": q_tt,
                          "tpot_p99_s": q_tp})

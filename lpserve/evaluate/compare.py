@@ -22,6 +22,14 @@ from lpserve.evaluate.bounds import (
     flatten,
     resolve_bounds,
 )
+from lpserve.evaluate.checkpoint import ARRAY_KEYS
+from lpserve.evaluate.specs import (
+    apply_engine,
+    check_engine,
+    describe_overrides,
+    engine_for,
+    rejection_warnings,
+)
 
 #: baseline heuristics: round robin + FCFS + LRU with whole-prompt prefill (vLLM), the same
 #: engine behind join-the-shortest-queue (least outstanding requests), and Sarathi-Serve's
@@ -81,21 +89,28 @@ def default_policies(n_replicas: int = 2) -> list[str]:
     return out + found[:MAX_DISCOVERED]
 
 
-def _describe(policy: Any) -> str:
+def describe_policy(policy: Any, overrides: Mapping[str, Any] | None = None) -> str:
+    """``router / scheduler / evictor / batching`` of a policy, and its engine
+    ``overrides`` when given (the ``description`` column of :func:`compare`)."""
     e = policy.engine
     prefill = (f"chunked prefill {e.max_num_batched_tokens} tok" if e.chunked_prefill
                else f"{e.batching} batching")
+    extra = f" / engine {describe_overrides(overrides)}" if overrides else ""
     return (f"{policy.router.name} / {policy.scheduler.name} / {policy.evictor.name} / "
-            f"{prefill}")
+            f"{prefill}{extra}")
 
 
-def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any], *,
-                     skipped: dict[str, str] | None = None) -> list[tuple[str, Any, str]]:
-    """``(label, Policy, kind)`` for each registered name, solved-policy name
-    (:data:`SOLVED_POLICIES`) or :class:`~lpserve.policy.Policy`; a mapping gives labels.
-    ``kind``: ``"baseline"``, ``"principled"`` (claims, or exported from a formulation) or
-    ``"other"``. A solved policy that cannot be built raises :class:`PolicyUnavailable`,
-    or, when ``skipped`` is a dict, is left out and recorded there (label -> reason)."""
+def _label(label: Any, spec: Any) -> str:
+    if label is not None:
+        return str(label)
+    return spec if isinstance(spec, str) else str(getattr(spec, "name", spec))
+
+
+def _resolve(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
+             skipped: dict[str, str] | None, engine: Mapping[str, Any] | None
+             ) -> list[tuple[str, Any, str, str, dict[str, Any]]]:
+    """``(label, Policy, kind, identity, engine overrides)`` per policy (see
+    :func:`resolve_policies`)."""
     from lpserve.policy import Policy
     from lpserve.registry import make_policy, policy_names
 
@@ -103,6 +118,7 @@ def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         [(None, p) for p in policies]
     if not items:
         raise ValueError("compare: give at least one policy")
+    check_engine(engine, [_label(lb, sp) for lb, sp in items])
     out = []
     for label, spec in items:
         if isinstance(spec, str):
@@ -112,7 +128,7 @@ def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
                 except PolicyUnavailable as exc:
                     if skipped is None:
                         raise
-                    skipped[str(label) if label is not None else spec] = str(exc)
+                    skipped[_label(label, spec)] = str(exc)
                     continue
             elif spec in policy_names():
                 pol = make_policy(spec)
@@ -122,13 +138,15 @@ def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
                 raise KeyError(f"unknown policy {spec!r}; registered: "
                                f"{', '.join(policy_names())}; solved: "
                                f"{', '.join(SOLVED_POLICIES)}")
-            name = spec
         elif isinstance(spec, Policy):
-            pol, name = spec, spec.name
+            pol = spec
             kind = "principled" if spec.meta.claims else "other"
         else:
             raise ValueError(f"a policy must be a registered name or a Policy, got {spec!r}")
-        out.append((str(label) if label is not None else name, pol, kind))
+        lab = _label(label, spec)
+        over = engine_for(engine, lab)
+        pol = apply_engine(pol, over, where=f"engine of policy {lab!r}")
+        out.append((lab, pol, kind, spec, over))
     if not out:
         raise PolicyUnavailable(f"compare: no policy could be built: {skipped}")
     labels = [x[0] for x in out]
@@ -137,6 +155,20 @@ def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         raise ValueError(f"policy labels must be distinct, got {dup} more than once "
                          "(pass a mapping label -> policy)")
     return out
+
+
+def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any], *,
+                     skipped: dict[str, str] | None = None,
+                     engine: Mapping[str, Any] | None = None) -> list[tuple[str, Any, str]]:
+    """``(label, Policy, kind)`` for each registered name, solved-policy name
+    (:data:`SOLVED_POLICIES`) or :class:`~lpserve.policy.Policy`; a mapping gives labels.
+    ``kind``: ``"baseline"``, ``"principled"`` (claims, or exported from a formulation) or
+    ``"other"``. A solved policy that cannot be built raises :class:`PolicyUnavailable`,
+    or, when ``skipped`` is a dict, is left out and recorded there (label -> reason).
+    ``engine``: EngineConfig overrides, ``{field: value}`` for every policy and
+    ``{label: {field: value}}`` for one (:func:`~lpserve.evaluate.specs.engine_for`)."""
+    return [(lab, pol, kind) for lab, pol, kind, *_ in
+            _resolve(instance, policies, skipped, engine)]
 
 
 @dataclass(eq=False)
@@ -161,17 +193,61 @@ class Samples:
 def _restricted(arrays: Mapping[str, np.ndarray], mask: np.ndarray) -> dict[str, float]:
     """Latency statistics of one run over the requests in ``mask`` (finished ones)."""
     out: dict[str, float] = {}
-    for key in ("ttft_s", "tpot_s", "e2e_s"):
+    for key in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        if key not in arrays:
+            continue
         for q, v in obj.distribution(arrays[key][mask]).items():
             out[f"{key}_{q}"] = v
     out["total_latency_s"] = obj.total_latency_s(arrays["e2e_s"][mask])
     return out
 
 
+#: columns of a compare() table that are not averaged over seeds
+_TEXT_COLUMNS = ("policy", "kind", "description", "online", "clairvoyant", "bound_metric",
+                 "bound_name", "rejection_reasons", "seed", "from_checkpoint")
+
+
+def _run_row(label: str, kind: str, pol: Any, overrides: Mapping[str, Any], seed: int,
+             res: Any, wall: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The table row of one run over the requests it finished, and its per-request arrays."""
+    import json
+
+    a = res.arrays
+    fin = a["status"] == "finished"
+    flat = flatten(res.summary())
+    flat["total_latency_s"] = obj.total_latency_s(a["e2e_s"][fin])
+    reasons = a["reason"][a["status"] == "rejected"]
+    counts = dict(zip(*np.unique(reasons.astype(str), return_counts=True))) \
+        if reasons.size else {}
+    row = {"policy": label, "kind": kind, "description": describe_policy(pol, overrides),
+           "online": bool(pol.meta.online), "clairvoyant": bool(pol.meta.clairvoyant),
+           "seed": int(seed), **flat,
+           "rejection_reasons": json.dumps({str(k): int(v) for k, v in counts.items()}),
+           "wall_s": float(wall)}
+    arrays = {k: np.asarray(a[k], float) for k in ARRAY_KEYS}
+    arrays["finished"] = fin
+    return row, arrays
+
+
+def _best_bound(vals: Sequence[tuple[Any, dict[str, float]]], metric: str
+                ) -> tuple[str, float]:
+    """Name and value of the largest finite bound of ``metric`` among ``vals``."""
+    best_name, best = "", float("nan")
+    for b, v in vals:
+        x = v.get(metric, float("nan"))
+        if np.isfinite(x) and not (best >= x):
+            best_name, best = b.name, x
+    return best_name, best
+
+
 def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,), *,
             metric: str = "e2e_s_mean", check: bool = True, skip_unavailable: bool = False,
-            on_run: Callable[[str, int], None] | None = None):
+            on_run: Callable[[str, int], None] | None = None,
+            engine: Mapping[str, Any] | None = None, predictor: Any = None,
+            over: str = "common", checkpoint: Any = None,
+            on_result: Callable[[dict[str, Any]], None] | None = None,
+            on_requests: Callable[[int], None] | None = None):
     """Simulate ``policies`` on ``instance`` and compare them with lower bounds.
 
     Args:
@@ -191,107 +267,154 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             (their LP infeasible at this load) instead of raising :class:`PolicyUnavailable`;
             the reasons are in ``frame.attrs["skipped"]``.
         on_run: called with ``(label, seed)`` after each simulation (progress bars).
+        engine: :class:`~lpserve.policy.EngineConfig` overrides: ``{field: value}`` for
+            every policy, ``{label: {field: value}}`` for one policy (both may be given;
+            the policy's own win). Validated before any simulation.
+        predictor: output-length predictor of every simulation: a spec
+            (``"history"``, ``"noisy-oracle:sigma=0.3"``), a Predictor, ``"none"`` (on
+            purpose) or ``None``. A policy that reads predictions on a trace without them
+            and no predictor raises :class:`~lpserve.registry.MissingPredictions` before
+            any simulation.
+        over: ``"common"`` (default): every latency column, bound and ratio is over the
+            requests *every* policy (and seed) finished, so rows compare the same requests;
+            ``"served"``: over the requests each policy finished (a policy that rejects
+            the hard requests then looks fast).
+        checkpoint: a folder (:class:`~lpserve.evaluate.checkpoint.RunStore`): each run is
+            stored when it ends and loaded instead of simulated when present, so an
+            interrupted comparison resumes with the same table.
+        on_result: called with each run's row (over the requests it finished) as soon as
+            it is known (incremental results).
+        on_requests: called with the number of requests routed, during each simulation
+            (progress within long runs; :mod:`lpserve.evaluate.progress`).
 
     Returns:
         pandas DataFrame, one row per policy: ``policy, kind, description, online,
         clairvoyant, n_seeds``, the flattened DESIGN metrics (``ttft_s_mean`` …
         ``queue_s_p99``, ``throughput_rps``, ``goodput_rps``, ``prefix_hit_rate``,
         ``n_requests``, ``n_finished``, ``n_rejected``, ``n_unfinished``, ``preemptions``,
-        ``total_latency_s``), the stability diagnostics ``e2e_s_p99_over_p50`` and
+        ``total_latency_s``), ``n_compared`` (requests the latency columns cover),
+        ``rejected_share`` (rejected / requests), ``rejection_reasons`` (JSON reason ->
+        count), the stability diagnostics ``e2e_s_p99_over_p50`` and
         ``ttft_s_p99_over_p50``, ``bound_metric`` (= ``metric``), ``bound_name``,
-        ``bound_value`` (the largest bound of ``metric`` over that policy's finished
-        requests), ``ratio_to_bound`` and ``wall_s``
-        (simulation seconds). ``frame.attrs["samples"]`` holds a :class:`Samples`,
-        ``frame.attrs["metric"]`` the metric, ``frame.attrs["skipped"]`` label -> reason.
+        ``bound_value`` (the largest bound of ``metric`` over the compared requests),
+        ``ratio_to_bound`` and ``wall_s`` (simulation seconds). Throughput, goodput, hit
+        rate and the request counts are over the whole run. ``frame.attrs``:
+        ``samples`` (a :class:`Samples`), ``metric``, ``over``, ``skipped`` (label ->
+        reason), ``warnings`` (one line per policy that rejected more than 1 % of the
+        requests; also issued as :class:`~lpserve.evaluate.specs.RejectionWarning`).
     """
     import pandas as pd
 
-    from lpserve.registry import simulate
+    from lpserve.evaluate.checkpoint import RunStore, identity, predictor_identity
+    from lpserve.evaluate.progress import counting
+    from lpserve.registry import check_predictions, resolve_predictor, simulate
 
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("compare: seeds must hold at least one seed")
+    if over not in ("common", "served"):
+        raise ValueError(f"compare: over must be 'common' or 'served', got {over!r}")
     skipped: dict[str, str] = {}
-    pols = resolve_policies(instance, policies, skipped=skipped if skip_unavailable else None)
+    pols = _resolve(instance, policies, skipped if skip_unavailable else None, engine)
+    _, given = resolve_predictor(predictor)
+    for _, pol, *_ in pols:
+        check_predictions(instance, pol, given)
     prepared = [b.prepare(instance) for b in resolve_bounds(bounds)]
+    store = RunStore(checkpoint) if checkpoint is not None else None
+    inst_digest = instance.digest() if store is not None else ""
     n = len(instance.trace)
-    runs: list[dict[str, Any]] = []
-    kept: list[tuple[str, int, dict[str, np.ndarray], np.ndarray]] = []
-    policy_of: dict[str, Any] = {}
-    samples = Samples()
-    for label, pol, kind in pols:
+    records: list[tuple[str, int, Any, dict[str, Any], dict[str, np.ndarray]]] = []
+    for label, pol, kind, spec, overrides in pols:
         for seed in seeds:
-            t0 = time.perf_counter()
-            res = simulate(instance, pol, seed=seed)
-            wall = time.perf_counter() - t0
-            a = res.arrays
-            fin = a["status"] == "finished"
-            flat = flatten(res.summary())
-            flat["total_latency_s"] = obj.total_latency_s(a["e2e_s"][fin])
-            best_name, best = "", float("nan")
-            for b in prepared:
-                if not applies(b, pol):
-                    continue
-                vals = b.values(fin)
-                if check:
-                    check_bound(policy=label, bound=b.name, bound_values=vals,
-                                policy_values=flat, seed=seed, n_requests=int(fin.sum()),
-                                scope="the requests it finished")
-                v = vals.get(metric, float("nan"))
-                if np.isfinite(v) and not (best >= v):
-                    best_name, best = b.name, v
-            pv = flat.get(metric, float("nan"))
-            runs.append({
-                "policy": label, "kind": kind, "description": _describe(pol),
-                "online": bool(pol.meta.online), "clairvoyant": bool(pol.meta.clairvoyant),
-                "seed": seed, **flat,
-                "e2e_s_p99_over_p50": flat["e2e_s_p99"] / flat["e2e_s_p50"],
-                "ttft_s_p99_over_p50": flat["ttft_s_p99"] / flat["ttft_s_p50"],
-                "bound_metric": metric, "bound_name": best_name, "bound_value": best,
-                "ratio_to_bound": pv / best if best > 0 else float("nan"),
-                "wall_s": wall,
-            })
-            arrays = {k: np.asarray(a[k], float) for k in ("ttft_s", "tpot_s", "e2e_s")}
-            kept.append((label, seed, arrays, fin))
-            policy_of[label] = pol
-            if seed == seeds[0]:
-                samples.policies[label] = {k: v[fin] for k, v in arrays.items()}
+            key = RunStore.key(instance_digest=inst_digest, policy=identity(spec, overrides),
+                               predictor=predictor_identity(predictor), seed=seed) \
+                if store is not None else ""
+            got = store.load(key) if store is not None else None
+            if got is not None:
+                row, arrays = got
+                row.update(policy=label, kind=kind, from_checkpoint=True)
+                if on_requests is not None:
+                    on_requests(n)
+            else:
+                t0 = time.perf_counter()
+                res = simulate(instance, counting(pol, on_requests), seed=seed,
+                               predictor=predictor)
+                row, arrays = _run_row(label, kind, pol, overrides, seed, res,
+                                       time.perf_counter() - t0)
+                if store is not None:
+                    store.save(key, row, arrays)
+                row["from_checkpoint"] = False
+            records.append((label, seed, pol, row, arrays))
+            if on_result is not None:
+                on_result(dict(row))
             if on_run is not None:
                 on_run(label, seed)
     common = np.ones(n, bool)
-    for *_, fin in kept:
-        common &= fin
-    samples.n_common = int(common.sum())
+    for *_, arrays in records:
+        common &= arrays["finished"]
+    samples = Samples(n_common=int(common.sum()))
+    served_vals = []  # every bound against each run over the requests it finished
+    for label, seed, pol, base, arrays in records:
+        fin = arrays["finished"]
+        vals = [(b, b.values(fin)) for b in prepared if applies(b, pol)]
+        if check:
+            for b, v in vals:
+                check_bound(policy=label, bound=b.name, bound_values=v, policy_values=base,
+                            seed=seed, n_requests=int(fin.sum()),
+                            scope="the requests it finished")
+        served_vals.append(vals)
+    common_vals = {b.name: b.values(common) for b in prepared}
+    rows = []
+    for (label, seed, pol, base, arrays), vals in zip(records, served_vals):
+        row = dict(base)
+        if over == "common":
+            row.update(_restricted(arrays, common))
+            vals = [(b, common_vals[b.name]) for b in prepared if applies(b, pol)]
+        best_name, best = _best_bound(vals, metric)
+        pv = row.get(metric, float("nan"))
+        mask = common if over == "common" else arrays["finished"]
+        row.update(n_compared=int(mask.sum()),
+                   rejected_share=float(row["n_rejected"]) / n if n else float("nan"),
+                   e2e_s_p99_over_p50=row["e2e_s_p99"] / row["e2e_s_p50"],
+                   ttft_s_p99_over_p50=row["ttft_s_p99"] / row["ttft_s_p50"],
+                   bound_metric=metric, bound_name=best_name, bound_value=best,
+                   ratio_to_bound=pv / best if best > 0 else float("nan"))
+        rows.append(row)
+        if seed == seeds[0]:
+            samples.policies[label] = {k: arrays[k][mask] for k in ("ttft_s", "tpot_s",
+                                                                     "e2e_s")}
     for b in prepared:
-        vals = b.values(common)
+        vals = common_vals[b.name]
         samples.bound_values[b.name] = vals
         if isinstance(b, PerRequestBound):
             samples.bounds[b.name] = {"ttft_s": b.ttft_lb_s[common],
                                       "tpot_s": b.tpot_lb_s[common],
                                       "e2e_s": b.e2e_lb_s[common]}
         if check and common.any():
-            for label, seed, arrays, _ in kept:
-                if not applies(b, policy_of[label]):
+            for label, seed, pol, _, arrays in records:
+                if not applies(b, pol):
                     continue
                 check_bound(policy=label, bound=b.name, bound_values=vals,
                             policy_values=_restricted(arrays, common), seed=seed,
                             n_requests=int(common.sum()),
                             scope="the requests every policy finished")
-    df = pd.DataFrame(runs)
+    df = pd.DataFrame(rows)
     if len(seeds) > 1:
-        num = [c for c in df.columns if c not in ("policy", "kind", "description", "online",
-                                                 "clairvoyant", "bound_metric", "bound_name",
-                                                 "seed")]
+        num = [c for c in df.columns if c not in _TEXT_COLUMNS]
         agg = {c: "mean" for c in num}
-        agg.update(kind="first", description="first", online="first", clairvoyant="first",
-                   bound_metric="first", bound_name="first", seed="count")
+        agg.update({c: "first" for c in _TEXT_COLUMNS if c in df.columns and c != "policy"})
+        agg["seed"] = "count"
         df = df.groupby("policy", sort=False).agg(agg).reset_index()
     df = df.rename(columns={"seed": "n_seeds"})
     if len(seeds) == 1:
         df["n_seeds"] = 1
+    first = [r for r in rows if r["seed"] == seeds[0]]
     df.attrs["samples"] = samples
     df.attrs["metric"] = metric
+    df.attrs["over"] = over
     df.attrs["skipped"] = skipped
+    df.attrs["warnings"] = rejection_warnings(first, instance, {r[0]: r[2] for r in records},
+                                              samples.n_common, over)
     return df
 
 
@@ -344,30 +467,46 @@ def robustness(instances: Mapping[str, Any] | Sequence[Any],
                bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,),
                metric: str = "e2e_s_mean", check: bool = True, return_runs: bool = False,
                skip_unavailable: bool = False,
-               on_run: Callable[[str, int], None] | None = None):
+               on_run: Callable[[str, int], None] | None = None,
+               engine: Mapping[str, Any] | None = None, predictor: Any = None,
+               over: str = "common", checkpoint: Any = None,
+               on_result: Callable[[dict[str, Any]], None] | None = None,
+               on_requests: Callable[[int], None] | None = None,
+               on_case: Callable[[str, Any], None] | None = None):
     """Run :func:`compare` on each instance (a mapping gives case labels, else position and
     trace name) and return :func:`robustness_summary` (one row per policy) over the cases
     every policy ran; with ``return_runs`` also the long frame (one row per instance and
     policy, with an ``instance`` column, all cases): ``(summary, runs)``.
-    ``skip_unavailable``: as in :func:`compare`."""
+
+    ``skip_unavailable``, ``engine``, ``predictor``, ``over``, ``checkpoint`` (one folder
+    for every case: runs are keyed by their instance), ``on_run``, ``on_result`` and
+    ``on_requests``: as in :func:`compare`. ``on_case(label, frame)`` is called with each
+    case's :func:`compare` table as soon as it is done (incremental results); the
+    rejection warnings of every case are in the summary's ``attrs["warnings"]``."""
     import pandas as pd
 
     items = list(instances.items()) if isinstance(instances, Mapping) else \
         [(f"{i}:{inst.trace.name}", inst) for i, inst in enumerate(instances)]
     if not items:
         raise ValueError("robustness: give at least one instance")
-    frames = []
+    frames, warned = [], []
     for label, inst in items:
         df = compare(inst, policies, bounds, seeds, metric=metric, check=check,
-                     skip_unavailable=skip_unavailable, on_run=on_run)
+                     skip_unavailable=skip_unavailable, on_run=on_run, engine=engine,
+                     predictor=predictor, over=over, checkpoint=checkpoint,
+                     on_result=on_result, on_requests=on_requests)
+        warned += [f"{label}: {w}" for w in df.attrs["warnings"]]
+        if on_case is not None:
+            on_case(str(label), df)
         df.attrs = {}
         df.insert(0, "instance", str(label))
         frames.append(df)
     runs = pd.concat(frames, ignore_index=True)
     out = robustness_summary(common_cases(runs)[0], metric)
+    out.attrs["warnings"] = warned
     return (out, runs) if return_runs else out
 
 
 __all__ = ["BASELINES", "PREFERRED_PRINCIPLED", "SOLVED_POLICIES", "BoundViolation",
-           "PolicyUnavailable", "common_cases", "compare", "default_policies",
+           "PolicyUnavailable", "common_cases", "compare", "default_policies", "describe_policy",
            "resolve_policies", "robustness", "robustness_summary", "solved_policy", "Samples"]

@@ -146,12 +146,12 @@ def _check_columns(frame: Any, cols: Sequence[str], fn: str) -> None:
 
 def plot_latency_vs_load(frame: Any, metric: str = "e2e_s_mean", *, x: str = "load",
                          by: str = "policy", bound: bool = True, log_y: bool = False,
-                         title: str | None = None):
+                         title: str | None = None, x_label: str | None = None):
     """``metric`` against ``x`` (default the rate scale ``load``), one line per policy: the
     mean over the rows at each load (e.g. several workloads), shaded from min to max. With
     ``bound``, the lower bound of the metric (the smallest ``bound_value`` at each load,
     averaged over workloads) as a dashed black line, when the frame's bounds are of
-    ``metric`` (its ``bound_metric`` column)."""
+    ``metric`` (its ``bound_metric`` column). ``x_label`` replaces the x-axis label."""
     _check_columns(frame, [x, by, metric], "plot_latency_vs_load")
     fig, (ax,) = _figure()
     for i, (label, g) in enumerate(frame.groupby(by, sort=False)):
@@ -168,7 +168,8 @@ def plot_latency_vs_load(frame: Any, metric: str = "e2e_s_mean", *, x: str = "lo
         lb = per_case["bound_value"].min().groupby(level=0).mean().sort_index()
         ax.plot(lb.index.to_numpy(float), lb.to_numpy(float), color="black", linestyle="--",
                 marker="x", label="lower bound")
-    ax.set_xlabel("load (rate scale, x trace arrival rate)" if x == "load" else x)
+    ax.set_xlabel(x_label or ("load (rate scale, x trace arrival rate)" if x == "load"
+                              else x))
     ax.set_ylabel(metric_label(metric))
     if log_y:
         ax.set_yscale("log")

@@ -86,6 +86,7 @@ class MLFQ(TickCached):
         if starvation_s is not None and not starvation_s > 0:
             raise ValueError(f"mlfq: starvation_s must be > 0 or None, got {starvation_s!r}")
         self.entry, self.base_quantum_s = entry, base_quantum_s
+        self.reads_predictions = entry == "predicted"
         # the engine re-ranks every quantum_s; level quanta are multiples of self._base
         self.quantum_s = base_quantum_s if base_quantum_s is not None else 0.01
         self._base = self.quantum_s

@@ -19,7 +19,7 @@ The first three are clairvoyant (``meta.clairvoyant``): their views carry the tr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ import numpy as np
 from lpserve.policy import Meta, Prediction, Predictor, PredictorView
 
 __all__ = ["PREDICTORS", "History", "IntervalClasses", "NoisyOracle", "Oracle",
-           "make_predictor"]
+           "make_predictor", "parse_predictor", "predictor_parameters"]
 
 _CLAIRVOYANT = Meta(clairvoyant=True)
 
@@ -226,3 +226,60 @@ def make_predictor(name: str, **params) -> Predictor:
     if name not in PREDICTORS:
         raise ValueError(f"unknown predictor {name!r}; known: {', '.join(PREDICTORS)}")
     return PREDICTORS[name](**params)
+
+
+def predictor_parameters(name: str) -> dict[str, Any]:
+    """The parameters of predictor ``name`` and their defaults (what a spec may set)."""
+    if name not in PREDICTORS:
+        raise ValueError(f"unknown predictor {name!r}; known: {', '.join(PREDICTORS)}")
+    return {f.name: (f.default if f.default is not MISSING else None)
+            for f in fields(PREDICTORS[name]) if f.init and not f.name.startswith("_")}
+
+
+def _spec_value(name: str, key: str, text: str, default: Any, where: str) -> Any:
+    bad = f"{where}: {name}:{key}={text!r}"
+    try:
+        if isinstance(default, bool):
+            low = text.strip().lower()
+            if low not in ("true", "false"):
+                raise ValueError
+            return low == "true"
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+        if isinstance(default, tuple):
+            return tuple(int(x) for x in text.split("/"))
+    except ValueError:
+        kind = "lo/hi/point integers" if isinstance(default, tuple) else \
+            type(default).__name__
+        raise ValueError(f"{bad}: expected {kind} (default {default!r})") from None
+    return text
+
+
+def parse_predictor(spec: str, where: str = "predictor") -> Predictor:
+    """A predictor from a text spec ``NAME[:key=value,...]``, e.g. ``"history"``,
+    ``"noisy-oracle:sigma=0.3,interval_z=1"`` or ``"history:prior=16/1024/256"`` (tuple
+    values separated by ``/``). Errors name ``where`` (e.g. the CLI flag), the name or
+    the key, and what is allowed."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{where}: expected NAME[:key=value,...], got {spec!r}")
+    name, _, rest = spec.strip().partition(":")
+    name = name.strip()
+    if name not in PREDICTORS:
+        raise ValueError(f"{where}: unknown predictor {name!r}; known: {', '.join(PREDICTORS)}")
+    allowed = predictor_parameters(name)
+    params: dict[str, Any] = {}
+    for item in (x for x in rest.split(",") if x.strip()) if rest else ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"{where}: {name}: expected key=value, got {item!r}")
+        if key not in allowed:
+            raise ValueError(f"{where}: predictor {name!r} has no parameter {key!r}; "
+                             f"parameters: {', '.join(allowed) or 'none'}")
+        params[key] = _spec_value(name, key, text.strip(), allowed[key], where)
+    try:
+        return PREDICTORS[name](**params)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None

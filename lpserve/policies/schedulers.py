@@ -143,6 +143,7 @@ class SJFPredicted(Scheduler):
     so the policy is FCFS."""
 
     name = "sjf-predicted"
+    reads_predictions = True
 
     def __init__(self, which: str = "mid") -> None:
         if which not in ("lo", "hi", "mid"):
@@ -268,6 +269,7 @@ class MemoryCheckedSF(TickCached):
             raise ValueError(f"memory-checked SF: assume must be 'oracle', 'hi' or 'lo', "
                              f"got {assume!r}")
         self.assume = assume
+        self.reads_predictions = assume != "oracle"
         self.default_tokens = int(_check_pos("mcsf", "default_tokens", default_tokens))
         self.max_batch = int(_check_pos("mcsf", "max_batch", max_batch))
         self.quantum_s = _check_pos("mcsf", "quantum_s", quantum_s)
@@ -341,6 +343,7 @@ class SLOAware(TickCached):
     """
 
     name = "slo-aware"
+    reads_predictions = True
 
     def __init__(self, ttft_s: float = 2.0, tpot_s: float = 0.2, iteration_s: float = 0.05,
                  default_tokens: int = 256, quantum_s: float = 0.1) -> None:

@@ -139,6 +139,13 @@ class Policy:
                 self.rebalancer, eng.preemption_decider, eng.budget_controller,
                 eng.speculation)
 
+    @property
+    def reads_predictions(self) -> list[str]:
+        """``"role 'name'"`` of every part that declares ``reads_predictions`` (empty when
+        the policy never reads predicted output lengths)."""
+        return [f"{role} {part.name!r}" for role, part in zip(PARTS, self.parts())
+                if part is not None and getattr(part, "reads_predictions", False)]
+
     def with_(self, **changes: Any) -> "Policy":
         """A copy with fields changed (``engine`` may be a dict of EngineConfig changes)."""
         eng = changes.get("engine")

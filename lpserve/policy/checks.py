@@ -11,15 +11,20 @@ non-numeric values are refused.
 """
 from __future__ import annotations
 
+import linecache
+import re
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 import numpy as np
 
 from lpserve.policy.hooks import PREEMPTION_CHOICES, Prediction
-from lpserve.policy.roles import PolicyError
+from lpserve.policy.roles import PolicyError, Role
+from lpserve.policy.views import EvictorView, RouterView, SchedulerView
 
-__all__ = ["check_arm", "check_evictions", "check_migrations", "check_prediction",
-           "check_preemption_choice", "check_ranks", "check_routes"]
+__all__ = ["HIDDEN_FIELDS", "check_arm", "check_evictions", "check_migrations",
+           "check_prediction", "check_preemption_choice", "check_ranks", "check_routes",
+           "explain_policy_error"]
 
 
 def check_ranks(raw: Any, n: int, who: str, request: np.ndarray | None = None) -> np.ndarray:
@@ -142,3 +147,90 @@ def check_prediction(p: Any, n: int, who: str) -> tuple[np.ndarray, np.ndarray]:
         raise PolicyError(f"{who}: predictions must be integer intervals 1 <= lo <= hi of "
                           f"shape ({n},), got lo={lo[:4]} hi={hi[:4]}")
     return lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False)
+
+
+#: view fields that may be ``None`` and why a policy then cannot read them
+HIDDEN_FIELDS = {
+    "output_tokens": "true output lengths are shown only to clairvoyant policies (Meta("
+                     "clairvoyant=True)); a non-clairvoyant policy never sees them: decide on "
+                     "view.predicted_lo/hi (with a predictor) instead",
+    "predicted_lo": "the trace carries no predicted output intervals and no predictor was "
+                    "given (pass predictor=..., e.g. 'history', or use a trace with "
+                    "predicted_lo/hi)",
+    "predicted_hi": "the trace carries no predicted output intervals and no predictor was "
+                    "given (pass predictor=..., e.g. 'history', or use a trace with "
+                    "predicted_lo/hi)",
+    "program_id": "the trace has no agentic programs (program_id)",
+    "parent": "the trace has no parent calls (or, in an EvictorView, the view was built by "
+              "hand without them)",
+    "queued": "EvictorView.queued is filled only for evictors whose reads_queue is True",
+    "children": "the EvictorView was built by hand without it",
+    "turn_gap_s": "the EvictorView was built by hand without it",
+}
+_VIEWS = (SchedulerView, RouterView, EvictorView)
+
+
+def _none_fields(view: Any) -> list[str]:
+    if isinstance(view, RouterView):
+        return view.none_fields()
+    if is_dataclass(view):
+        return [f.name for f in fields(view) if getattr(view, f.name) is None]
+    return []
+
+
+def explain_policy_error(exc: BaseException) -> PolicyError | None:
+    """A :class:`PolicyError` that says what a policy did wrong when ``exc`` was raised
+    inside one of its decisions, or ``None`` when it was not.
+
+    Two mistakes are recognized from the traceback: writing into a view (views are
+    read-only numpy arrays: numpy raises "assignment destination is read-only") and using
+    a view field that is ``None`` for this policy (``output_tokens`` for a non-clairvoyant
+    policy, predictions on a trace without them; :data:`HIDDEN_FIELDS`). The message
+    names the role, the field, the line and why.
+    """
+    if isinstance(exc, PolicyError) or not isinstance(exc, (ValueError, TypeError,
+                                                            AttributeError)):
+        return None
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    role = view = None
+    for t in reversed(frames):
+        loc = t.tb_frame.f_locals
+        if role is None and isinstance(loc.get("self"), Role):
+            role = loc["self"]
+        if view is None:
+            view = next((v for v in loc.values() if isinstance(v, _VIEWS)), None)
+        if role is not None and view is not None:
+            break
+    if role is None or view is None:
+        return None
+    last = frames[-1]
+    code = last.tb_frame.f_code
+    line = linecache.getline(code.co_filename, last.tb_lineno).strip()
+    at = f"{type(role).__name__} {role.name!r}, line {last.tb_lineno} of " \
+         f"{code.co_filename.rsplit('/', 1)[-1]}: {line!r}"
+    named = re.findall(r"\.([A-Za-z_]\w*)", line)
+    text = str(exc)
+    if isinstance(exc, ValueError) and "read-only" in text:
+        field = next((f for f in named if hasattr(view, f)), None)
+        what = f"view field {field!r}" if field else "a view array"
+        return PolicyError(
+            f"{at}: the policy wrote into {what} of its {type(view).__name__}: views are "
+            "read-only numpy arrays that share the simulator's state; copy before changing "
+            f"(x = np.array(view.{field or 'field'}))")
+    if "NoneType" not in text:
+        return None
+    hidden = _none_fields(view)
+    used = [f for f in named if f in hidden]
+    if used:
+        f = used[0]
+        return PolicyError(f"{at}: view.{f} is None for this policy: "
+                           f"{HIDDEN_FIELDS.get(f, 'the simulator did not fill it')}")
+    if not hidden:
+        return None
+    why = "; ".join(f"{f}: {HIDDEN_FIELDS.get(f, 'not filled')}" for f in hidden)
+    return PolicyError(f"{at}: {type(exc).__name__}: {text}; the {type(view).__name__} "
+                       f"fields that are None for this policy: {why}")

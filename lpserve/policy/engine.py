@@ -1,14 +1,15 @@
 """How one replica batches, reserves KV memory and preempts: :class:`EngineConfig`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
 
 import numpy as np
 
 from lpserve.policy.hooks import BudgetController, PreemptionDecider, SpeculationDecider
 
-__all__ = ["BATCHING_MODES", "PREEMPTION_MODES", "EngineConfig"]
+__all__ = ["BATCHING_MODES", "ENGINE_TEXT_FIELDS", "PREEMPTION_MODES", "EngineConfig",
+           "parse_engine_value"]
 
 BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
 PREEMPTION_MODES = ("recompute", "swap", "compress-swap")
@@ -122,3 +123,86 @@ class EngineConfig:
         if self.chunked_prefill and self.batching != "decode-first":
             raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
                              f"got {self.batching!r}")
+
+    def updated(self, overrides: Mapping[str, Any], *, where: str = "engine") -> "EngineConfig":
+        """A copy with ``overrides`` (field -> value; text values such as ``"131072"``,
+        ``"true"`` or ``"none"`` are parsed by :func:`parse_engine_value`) applied and
+        validated. Errors name ``where`` (e.g. the CLI flag) and the key."""
+        known = [f.name for f in fields(EngineConfig)]
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in known:
+                raise ValueError(f"{where}: unknown engine parameter {key!r}; EngineConfig "
+                                 f"fields: {', '.join(ENGINE_TEXT_FIELDS)}"
+                                 f" (objects, set in Python only: {', '.join(_OBJECT_FIELDS)})")
+            changes[key] = parse_engine_value(key, value, where) if isinstance(value, str) \
+                else _typed(key, value, where)
+        try:
+            return replace(self, **changes)
+        except ValueError as exc:
+            keys = ", ".join(f"{k}={overrides[k]!r}" for k in changes)
+            raise ValueError(f"{where} ({keys}): {exc}") from None
+
+
+#: EngineConfig fields that take an object (a hook): not settable from text
+_OBJECT_FIELDS = ("budget_controller", "speculation", "preemption_decider")
+#: EngineConfig fields settable from text (``--engine key=value``, grid ``[engine]``) ->
+#: value kind: ``int``, ``int?`` (an integer or ``none``), ``float``, ``bool`` or the
+#: tuple of allowed strings
+ENGINE_TEXT_FIELDS: dict[str, Any] = {
+    "batching": BATCHING_MODES, "max_num_seqs": "int", "max_num_batched_tokens": "int",
+    "chunked_prefill": "bool", "preemption": PREEMPTION_MODES, "reserve_tokens": "int?",
+    "max_model_len": "int?", "watermark": "float", "prefix_caching": "bool",
+    "evict_batch_blocks": "int", "priority_preemption": "bool", "compression_ratio": "float",
+    "compression_accuracy_cost": "float",
+}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def parse_engine_value(key: str, text: str, where: str = "engine") -> Any:
+    """The typed value of engine field ``key`` written as ``text`` (``"131072"`` or
+    ``"128_000"`` for integers, ``"none"`` for an unset optional integer, ``"true"`` /
+    ``"false"`` for flags); a ValueError names ``where``, the key and the text."""
+    if key in _OBJECT_FIELDS:
+        raise ValueError(f"{where}: engine parameter {key!r} takes an object (a "
+                         f"{key.replace('_', ' ')} hook) and cannot be set from text; build "
+                         "the Policy in Python (policy.with_(engine={...}))")
+    kind = ENGINE_TEXT_FIELDS.get(key)
+    if kind is None:
+        raise ValueError(f"{where}: unknown engine parameter {key!r}; EngineConfig fields: "
+                         f"{', '.join(ENGINE_TEXT_FIELDS)}")
+    t = text.strip()
+    low = t.lower()
+    bad = f"{where}: {key}={text!r}"
+    if isinstance(kind, tuple):
+        if t not in kind:
+            raise ValueError(f"{bad}: must be one of {', '.join(kind)}")
+        return t
+    if kind == "bool":
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ValueError(f"{bad}: must be true or false")
+    if kind == "int?" and low == "none":
+        return None
+    if kind in ("int", "int?"):
+        try:
+            return int(t)
+        except ValueError:
+            raise ValueError(f"{bad}: must be an integer"
+                             + (" or none" if kind == "int?" else "")) from None
+    try:
+        return float(t)
+    except ValueError:
+        raise ValueError(f"{bad}: must be a number") from None
+
+
+def _typed(key: str, value: Any, where: str) -> Any:
+    """A value given in Python: integers must not be booleans (``True`` is not 1 token)."""
+    kind = ENGINE_TEXT_FIELDS.get(key)
+    if kind in ("int", "int?") and isinstance(value, bool):
+        raise ValueError(f"{where}: {key}={value!r}: must be an integer, not a boolean")
+    if kind == "bool" and not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{where}: {key}={value!r}: must be True or False")
+    return value

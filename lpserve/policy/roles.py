@@ -83,10 +83,17 @@ class Meta:
 
 
 class Role(abc.ABC):
-    """Common base of every role and hook: a ``name``, a :class:`Meta`, and ``reset``."""
+    """Common base of every role and hook: a ``name``, a :class:`Meta`, and ``reset``.
+
+    ``reads_predictions = True`` declares that the role decides on predicted output
+    lengths (``view.predicted_lo/hi``): ``lp.simulate`` then refuses to run it on a trace
+    without predictions unless a predictor is given (``predictor="none"`` runs the role's
+    documented fallback on purpose).
+    """
 
     name: str = "role"
     meta: Meta = Meta()
+    reads_predictions: bool = False
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Prepare for a new run on ``cluster``; ``rng`` is the only randomness allowed."""

@@ -171,6 +171,10 @@ class RouterView:
     def __len__(self) -> int:
         return self._n
 
+    def none_fields(self) -> list[str]:
+        """The request fields that are ``None`` in this view (not shown to the policy)."""
+        return [k for k, v in self._src.items() if v is None]
+
     def _replica(self, name: str) -> np.ndarray:
         if self._state is None:
             raw = self._state_fn() if callable(self._state_fn) else self._state_fn

@@ -64,6 +64,18 @@ class Result:
     slo: tuple[float, float] = (float("inf"), float("inf"))
     request_slos: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
+    def __repr__(self) -> str:
+        a = self.arrays
+        st = a["status"]
+        fin = st == "finished"
+        n = int(st.shape[0])
+        e2e = a["e2e_s"][fin]
+        mean = f"{float(e2e.mean()):.4g} s" if e2e.size else "n/a"
+        return (f"Result(policy={self.policy!r}, seed={self.seed}, {n:,} requests: "
+                f"{int(fin.sum()):,} finished, {int((st == 'rejected').sum()):,} rejected, "
+                f"{int(n - fin.sum() - (st == 'rejected').sum()):,} unfinished; e2e mean "
+                f"{mean}; res.requests: one row per request, res.summary(): metrics)")
+
     @property
     def requests(self):
         """One row per request (pandas DataFrame with :data:`REQUEST_COLUMNS`)."""

@@ -22,10 +22,18 @@ A grid is a TOML file (or the equivalent nested dict)::
     tpot_s = 0.1
 
     [params]                   # fixed values of any other axis (horizon_s, formulation, ...)
+    predictor = "history"      # output-length predictor of simulate cells (a spec:
+                               # "noisy-oracle:sigma=0.3"; "none": on purpose without)
+
+    [engine]                   # EngineConfig overrides of simulate cells: for every policy,
+    max_num_seqs = 128
+    [engine.vllm]              # and for one policy (wins over the shared ones)
+    max_num_batched_tokens = 131072
 
     [axes]                     # every combination of these values is one point
     policy = ["vllm", "sarathi"]
     load = [0.5, 1.0, 2.0]
+    "engine.max_num_seqs" = [64, 256]   # an EngineConfig field as an axis
 
 A *cell* is one point times one replication. Its canonical inputs (every value that can
 change its result, including the content digest of its base trace) are hashed with
@@ -68,11 +76,14 @@ OTHER_AXES: dict[str, type] = {
     "kind": str, "policy": str, "trace": str, "load": float, "rate_per_s": float,
     "seed": int, "slo_ttft_s": float, "slo_tpot_s": float, "horizon_s": float,
     "formulation": str, "time_limit_s": float, "capacity_blocks": int, "cache_policy": str,
+    "predictor": str,
 }
+#: prefix of an axis that varies an EngineConfig field of simulate cells
+ENGINE_AXIS = "engine."
 AXES: dict[str, type] = {**OTHER_AXES, **CLUSTER_FIELDS}
 TRACE_KEYS = ("source", "format", "head", "start", "arrivals")
 TOP_KEYS = ("name", "kind", "replications", "seed", "traces", "cluster", "slo", "params",
-            "axes", "description")
+            "axes", "description", "engine")
 DEFAULT_CLUSTER = {"gpu": "a100-80gb", "llm": "llama-2-7b", "tp": 1, "replicas": 1}
 #: which inputs each cell kind reads (others are left out of its key)
 KIND_INPUTS: dict[str, tuple[str, ...]] = {
@@ -89,6 +100,8 @@ def _reads(kind: str, key: str) -> bool:
     """Whether cells of ``kind`` read the input ``key``."""
     if key in ("kind", "trace", "load", "rate_per_s", "seed"):
         return True
+    if key == "predictor" or key.startswith(ENGINE_AXIS):
+        return kind == "simulate"
     if key in CLUSTER_FIELDS:
         return kind in USES_CLUSTER
     return key in KIND_INPUTS[kind]
@@ -131,6 +144,10 @@ class Cell:
                                "rate_per_s": inp.get("rate_per_s")}
         for k in KIND_INPUTS[inp["kind"]]:
             out[k] = inp.get(k)
+        if "predictor" in inp:
+            out["predictor"] = inp["predictor"]
+        for k, v in (inp.get("engine") or {}).items():
+            out[ENGINE_AXIS + k] = v
         for k, v in (inp.get("cluster") or {}).items():
             out[k] = v
         return out
@@ -174,6 +191,13 @@ def _check_value(key: str, value: Any, where: str) -> None:
         raise GridError(f"grid {where}: must be >= 0, got {value!r}")
     if key == "kind" and value not in KINDS:
         raise GridError(f"grid {where}: unknown cell kind {value!r}; known: {', '.join(KINDS)}")
+    if key == "predictor":
+        from lpserve.registry import resolve_predictor
+
+        try:
+            resolve_predictor(value, f"grid {where}")
+        except ValueError as exc:
+            raise GridError(str(exc)) from None
     if key == "policy":
         from lpserve.registry import POLICIES, policy_names
 
@@ -195,6 +219,7 @@ class Grid:
     axes: dict[str, list[Any]]
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    engine: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -242,9 +267,12 @@ class Grid:
             raise GridError(f"grid [axes]: expected a table of lists, got {axes_in!r}")
         axes: dict[str, list[Any]] = {}
         for k, values in axes_in.items():
+            if k.startswith(ENGINE_AXIS):
+                axes[k] = _engine_axis(k, values)
+                continue
             if k not in AXES:
                 raise GridError(f"grid [axes]: unknown axis {k!r}; known: "
-                                f"{', '.join(sorted(AXES))}")
+                                f"{', '.join(sorted(AXES))}, and engine.<EngineConfig field>")
             if not isinstance(values, (list, tuple)):
                 raise GridError(f"grid axes.{k}: expected a list of values, got {values!r}")
             if len(values) == 0:
@@ -281,9 +309,11 @@ class Grid:
             if not readers:
                 raise GridError(f"grid axes.{k}: not read by {'/'.join(kinds)} cells (each "
                                 "value would repeat the same cells)")
+        engine = _engine_table(data.get("engine"))
+        _check_engine(engine, axes, fixed)
         return cls(name=name, kind=kind, replications=reps, seed=seed, traces=traces,
                    fixed=fixed, axes=axes, description=str(data.get("description", "")),
-                   raw=dict(data))
+                   raw=dict(data), engine=engine)
 
     @staticmethod
     def _parse_traces(section: Any, base_dir: str | os.PathLike | None) -> dict[str, TraceSpec]:
@@ -383,17 +413,107 @@ class Grid:
                     "time_limit_s": None, "capacity_blocks": None, "cache_policy": "lru"}
         for k in KIND_INPUTS[kind]:
             inputs[k] = point.get(k, defaults.get(k))
+        if kind == "simulate":  # only when set, so the keys of plain grids do not change
+            if point.get("predictor") is not None:
+                inputs["predictor"] = point["predictor"]
+            eng = self.engine_overrides(point)
+            if eng:
+                inputs["engine"] = eng
         if kind == "cache" and inputs["capacity_blocks"] is None:
             raise GridError("grid: cache cells need a `capacity_blocks` axis or "
                             "[params].capacity_blocks")
         return inputs
+
+    def engine_overrides(self, point: Mapping[str, Any]) -> dict[str, Any]:
+        """EngineConfig overrides of a point's policy: ``[engine]`` shared fields, then
+        ``[engine.<policy>]``, then ``engine.<field>`` axes (sorted by field)."""
+        out = {k: v for k, v in self.engine.items() if not isinstance(v, Mapping)}
+        own = self.engine.get(point.get("policy", ""))
+        if isinstance(own, Mapping):
+            out.update(own)
+        out.update({k[len(ENGINE_AXIS):]: v for k, v in point.items()
+                    if k.startswith(ENGINE_AXIS)})
+        return dict(sorted(out.items()))
 
     def as_dict(self) -> dict[str, Any]:
         """The grid as a JSON-friendly dict (for the sweep's manifest)."""
         return {"name": self.name, "kind": self.kind, "replications": self.replications,
                 "seed": self.seed, "description": self.description,
                 "traces": {k: vars(v) for k, v in self.traces.items()},
-                "fixed": self.fixed, "axes": self.axes}
+                "fixed": self.fixed, "axes": self.axes, "engine": self.engine}
+
+
+def _engine_fields() -> dict[str, Any]:
+    from lpserve.policy.engine import ENGINE_TEXT_FIELDS
+
+    return ENGINE_TEXT_FIELDS
+
+
+def _engine_value(key: str, value: Any, where: str) -> Any:
+    """A TOML value of EngineConfig field ``key`` (text parsed as on the CLI)."""
+    from lpserve.policy.engine import parse_engine_value
+
+    if key not in _engine_fields():
+        raise GridError(f"grid {where}: unknown EngineConfig field {key!r}; settable: "
+                        f"{', '.join(_engine_fields())}")
+    try:
+        return parse_engine_value(key, value, f"grid {where}") if isinstance(value, str) \
+            else value
+    except ValueError as exc:
+        raise GridError(str(exc)) from None
+
+
+def _engine_axis(key: str, values: Any) -> list[Any]:
+    where = f"axes.{key}"
+    if not isinstance(values, (list, tuple)) or not values:
+        raise GridError(f"grid {where}: expected a non-empty list of values, got {values!r}")
+    out = [_engine_value(key[len(ENGINE_AXIS):], v, f"{where}[{i}]")
+           for i, v in enumerate(values)]
+    if len(set(map(repr, out))) != len(out):
+        raise GridError(f"grid {where}: duplicate values {values!r}")
+    return out
+
+
+def _engine_table(section: Any) -> dict[str, Any]:
+    """``[engine]``: EngineConfig fields, and ``[engine.<policy>]`` tables of them."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise GridError(f"grid [engine]: expected a table, got {section!r}")
+    from lpserve.registry import POLICIES
+
+    out: dict[str, Any] = {}
+    for k, v in section.items():
+        if isinstance(v, Mapping):
+            if k not in POLICIES:
+                raise GridError(f"grid [engine.{k}]: {k!r} is not a registered policy")
+            out[k] = {f: _engine_value(f, x, f"[engine.{k}].{f}") for f, x in v.items()}
+        else:
+            out[k] = _engine_value(k, v, f"[engine].{k}")
+    return out
+
+
+def _check_engine(engine: Mapping[str, Any], axes: Mapping[str, list[Any]],
+                  fixed: Mapping[str, Any]) -> None:
+    """Build every policy's EngineConfig with every override it gets, so a bad value
+    fails when the grid is read, naming where it came from."""
+    if not engine and not any(k.startswith(ENGINE_AXIS) for k in axes):
+        return
+    from lpserve.registry import make_policy
+
+    policies = axes.get("policy", [fixed["policy"]] if "policy" in fixed else [])
+    eng_axes = {k: v for k, v in axes.items() if k.startswith(ENGINE_AXIS)}
+    combos = [dict(zip(eng_axes, c)) for c in itertools.product(*eng_axes.values())] or [{}]
+    probe = Grid(name="", kind="simulate", replications=1, seed=0, traces={}, fixed={},
+                 axes={}, engine=dict(engine))
+    for pol in policies:
+        base = make_policy(pol).engine
+        for combo in combos:
+            over = probe.engine_overrides({"policy": pol, **combo})
+            try:
+                base.updated(over, where=f"grid [engine] / engine axes for policy {pol!r}")
+            except ValueError as exc:
+                raise GridError(str(exc)) from None
 
 
 def bundled_grids() -> list[str]:

@@ -1,5 +1,6 @@
 """Standard sweep figures: latency and goodput against load, one line per policy, with
-confidence intervals across replications (seeds)."""
+bootstrap-percentile confidence intervals across replications (seeds), which stay within
+the metric's range."""
 from __future__ import annotations
 
 import math
@@ -17,30 +18,45 @@ _NOT_SERIES = {"cell", "rep", "seed", "load", "rate_per_s", "kind", "status", "e
                "result_digest", "run_id", "part", "worker", "cell_wall_s"}
 
 
-def mean_ci(values: Any, level: float = 0.95) -> tuple[float, float, int]:
-    """Mean and half-width of the Student-t confidence interval, and the sample size.
+#: bootstrap resamples of :func:`mean_interval` (fixed seed: the figures are reproducible)
+N_BOOTSTRAP = 4000
 
-    The half-width is NaN for fewer than two finite values.
+
+def mean_interval(values: Any, level: float = 0.95, *, n_boot: int = N_BOOTSTRAP,
+                  seed: int = 0) -> tuple[float, float, float, int]:
+    """Mean, the ``level`` bootstrap-percentile confidence interval ``(lo, hi)`` of the
+    mean, and the sample size.
+
+    The interval is the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the means
+    of ``n_boot`` resamples (with replacement, seeded), so it always lies within the range
+    of the values: a latency interval never goes below 0 and a rate's never leaves
+    [0, 1], unlike a symmetric Student-t interval over few seeds. With few replications
+    it is narrow (it cannot leave [min, max] of the seeds) and covers the true mean less
+    often than ``level``. ``lo`` and ``hi`` are NaN for fewer than two finite values.
     """
     import numpy as np
-    from scipy import stats
 
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
     if n == 0:
-        return math.nan, math.nan, 0
+        return math.nan, math.nan, math.nan, 0
     if n == 1:
-        return float(x[0]), math.nan, 1
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-    return float(x.mean()), half, n
+        return float(x[0]), math.nan, math.nan, 1
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, n, size=(int(n_boot), n))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(x.mean()), float(lo), float(hi), n
 
 
 def aggregate(table: Any, metrics: list[str], level: float = 0.95) -> Any:
-    """Mean, CI half-width and count of ``metrics`` over seeds, per policy x load point.
+    """Mean and bootstrap-percentile interval (:func:`mean_interval`) of ``metrics`` over
+    seeds, per policy x load point.
 
     Returns a DataFrame with the series columns, the x column, and for each metric
-    ``<metric>``, ``<metric>_ci`` and ``n``.
+    ``<metric>``, ``<metric>_lo``, ``<metric>_hi`` and ``n``.
     """
     import pandas as pd
 
@@ -53,8 +69,8 @@ def aggregate(table: Any, metrics: list[str], level: float = 0.95) -> Any:
         row = dict(zip(series + [xcol], key))
         for m in metrics:
             if m in g:
-                mean, half, n = mean_ci(g[m], level)
-                row[m], row[f"{m}_ci"], row["n"] = mean, half, n
+                mean, lo, hi, n = mean_interval(g[m], level)
+                row[m], row[f"{m}_lo"], row[f"{m}_hi"], row["n"] = mean, lo, hi, n
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -63,8 +79,8 @@ def series_columns(table: Any) -> list[str]:
     """Input columns that vary across the table (besides load and seed): one line each."""
     from lpserve.sweep.grid import AXES
 
-    cols = [c for c in table.columns if (c in AXES or c == "trace") and c not in _NOT_SERIES
-            and table[c].nunique(dropna=False) > 1]
+    cols = [c for c in table.columns if (c in AXES or c == "trace" or c.startswith("engine."))
+            and c not in _NOT_SERIES and table[c].nunique(dropna=False) > 1]
     if "policy" in table.columns and "policy" not in cols:
         cols.insert(0, "policy")
     return cols
@@ -80,8 +96,8 @@ def plot_sweep(table: Any, out_dir: str | os.PathLike, *, title: str = "sweep",
                level: float = 0.95) -> list[Path]:
     """Draw ``latency_vs_load.png`` and ``throughput_vs_load.png`` into ``out_dir``.
 
-    Only successful simulate cells are drawn. Error bars are ``level`` Student-t
-    confidence intervals of the mean across replications.
+    Only successful simulate cells are drawn. Error bars are ``level`` bootstrap-percentile
+    confidence intervals of the mean across replications (:func:`mean_interval`).
     """
     import matplotlib
 
@@ -117,8 +133,10 @@ def plot_sweep(table: Any, out_dir: str | os.PathLike, *, title: str = "sweep",
                 name = ", ".join(f"{v}" if c == "policy" else f"{c}={v}"
                                  for c, v in zip(series, key)) or "all"
                 g = g.sort_values(xcol)
-                ax.errorbar(g[xcol], g[metric], yerr=g[f"{metric}_ci"].fillna(0.0),
-                            marker="o", ms=3, capsize=3, label=name)
+                err = [(g[metric] - g[f"{metric}_lo"]).fillna(0.0),
+                       (g[f"{metric}_hi"] - g[metric]).fillna(0.0)]
+                ax.errorbar(g[xcol], g[metric], yerr=err, marker="o", ms=3, capsize=3,
+                            label=name)
             xs = agg[xcol].astype(float)
             if len(xs) and xs.min() > 0 and xs.max() / xs.min() >= 8:
                 ax.set_xscale("log", base=2)
@@ -128,7 +146,7 @@ def plot_sweep(table: Any, out_dir: str | os.PathLike, *, title: str = "sweep",
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         axes.flat[0].legend(fontsize=8, title="policy" if series == ["policy"] else None)
-        fig.suptitle(f"{title}: {what} vs load (mean ± {int(level * 100)}% CI over "
+        fig.suptitle(f"{title}: {what} vs load (mean, {int(level * 100)}% bootstrap CI over "
                      f"{reps} seed{'s' if reps != 1 else ''})")
         fig.tight_layout()
         path = out / fname

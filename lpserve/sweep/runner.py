@@ -106,6 +106,27 @@ def build_payload(cells: list[Cell], traces: Mapping[str, Any]) -> Payload:
     return Payload(traces={d: by_digest[d] for d in used}, costs=costs)
 
 
+def check_predictions(grid: Grid, cells: list[Cell], traces: Mapping[str, Any]) -> None:
+    """Refuse, before any cell runs, a simulate cell whose policy reads predicted output
+    lengths on a trace without them and no ``predictor`` (GridError naming both)."""
+    from lpserve.registry import make_policy
+    from lpserve.sweep.grid import GridError
+
+    seen: set[tuple[str, str]] = set()
+    for c in cells:
+        inp = c.inputs
+        key = (inp.get("policy", ""), inp["trace"]["name"])
+        if inp["kind"] != "simulate" or "predictor" in inp or key in seen:
+            continue
+        seen.add(key)
+        tr = traces[key[1]]
+        if tr.predicted_lo is None and make_policy(key[0]).reads_predictions:
+            raise GridError(f"grid {grid.name!r}: policy {key[0]!r} decides on predicted "
+                            f"output lengths but trace {key[1]!r} carries none: set "
+                            "[params].predictor (e.g. \"history\") or a predictor axis, or "
+                            "predictor = \"none\" to run its fallback on purpose")
+
+
 def auto_batch_size(n_cells: int, workers: int) -> int:
     """About four batches per worker, at most :data:`MAX_AUTO_BATCH` cells each."""
     return max(1, min(MAX_AUTO_BATCH, math.ceil(n_cells / (4 * workers))))
@@ -152,6 +173,7 @@ def run_sweep(grid: Grid | Mapping[str, Any] | str | os.PathLike,
     store.clean_tmp()
     traces = load_traces(grid)
     cells = expand(grid, traces)
+    check_predictions(grid, cells, traces)
     store.write_manifest({"grid": grid.as_dict(), "n_cells": len(cells),
                           "cells": [c.digest for c in cells],
                           "trace_digests": {n: t.digest() for n, t in traces.items()}})

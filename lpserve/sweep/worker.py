@@ -191,9 +191,15 @@ def metrics_digest(metrics: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- cell kinds
 def _run_simulate(inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    from lpserve.registry import simulate
+    from lpserve.registry import make_policy, simulate
 
-    res = simulate(_instance(inputs), inputs["policy"], seed=inputs["seed"])
+    policy = make_policy(inputs["policy"])
+    if inputs.get("engine"):
+        policy = policy.with_(engine=policy.engine.updated(inputs["engine"],
+                                                           where="cell engine"),
+                              meta=policy.meta)
+    res = simulate(_instance(inputs), policy, seed=inputs["seed"],
+                   predictor=inputs.get("predictor"))
     return flatten_metrics(res.summary()), res.digest()
 
 

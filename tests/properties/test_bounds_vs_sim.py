@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.evaluate.bounds import CostModelBound, check_bound, flatten
 from lpserve.registry import policy_names
-from tests.strategies import tight_shared_prefix_instances
+from tests.strategies import fallback_predictor, tight_shared_prefix_instances
 
 #: registered policies the bound applies to (speculative decoding is outside it)
 NON_SPECULATIVE = tuple(n for n in policy_names() if lp.make_policy(n).engine.speculation is None)
@@ -31,7 +31,8 @@ def assert_below(inst, policy, label: str, bound=None, *, check: bool = False
     the requests it finished (``lp.compare``'s check); returns (bound, simulated) total
     latency over those requests. ``check=True`` also runs the simulator's invariant checker
     (assumptions (S3), (S4) of proofs/cost-bound.md)."""
-    res = lp.simulate(inst, policy, seed=0, check=check)
+    res = lp.simulate(inst, policy, seed=0, check=check,
+                      predictor=fallback_predictor(inst, policy))
     a = res.arrays
     fin = a["status"] == "finished"
     if not fin.any():

@@ -110,3 +110,21 @@ def test_capacity_replications_and_interval():
         assert r["met"] == (r["load"] <= cap)
     with pytest.raises(ValueError, match="finite SLO"):
         capacity(insts[0].with_(slo=lp.SLO()), "vllm")
+
+
+def test_capacity_cli_takes_engine_parameters_and_a_predictor(capsys):
+    import json
+
+    from lpserve.cli import main
+
+    base = ["capacity", "--head", "40", "--replications", "1", "--slo-ttft", "5",
+            "--slo-tpot", "0.5", "--rel-tol", "0.5", "--json"]
+    assert main(base + ["--policy", "sjf-predicted"]) == 2
+    assert "--predictor" in json.loads(capsys.readouterr().out)["error"]
+    assert main(base + ["--policy", "sjf-predicted", "--predictor", "history",
+                        "--engine", "max_num_seqs=64"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["engine"] == {"max_num_seqs": 64} and d["predictor"] == "history"
+    assert d["runs"] and all("met" in r for r in d["runs"])  # the search ran with them
+    assert main(base + ["--policy", "vllm", "--engine", "vllm:max_num_seqs=4"]) == 2
+    assert "KEY=VALUE" in json.loads(capsys.readouterr().out)["error"]

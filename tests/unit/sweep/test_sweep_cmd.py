@@ -41,7 +41,7 @@ def test_sweep_json_then_resume_then_plot(grid_file, tmp_path, capsys):
     assert first["backend"] == "serial" and first["failures"] == []
     assert len(first["table"]) == 4  # policy x load, mean over 2 seeds
     row = first["table"][0]
-    assert {"policy", "load", "n", "ttft_s_mean", "ttft_s_mean_ci", "goodput_rps"} <= set(row)
+    assert {"policy", "load", "n", "ttft_s_mean", "ttft_s_mean_lo", "ttft_s_mean_hi", "goodput_rps"} <= set(row)
     assert row["n"] == 2
 
     assert main(argv + ["--plot"]) == 0

@@ -1,0 +1,44 @@
+"""``lpserve list``: every list prints, JSON has the items, and LLMs carry context lengths."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lpserve.cli import main
+from lpserve.commands.list_cmd import WHAT
+
+
+@pytest.mark.parametrize("what", WHAT)
+def test_every_list_prints_and_has_json(what, capsys):
+    assert main(["list", what]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("name") and len(text.splitlines()) >= 3
+    assert main(["list", what, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["what"] == what and d["items"] and all("name" in r for r in d["items"])
+
+
+def test_lists_hold_what_other_commands_accept(capsys):
+    from lpserve.opt import FORMULATIONS
+    from lpserve.registry import policy_names
+
+    def items(what):
+        assert main(["list", what, "--json"]) == 0
+        return {r["name"]: r for r in json.loads(capsys.readouterr().out)["items"]}
+
+    llms = items("llms")
+    assert llms["llama-3-8b"]["max_context"] == 8192
+    assert llms["llama-2-7b"]["max_context"] == 4096
+    assert llms["llama-3-8b"]["kv_kib_per_token"] == 128.0   # 2 x 32 x 8 x 128 x 2 bytes
+    assert all(r["max_context"] for r in llms.values())
+    pols = items("policies")
+    assert set(policy_names()) | {"lp-index", "lp-split"} == set(pols)
+    assert pols["sjf-predicted"]["reads_predictions"] and not pols["vllm"]["reads_predictions"]
+    assert pols["vllm"]["max_num_batched_tokens"] == 4096
+    assert set(items("formulations")) == set(FORMULATIONS)
+    assert items("traces")["mooncake-conv-5min"]["n_requests"] == 918
+    assert items("gpus")["h100-sxm"]["memory_gib"] == 80
+    eng = items("engine")
+    assert eng["speculation"]["values"] == "object (Python only)"
+    assert items("predictors")["history"]["clairvoyant"] is False
