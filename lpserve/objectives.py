@@ -19,6 +19,23 @@ import numpy as np
 
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
+#: a summary warns when a policy rejects more than this share of the requests: its
+#: latencies then describe only the requests it accepted
+REJECTION_WARN_SHARE = 0.01
+
+
+def rejection_warning(n_rejected: int, n_requests: int, reasons: dict[str, int],
+                      policy: str = "policy") -> str | None:
+    """One line saying that ``policy`` rejected ``n_rejected`` of ``n_requests`` requests
+    (with the count per reason) and that its latencies cover only the rest; ``None`` when
+    the share is at most :data:`REJECTION_WARN_SHARE`."""
+    if n_requests <= 0 or n_rejected / n_requests <= REJECTION_WARN_SHARE:
+        return None
+    why = ", ".join(f"{k} {v:,}" for k, v in sorted(reasons.items()))
+    return (f"{policy} REJECTED {n_rejected:,} of {n_requests:,} requests "
+            f"({100.0 * n_rejected / n_requests:.1f} %){': ' + why if why else ''}; its "
+            "latency and goodput figures cover only the requests it accepted")
+
 
 def ttft_s(arrival_s: np.ndarray, first_token_s: np.ndarray) -> np.ndarray:
     """Time to first token in seconds, ``first_token_s - arrival_s``, shape ``(n,)``
@@ -180,3 +197,35 @@ def tenant_summary(*, tenant: np.ndarray, arrival_s: np.ndarray, first_token_s: 
                             "ttft_s": float(slo_ttft_s[k]), "tpot_s": float(slo_tpot_s[k])}
     return {"tenants": tenants, "jain_index": jain_index(np.asarray(service, float)),
             "tiers": tiers}
+
+
+# ====================================================================== seed-paper metrics
+def normalized_latency_s(e2e: np.ndarray, output_tokens: np.ndarray) -> float:
+    """Mean over finished requests (finite ``e2e``) of end-to-end latency per output token
+    (s/token): the latency metric of Orca and vLLM. NaN when nothing finished."""
+    e = np.asarray(e2e, float)
+    o = np.asarray(output_tokens, float)
+    m = np.isfinite(e)
+    return float(np.mean(e[m] / o[m])) if m.any() else float("nan")
+
+
+def kv_token_seconds(first_scheduled_s: np.ndarray, first_token_s: np.ndarray,
+                     finish_s: np.ndarray, prompt_tokens: np.ndarray,
+                     output_tokens: np.ndarray) -> float:
+    """Time integral of the tokens whose KV is stored (token-seconds), summed over
+    finished requests that were never preempted (the caller selects them).
+
+    A request admitted at ``S`` fills its prompt's ``p`` tokens until its first token at
+    ``T`` (half of them on average over ``[S, T]``), then holds ``p + g - 1`` tokens while
+    producing its ``g``-th token until its finish ``F``:
+    ``p (T - S) / 2 + (p + (o - 1) / 2) (F - T)``. Divided by the KV memory the engine
+    held over the run (block-seconds times tokens per block) it is the share of that memory
+    that stored tokens (vLLM paper, Fig. 2)."""
+    S = np.asarray(first_scheduled_s, float)
+    T = np.asarray(first_token_s, float)
+    F = np.asarray(finish_s, float)
+    p = np.asarray(prompt_tokens, float)
+    o = np.asarray(output_tokens, float)
+    m = np.isfinite(S) & np.isfinite(T) & np.isfinite(F)
+    return float(np.sum(p[m] * (T[m] - S[m]) / 2.0 + (p[m] + (o[m] - 1.0) / 2.0)
+                        * (F[m] - T[m])))

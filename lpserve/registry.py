@@ -29,7 +29,8 @@ _REBALANCER_KNOBS = {"period_s", "threshold_blocks", "source_below_blocks", "max
 
 
 def rebalanced(kind: str) -> Callable[..., Policy]:
-    """Factory of the ``vllm`` engine behind round robin with the ``kind`` rebalancer
+    """Factory of the ``vllm-v0`` engine (Llumnix extends vLLM's V0 scheduler) behind round
+    robin with the ``kind`` rebalancer
     (:data:`REBALANCERS`); the rebalancer's parameters and any engine field are keyword
     arguments."""
     if kind not in REBALANCERS:
@@ -38,7 +39,7 @@ def rebalanced(kind: str) -> Callable[..., Policy]:
     def factory(**params: Any) -> Policy:
         knobs = {k: params.pop(k) for k in list(params) if k in _REBALANCER_KNOBS}
         params.setdefault("name", f"rebalance-{kind}")
-        pol = B.engine_policy("vllm", **params)
+        pol = B.engine_policy("vllm-v0", **params)
         return pol.with_(rebalancer=REBALANCERS[kind](**knobs), meta=None)
 
     factory.__name__ = f"rebalance_{kind}"
@@ -50,6 +51,7 @@ _MCSF_ENGINE = dict(batching="mixed", watermark=0.0, prefix_caching=False)
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "vllm": B.vllm,
+    "vllm-v0": B.vllm_v0,
     "vllm-chunked": B.vllm_chunked,
     "sarathi": B.sarathi,
     "orca": B.orca,

@@ -45,6 +45,10 @@ class ServiceRecorder(BudgetController):
         self.inner = inner
         self.events: list[tuple[float, int, int, int]] = []
 
+    def bind(self, cluster: Any, slo: Any) -> None:
+        if self.inner is not None:
+            self.inner.bind(cluster, slo)
+
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Clear :attr:`events` and reset the wrapped controller, if any, with the same
         ``cluster`` and ``rng``."""

@@ -338,17 +338,41 @@ class SLOAware(TickCached):
     still meet the deadline (slack >= 0) run least slack first, so each gets service just
     in time rather than early; the rest follow as best effort, oldest first. Re-ranked
     every ``quantum_s``.
+
+    ``ttft_s`` and ``tpot_s`` left at ``None`` (the default) are the instance's SLO,
+    taken by :meth:`bind` when a run starts; a run whose SLO leaves one of them infinite
+    is refused. ``iteration_s`` is the time of one decode iteration assumed for the slack.
     """
 
     name = "slo-aware"
 
-    def __init__(self, ttft_s: float = 2.0, tpot_s: float = 0.2, iteration_s: float = 0.05,
-                 default_tokens: int = 256, quantum_s: float = 0.1) -> None:
-        self.ttft_s = _check_pos(self.name, "ttft_s", ttft_s)
-        self.tpot_s = _check_pos(self.name, "tpot_s", tpot_s)
+    def __init__(self, ttft_s: float | None = None, tpot_s: float | None = None,
+                 iteration_s: float = 0.05, default_tokens: int = 256,
+                 quantum_s: float = 0.1) -> None:
+        self.target = {k: None if v is None else _check_pos(self.name, k, v)
+                       for k, v in (("ttft_s", ttft_s), ("tpot_s", tpot_s))}
+        self.ttft_s, self.tpot_s = self.target["ttft_s"], self.target["tpot_s"]
         self.iteration_s = _check_pos(self.name, "iteration_s", iteration_s)
         self.default_tokens = int(_check_pos(self.name, "default_tokens", default_tokens))
         self.quantum_s = _check_pos(self.name, "quantum_s", quantum_s)
+        self._slo: Any = None
+
+    def bind(self, cluster: Any, slo: Any) -> None:
+        """Take ``ttft_s`` and ``tpot_s`` from ``slo`` unless the user set them."""
+        self._slo = slo
+        for k, v in self.target.items():
+            if v is None:
+                t = float(getattr(slo, k, math.inf))
+                setattr(self, k, t if math.isfinite(t) else None)
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        super().reset(cluster, rng)
+        missing = [k for k in ("ttft_s", "tpot_s") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(
+                f"{self.name}: no SLO target for {', '.join(missing)}: not set and the "
+                f"instance's SLO leaves it infinite ({self._slo or 'no SLO given'}); give "
+                "the instance lp.SLO(ttft_s=..., tpot_s=...) or set them")
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
         p = predicted_tokens(view, "hi")
@@ -422,7 +446,7 @@ def single_machine_flow_times(discipline: str, release: Any, size: Any,
 
 # ====================================================================== factories
 def scheduled(make_scheduler: Any, name: str, *, preemptive: bool = False,
-              engine: str = "vllm", engine_defaults: dict[str, Any] | None = None,
+              engine: str = "vllm-v0", engine_defaults: dict[str, Any] | None = None,
               **scheduler_defaults: Any):
     """Registry factory: ``make_scheduler(**kw)`` on the ``engine`` baseline. Keyword
     arguments of the factory that are :class:`~lpserve.policy.EngineConfig` fields (or

@@ -72,7 +72,12 @@ class Result:
         return pd.DataFrame({k: self.arrays[k] for k in REQUEST_COLUMNS})
 
     def summary(self) -> dict[str, Any]:
-        """Metrics with the DESIGN keys (see :func:`lpserve.objectives.summarize`)."""
+        """Metrics with the DESIGN keys (see :func:`lpserve.objectives.summarize`), plus
+        ``reasons`` (count per reason of every request not finished), ``preemptions``,
+        ``rejected_share`` and ``warnings``: one line (in capitals: REJECTED) when the
+        policy rejected more than 1 % of the requests
+        (:data:`lpserve.objectives.REJECTION_WARN_SHARE`), whose latencies then cover only
+        the requests it accepted."""
         a = self.arrays
         # latencies count from the release (the effective arrival); a request never
         # released (reason parent_not_finished) is pending and counted as unfinished
@@ -88,6 +93,13 @@ class Result:
         reasons = a["reason"][a["reason"] != ""]
         s["reasons"] = {str(k): int(v) for k, v in zip(*np.unique(reasons, return_counts=True))} \
             if reasons.size else {}
+        # say loudly when the policy turned away more than 1 % of the trace
+        rej = a["reason"][a["status"] == "rejected"]
+        rej_reasons = {str(k): int(v) for k, v in zip(*np.unique(rej, return_counts=True))} \
+            if rej.size else {}
+        s["rejected_share"] = s["n_rejected"] / s["n_requests"] if s["n_requests"] else 0.0
+        w = obj.rejection_warning(s["n_rejected"], s["n_requests"], rej_reasons, self.policy)
+        s["warnings"] = [w] if w else []
         s["preemptions"] = int(a["preemptions"].sum())
         if "migrations" in self.stats:  # a policy with a rebalancer
             s["migrations"] = int(self.stats["migrations"])

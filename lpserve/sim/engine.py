@@ -44,6 +44,8 @@ class Simulation:
     def __init__(self, instance: Instance, policy: Policy, seed: int = 0, *,
                  reference: bool = False, check: bool = False, predictor: Any = None) -> None:
         self.instance = instance
+        # engine fields and role parameters that mirror the instance (Policy.bind)
+        policy = policy.bind(instance.cluster, instance.slo)
         self.policy = policy
         self.seed = int(seed)
         self.reference = bool(reference)
