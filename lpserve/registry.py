@@ -90,6 +90,10 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "atlas": SC.scheduled(PG.ProgramScheduler, "atlas", preemptive=True, mode="atlas"),
     "plas-mlfq": SC.scheduled(PG.ProgramScheduler, "plas-mlfq", preemptive=True,
                               mode="plas", two_level=True),
+    # Autellix: ATLAS (PLAS on chains) behind its program-aware load balancer
+    "autellix": SC.scheduled(PG.ProgramScheduler, "autellix", preemptive=True, mode="atlas",
+                             engine_defaults={"router": "autellix-lb"}),
+    "vllm+autellix-lb": B.routed("autellix-lb"),
     # drift-plus-penalty prefill control (lpserve/policies/lyapunov.py, disagg.py)
     "lyapunov": LY.lyapunov,
     "lyapunov-disagg": DG.lyapunov_disagg,

@@ -86,8 +86,8 @@ def _spied(policy: Any, log: list) -> Any:
     class SR(Router):
         name, meta = r.name, r.meta
 
-        def bind(self, cluster, slo):
-            r.bind(cluster, slo)
+        def bind(self, cluster, slo, tiers=()):
+            r.bind(cluster, slo, tiers)
 
         def reset(self, cluster, rng):
             r.reset(cluster, rng)
@@ -101,8 +101,8 @@ def _spied(policy: Any, log: list) -> Any:
     class SD(Router):
         name, meta = d.name, d.meta
 
-        def bind(self, cluster, slo):
-            d.bind(cluster, slo)
+        def bind(self, cluster, slo, tiers=()):
+            d.bind(cluster, slo, tiers)
 
         def reset(self, cluster, rng):
             d.reset(cluster, rng)
@@ -114,8 +114,8 @@ def _spied(policy: Any, log: list) -> Any:
     class SS(Scheduler):
         name, meta, quantum_s = s.name, s.meta, s.quantum_s
 
-        def bind(self, cluster, slo):
-            s.bind(cluster, slo)
+        def bind(self, cluster, slo, tiers=()):
+            s.bind(cluster, slo, tiers)
 
         def reset(self, cluster, rng):
             s.reset(cluster, rng)
@@ -127,8 +127,8 @@ def _spied(policy: Any, log: list) -> Any:
     class SE(Evictor):
         name, meta = e.name, e.meta
 
-        def bind(self, cluster, slo):
-            e.bind(cluster, slo)
+        def bind(self, cluster, slo, tiers=()):
+            e.bind(cluster, slo, tiers)
 
         def reset(self, cluster, rng):
             e.reset(cluster, rng)

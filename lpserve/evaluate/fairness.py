@@ -45,9 +45,9 @@ class ServiceRecorder(BudgetController):
         self.inner = inner
         self.events: list[tuple[float, int, int, int]] = []
 
-    def bind(self, cluster: Any, slo: Any) -> None:
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
         if self.inner is not None:
-            self.inner.bind(cluster, slo)
+            self.inner.bind(cluster, slo, tiers)
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Clear :attr:`events` and reset the wrapped controller, if any, with the same

@@ -48,6 +48,7 @@ ROUTERS = {
     "least-kv": R.LeastKVLoad,
     "power-of-two": R.PowerOfTwo,
     "prefix-affinity": R.PrefixAffinity,
+    "autellix-lb": R.ProgramAffinity,
 }
 
 ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -105,7 +105,7 @@ class TBTRecorder(BudgetController):
         self.states: dict[tuple[str, int], _RunState] = {}
         self._block_tokens = 16
 
-    def bind(self, cluster: Any, slo: Any) -> None:
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
         """Take the TBT target from ``slo.tpot_s`` unless the user set ``tbt_slo_s``."""
         self._slo = slo
         if self.tbt_target_s is None:

@@ -171,9 +171,9 @@ class Policy:
             changes["meta"] = None
         return replace(self, **changes)
 
-    def bind(self, cluster: Any, slo: Any) -> "Policy":
-        """The policy as it runs on an instance with ``cluster`` and ``slo`` (an
-        :class:`~lpserve.instance.SLO`): the engine fields of ``hardware_defaults`` set for
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> "Policy":
+        """The policy as it runs on an instance with ``cluster``, ``slo`` (an
+        :class:`~lpserve.instance.SLO`) and service ``tiers``: the engine fields of ``hardware_defaults`` set for
         the cluster's GPU, and :meth:`Role.bind` called on every part, which takes the
         parameters that mirror the instance and that the user left unset. The simulator
         calls it once per run, before :meth:`reset`; returns ``self`` when the engine
@@ -187,7 +187,7 @@ class Policy:
                 pol = replace(self, engine=replace(self.engine, **ch))
         for part in pol.parts():
             if part is not None:
-                part.bind(cluster, slo)
+                part.bind(cluster, slo, tiers)
         return pol
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:

@@ -2,7 +2,7 @@
 
 Every hook is a :class:`~lpserve.policy.roles.Role`: it has a ``name``, a
 :class:`~lpserve.policy.roles.Meta`, ``bind(cluster, slo)`` (called once per simulation
-before ``reset``, to take the parameters that mirror the instance, such as an SLO target
+before ``reset``, with the instance's SLO and tiers, to take the parameters that mirror the instance, such as an SLO target
 the user left unset) and ``reset(cluster, rng)`` (called once per simulation, before the
 first decision, with a generator of its own spawned by
 :meth:`lpserve.policy.Policy.reset`), one decision method that takes a read-only view, and

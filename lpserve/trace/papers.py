@@ -8,6 +8,8 @@ spread, the spread is a stated assumption (a keyword argument), never a fitted v
 :func:`sharegpt_like`       single-turn chat requests with ShareGPT's heavy-tailed prompt
                             and output lengths, Poisson arrivals (vLLM, FastServe)
 :func:`alpaca_like`         short instruction-following requests with Alpaca's mean lengths
+:func:`jitserve_mix`        streaming, deadline and compound requests in one stream (tenants
+                            0, 1, 2), for service goodput under per-kind SLOs (JITServe)
 ==========================  ===============================================================
 
 The agentic program workloads of Autellix are in :mod:`lpserve.trace.programs`.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lpserve.trace import Trace
+from lpserve.trace import LoadReport, Trace
 from lpserve.trace import generate as G
 
 #: first turns of ShareGPT V3 (cl100k tokens, 11,820 conversations of the shared
@@ -26,6 +28,10 @@ from lpserve.trace import generate as G
 #: 161.3 input and 338.0 output tokens for its ShareGPT sample (OPT tokenizer).
 SHAREGPT_FIRST_TURN = {"prompt_mean": 194.2, "prompt_cv": 8.2, "output_mean": 305.4,
                        "output_cv": 0.96}
+#: arXiv summarization (Llama-2 tokenizer, vidur's table in the shared data): prefill mean
+#: 2,588 (std 793), decode mean 291 (std 564)
+ARXIV_SUMMARIZATION = {"prompt_mean": 2588.0, "prompt_cv": 0.31, "output_mean": 291.0,
+                       "output_cv": 1.94}
 #: Alpaca in the vLLM paper (Fig. 11): 19.31 input and 58.45 output tokens on average;
 #: the paper gives no spread
 ALPACA_MEANS = {"prompt_mean": 19.31, "output_mean": 58.45}
@@ -68,3 +74,64 @@ def length_stats(trace: Trace) -> dict[str, float]:
     o = np.asarray(trace.output_tokens, np.float64)
     return {"prompt_mean": float(p.mean()), "prompt_cv": float(p.std() / p.mean()),
             "output_mean": float(o.mean()), "output_cv": float(o.std() / o.mean())}
+
+
+def jitserve_mix(n_requests: int, rate_per_s: float, *, seed: int = 0,
+                 shares: tuple[float, float, float] = (0.5, 0.3, 0.2),
+                 calls_per_compound: int = 3) -> Trace:
+    """A stream of three request kinds (JITServe's service classes), Poisson at
+    ``rate_per_s`` (a compound request counts as one arrival), ``tenant`` naming the kind:
+
+    * 0 *streaming*: a chat turn with :data:`SHAREGPT_FIRST_TURN` lengths (prompt <= 2,048,
+      output <= 1,024 tokens);
+    * 1 *deadline*: a summarization job with :data:`ARXIV_SUMMARIZATION` lengths (prompt
+      <= 4,096, output <= 1,024);
+    * 2 *compound*: a chain of ``calls_per_compound`` agent calls (prompt mean 735, output
+      mean 34 tokens: Autellix's BFCL statistics), each released when the previous one
+      finishes, one ``program_id`` per compound request.
+
+    ``shares`` are the kinds' shares of the arrivals. The SLO of each kind is the
+    caller's (``Instance.tiers`` by tenant)."""
+    if len(shares) != 3 or min(shares) < 0 or not np.isclose(sum(shares), 1.0):
+        raise ValueError(f"jitserve_mix: shares must be three numbers >= 0 summing to 1, "
+                         f"got {shares!r}")
+    if calls_per_compound < 1:
+        raise ValueError(f"jitserve_mix: calls_per_compound must be >= 1, got "
+                         f"{calls_per_compound!r}")
+    rng = np.random.default_rng(seed)
+    starts = G.Poisson(rate_per_s).sample(n_requests, rng)
+    kind = rng.choice(3, size=n_requests, p=np.asarray(shares, float))
+    sg, ax = SHAREGPT_FIRST_TURN, ARXIV_SUMMARIZATION
+    draws = {
+        0: (G.LogNormal(sg["prompt_mean"], sg["prompt_cv"], 2048),
+            G.LogNormal(sg["output_mean"], sg["output_cv"], 1024)),
+        1: (G.LogNormal(ax["prompt_mean"], ax["prompt_cv"], 4096),
+            G.LogNormal(ax["output_mean"], ax["output_cv"], 1024)),
+        2: (G.LogNormal(735.0, 1.0, 4096), G.LogNormal(34.0, 1.0, 512)),
+    }
+    arrival, prompt, output, tenant, parent, program = [], [], [], [], [], []
+    n_prog = 0
+    for t, k in zip(starts.tolist(), kind.tolist()):
+        calls = calls_per_compound if k == 2 else 1
+        p_draw, o_draw = draws[k]
+        par = -1
+        for j in range(calls):
+            arrival.append(t + 1e-6 * j)
+            prompt.append(int(p_draw.sample(1, rng)[0]))
+            output.append(int(o_draw.sample(1, rng)[0]))
+            tenant.append(k)
+            parent.append(par)
+            program.append(n_prog if k == 2 else -1)
+            if k == 2:
+                par = len(arrival) - 1
+        n_prog += int(k == 2)
+    n = len(arrival)
+    rep = LoadReport(source=f"jitserve-mix(seed={seed})", format="generated", n_read=n,
+                     n_kept=n)
+    return Trace.from_columns(name="jitserve-mix", arrival_s=np.asarray(arrival),
+                              packed=None, sort=True, report=rep,
+                              prompt_tokens=np.asarray(prompt, np.int64),
+                              output_tokens=np.asarray(output, np.int64),
+                              tenant=np.asarray(tenant, np.int64),
+                              parent=np.asarray(parent, np.int64),
+                              program_id=np.asarray(program, np.int64))

@@ -84,7 +84,7 @@ class _Recorder(FCFS):
     def __init__(self) -> None:
         self.seen = []
 
-    def bind(self, cluster, slo):
+    def bind(self, cluster, slo, tiers=()):
         self.seen.append((cluster.gpu, slo))
 
 
@@ -120,7 +120,7 @@ def test_lyapunov_and_slo_aware_refuse_an_instance_without_slo():
     inst = lp.Instance(trace=_bursty(), cluster=A100)
     with pytest.raises(ValueError, match="no TBT target"):
         lp.simulate(inst, "lyapunov")
-    with pytest.raises(ValueError, match="no SLO target for ttft_s, tpot_s"):
+    with pytest.raises(ValueError, match="no SLO target"):
         lp.simulate(inst, "slo-aware")
     lp.simulate(inst, lp.make_policy("slo-aware", ttft_s=2.0, tpot_s=0.2))
 
@@ -132,3 +132,34 @@ def test_slo_aware_mirrors_the_slo():
     assert (pol.scheduler.ttft_s, pol.scheduler.tpot_s) == (2.0, 0.2)
     b = lp.simulate(inst, lp.make_policy("slo-aware", ttft_s=2.0, tpot_s=0.2))
     assert a.digest() == b.digest()
+
+
+def test_deadline_slo_counts_in_goodput_and_tiers():
+    tr = lp.Trace.from_arrays(arrival_s=[0.0, 0.0], prompt_tokens=[100, 100],
+                              output_tokens=[5, 400], tenant=[0, 1])
+    inst = lp.Instance(trace=tr, cluster=A100)
+    res = lp.simulate(inst, "vllm")
+    e2e = res.arrays["e2e_s"]
+    deadline = float((e2e[0] + e2e[1]) / 2)  # the short request meets it, the long one not
+    res = lp.simulate(inst.with_(slo=lp.SLO(e2e_s=deadline)), "vllm")
+    span = res.summary()["makespan_s"]
+    assert res.summary()["goodput_rps"] == pytest.approx(1 / span)
+    tiers = (lp.Tier("deadline", lp.SLO(e2e_s=deadline), (1,)),)
+    res = lp.simulate(inst.with_(tiers=tiers), "vllm")
+    assert res.summary()["tiers"]["deadline"]["slo_attainment"] == 0.0
+    assert res.summary()["tiers"]["default"]["slo_attainment"] == 1.0
+    assert inst.with_(tiers=tiers).request_e2e_s().tolist() == [np.inf, deadline]
+    assert inst.digest() == inst.with_(slo=lp.SLO()).digest()
+    assert inst.digest() != inst.with_(slo=lp.SLO(e2e_s=5.0)).digest()
+
+
+def test_slo_aware_takes_per_tenant_targets_from_the_tiers():
+    sched = lp.make_policy("slo-aware").scheduler
+    tiers = (lp.Tier("stream", lp.SLO(ttft_s=1.0, tpot_s=0.1), (0,)),
+             lp.Tier("deadline", lp.SLO(e2e_s=30.0), (1,)))
+    sched.bind(A100, lp.SLO(), tiers)
+    sched.reset(A100, np.random.default_rng(0))
+    assert sched.tenant_targets == {0: (1.0, 0.1, np.inf), 1: (np.inf, np.inf, 30.0)}
+    user = lp.make_policy("slo-aware", tpot_s=0.2).scheduler
+    user.bind(A100, lp.SLO(), tiers)
+    assert user.tenant_targets[0] == (1.0, 0.2, np.inf)  # the user's value wins everywhere
