@@ -101,8 +101,8 @@ fig.tight_layout()
 # %% [markdown]
 # ## 2. Sarathi-Serve and the drift-plus-penalty controller
 #
-# Llama-3-8B on one H100, the Azure code trace (bursty; the bundled conversation slice when
-# `../shared` is absent), SLO TTFT 2 s / TPOT 50 ms. `lyapunov` takes its TBT target from
+# Llama-3-8B on one H100, the Azure code trace (bursty; `papers.azure_code_like`, an MMPP
+# stand-in with its lengths, when `../shared` is absent), SLO TTFT 2 s / TPOT 50 ms. `lyapunov` takes its TBT target from
 # the instance's SLO (50 ms); `lyapunov@0.1s` is the fixed 0.1 s target it had before. The
 # bars are goodput (requests meeting both SLOs per second) beside Sarathi's fixed budgets.
 
@@ -111,8 +111,8 @@ import os
 
 code_path = os.path.join(os.environ.get("LPSERVE_SHARED", "../shared"), "traces",
                          "azure_llm_2023_code_first30min.csv.gz")
-code = (lp.load_trace(code_path) if os.path.exists(code_path) else lp.bundled_trace()
-        ).head(N_REQUESTS).rebased()
+code = (lp.load_trace(code_path).head(N_REQUESTS).rebased() if os.path.exists(code_path)
+        else papers.azure_code_like(N_REQUESTS, seed=SEED))
 H100 = lp.Cluster(gpu="h100-sxm", llm="llama-3-8b")
 code_inst = lp.Instance(trace=code, cluster=H100, slo=lp.SLO(ttft_s=2.0, tpot_s=0.05))
 runs = {"lyapunov": lyapunov(), "lyapunov@0.1s": lyapunov(tbt_slo_s=0.1)}

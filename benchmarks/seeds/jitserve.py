@@ -50,7 +50,7 @@ PREDICTORS = {"exact": lambda: NoisyOracle(sigma=0.0, interval_z=1.0),
               "sigma 0.5": lambda: NoisyOracle(sigma=0.5, interval_z=1.0),
               "sigma 1.0": lambda: NoisyOracle(sigma=1.0, interval_z=1.0),
               "history": lambda: History()}
-RATES = (2.0, 3.0)
+RATES = (6.0, 8.0, 12.0)
 
 
 def instance(n: int, rate: float, seed: int) -> lp.Instance:

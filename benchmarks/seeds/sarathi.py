@@ -43,6 +43,7 @@ import _common as C
 import lpserve as lp
 from lpserve.policies.lyapunov import lyapunov, with_recorder
 from lpserve.trace import generate as G
+from lpserve.trace import papers
 
 SARATHI_GPU, SARATHI_LLM = "a100-80gb", "mistral-7b"
 CODE_GPU, CODE_LLM = "h100-sxm", "llama-3-8b"
@@ -72,9 +73,12 @@ def sharegpt8k(n: int, seed: int = 0) -> lp.Trace:
 
 def code_trace(n: int, offset: int = 0) -> lp.Trace:
     """``n`` requests of the Azure code trace from request ``offset`` (recorded
-    arrivals); the bundled conversation slice without the shared data."""
+    arrivals); without the shared data, :func:`lpserve.trace.papers.azure_code_like`
+    (seeded by ``offset``)."""
     path = C.SHARED / "azure_llm_2023_code_first30min.csv.gz"
-    tr = lp.load_trace(path) if path.exists() else lp.bundled_trace()
+    if not path.exists():
+        return papers.azure_code_like(n, seed=offset)
+    tr = lp.load_trace(path)
     return tr.take(np.arange(offset, min(offset + n, len(tr)))).rebased()
 
 
