@@ -46,6 +46,8 @@ class ServiceRecorder(BudgetController):
         self.events: list[tuple[float, int, int, int]] = []
 
     def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
+        """Pass the instance's ``cluster``, ``slo`` and ``tiers`` to the wrapped
+        controller, if any (its parameters that mirror the instance)."""
         if self.inner is not None:
             self.inner.bind(cluster, slo, tiers)
 

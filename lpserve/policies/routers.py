@@ -188,9 +188,13 @@ class ProgramAffinity(Router):
         self._engine: dict[int, int] = {}
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget every program's engine (``cluster`` and ``rng`` unused)."""
         self._engine = {}
 
     def route(self, view: RouterView) -> np.ndarray:
+        """Engine index per request of ``view``, shape ``(len(view),)``: the least-used
+        engine (outstanding calls, counting the calls routed in this batch) for calls of
+        at most ``long_tokens`` prompt tokens, the program's engine for longer ones."""
         load = view.outstanding.astype(np.float64).copy()
         pids = view.program_id
         out = np.empty(len(view), np.int64)

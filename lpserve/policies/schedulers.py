@@ -375,6 +375,8 @@ class SLOAware(TickCached):
         self.tenant_targets = {int(u): pick(t.slo) for t in tiers for u in t.tenants}
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Reset the base scheduler; raise ``ValueError`` when neither the user nor the
+        instance (:meth:`bind`) gave a finite target for any tenant."""
         super().reset(cluster, rng)
         rows = [(self.ttft_s, self.tpot_s, self.e2e_s), *self.tenant_targets.values()]
         finite = any(r[2] is not None and math.isfinite(r[2]) or
