@@ -130,3 +130,17 @@ def test_autellix_policies_run_with_program_ids_in_the_router_view():
     for p in np.unique(tr.program_id[long_calls]):
         m = long_calls & (tr.program_id == p)
         assert np.unique(res.arrays["replica"][m]).size == 1
+
+
+def test_empirical_joint_resamples_observed_pairs_and_refuses_bad_input():
+    from lpserve.trace import TraceError
+    from lpserve.trace import generate as G
+
+    joint = G.EmpiricalJoint(np.array([10, 2000]), np.array([500, 3]))
+    tr = G.synthetic(200, arrivals=G.Poisson(1.0), lengths=joint, seed=0)
+    pairs = set(zip(tr.prompt_tokens.tolist(), tr.output_tokens.tolist()))
+    assert pairs == {(10, 500), (2000, 3)}  # pairs kept together, never mixed
+    with pytest.raises(TraceError, match="equal length"):
+        G.EmpiricalJoint(np.array([1, 2]), np.array([1]))
+    with pytest.raises(TraceError, match=">= 1"):
+        G.EmpiricalJoint(np.array([0, 2]), np.array([1, 1]))
