@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(tr)} requests in {args.duration:.0f} s, tenant 0 {n0} "
           f"({args.flood_rps} rps), tenant 1 {len(tr) - n0} ({args.light_rps} rps); "
           f"L = {L}, O = {O} tokens")
-    runs = [("fcfs", "vllm", {}), ("vtc", "vtc", {}),
+    runs = [("fcfs", "vllm-v0", {}), ("vtc", "vtc", {}),
             (f"wvtc (w1={args.weight:g})", "vtc", {"weights": {1: args.weight}})]
     print(f"{'policy':<16} {'tenant':>6} {'service':>10} {'share':>6} {'p99 TTFT s':>11} "
           f"{'p99 E2E s':>10} {'SLO att.':>9}   {'Jain':>5} {'max diff':>9} {'bound':>9} "

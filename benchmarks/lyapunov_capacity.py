@@ -7,9 +7,9 @@ rate scale of each workload. Mistral-7B on one A100-80GB.
 
 Tables printed:
 
-1. capacity (requests/s) per workload x policy: ``vllm`` (prefill-first), ``decode-first``
+1. capacity (requests/s) per workload x policy: ``vllm-v0`` (vLLM V0: prefill-first), ``decode-first``
    (decode-first without chunking), ``sarathi`` with budgets 256/512/1024/2048, and
-   ``lyapunov`` (one V for every workload), with the ratio ``sarathi-512 / vllm``
+   ``lyapunov`` (one V for every workload), with the ratio ``sarathi-512 / vllm-v0``
    (Sarathi-Serve reports about 2.6x) and ``lyapunov / best fixed budget``;
 2. at each policy's own capacity on the first workload: P99 TBT, TTFT p50/p90 and SLO
    attainment;
@@ -56,10 +56,10 @@ def policies(tbt_slo_s: float = TBT_SLO_S) -> dict[str, Callable[[], lp.Policy]]
     """Name -> factory of a fresh policy that records token gaps."""
     common = dict(prefix_caching=False)
     out: dict[str, Callable[[], lp.Policy]] = {
-        "vllm": lambda: with_recorder(make_policy("vllm", max_num_batched_tokens=8192,
+        "vllm-v0": lambda: with_recorder(make_policy("vllm-v0", max_num_batched_tokens=8192,
                                                   **common), tbt_slo_s),
         "decode-first": lambda: with_recorder(make_policy(
-            "vllm", batching="decode-first", max_num_batched_tokens=8192,
+            "vllm-v0", batching="decode-first", max_num_batched_tokens=8192,
             **common).with_(name="decode-first"), tbt_slo_s),
     }
     for b in (256, 512, 1024, 2048):
@@ -175,10 +175,10 @@ def main() -> None:
           f"TPOT <= {TPOT_SLO_S} s, P99 TBT <= {TBT_SLO_S} s; {GPU} {LLM}, "
           f"{args.requests} requests")
     print(f"{'workload':<12}" + "".join(f"{n:>14}" for n in names) +
-          f"{'s512/vllm':>11}{'dpp/best':>10}")
+          f"{'s512/v0':>11}{'dpp/best':>10}")
     for w, row in table.items():
         best = max(v for k, v in row.items() if k.startswith("sarathi"))
-        r_sv = row["sarathi-512"] / row["vllm"] if row["vllm"] > 0 else float("inf")
+        r_sv = row["sarathi-512"] / row["vllm-v0"] if row["vllm-v0"] > 0 else float("inf")
         r_db = row["lyapunov"] / best if best > 0 else float("inf")
         print(f"{w:<12}" + "".join(f"{row[n]:>14.3f}" for n in names) +
               f"{r_sv:>11.2f}{r_db:>10.2f}")

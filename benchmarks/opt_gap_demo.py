@@ -27,7 +27,7 @@ def main() -> None:
     inst = lp.Instance(trace=trace, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                                        replicas=args.replicas))
     fluid = solve("routing-fluid", inst)
-    base = make_policy("vllm")
+    base = make_policy("vllm-v0")
     policies = {
         "round-robin": base,
         "jsq (least-outstanding)": make_policy("vllm+least-outstanding"),

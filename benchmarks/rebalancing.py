@@ -22,7 +22,7 @@ import numpy as np
 import lpserve as lp
 from lpserve.trace import generate as G
 
-POLICIES = {"none": "vllm", "llumnix": "rebalance-llumnix", "assignment-lp": "rebalance-lp"}
+POLICIES = {"none": "vllm-v0", "llumnix": "rebalance-llumnix", "assignment-lp": "rebalance-lp"}
 COLS = ("ttft_mean_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_mean_s", "preempt",
         "migrations", "migrated_gb", "copy_s", "wall_s")
 

@@ -32,7 +32,7 @@ from lpserve.opt import lower_bounds as LB
 from lpserve.policies.predictors import IntervalClasses
 from lpserve.trace import generate as G
 
-SCHEDULERS = ["vllm", "sjf-oracle", "srpt-oracle", "sjf-predicted", "las", "rr-sched",
+SCHEDULERS = ["vllm-v0", "sjf-oracle", "srpt-oracle", "sjf-predicted", "las", "rr-sched",
               "mlfq", "fastserve", "mlfq-predicted", "fastserve-adaptive", "mcsf",
               "mcsf-oracle", "a-max", "a-min", "slo-aware", "plas", "atlas", "plas-mlfq"]
 PREDICTED = {"sjf-predicted", "mcsf", "a-max", "a-min", "slo-aware", "mlfq-predicted"}
@@ -100,7 +100,7 @@ def programs_table(n_programs: int, rate_per_s: float, seed: int) -> None:
           f"{rate_per_s}/s (program latency)")
     print(f"{'scheduler':12s} {'mean_s':>8s} {'p99_s':>8s} {'/fcfs':>6s}")
     base = None
-    for name in ["vllm", "mlfq", "fastserve", "plas", "atlas", "plas-mlfq"]:
+    for name in ["vllm-v0", "mlfq", "fastserve", "plas", "atlas", "plas-mlfq"]:
         lat = program_latency_s(lp.simulate(inst, lp.make_policy(name), seed=seed), tr)
         base = base or lat.mean()
         print(f"{name:12s} {lat.mean():8.2f} {np.percentile(lat, 99):8.2f} "
@@ -121,7 +121,7 @@ def main() -> None:
     print("\n## FastServe skip-join vs vLLM FCFS as load rises (mean / p99 e2e, s)")
     for rate in (1.0, 2.0, 3.0, 4.0):
         inst = lp.Instance(trace=tr.with_rate(rate), cluster=cluster())
-        f = run(inst, "vllm", args.seed).summary()["e2e_s"]
+        f = run(inst, "vllm-v0", args.seed).summary()["e2e_s"]
         m = run(inst, "fastserve", args.seed).summary()["e2e_s"]
         print(f"rate {rate:4.1f}/s  vllm {f['mean']:7.2f} / {f['p99']:7.2f}   fastserve "
               f"{m['mean']:7.2f} / {m['p99']:7.2f}   ratio {m['mean'] / f['mean']:.2f}")

@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--replicas", type=int, default=16)
     ap.add_argument("--qps-per-replica", type=float, default=3.0)
-    ap.add_argument("--policy", default="vllm")
+    ap.add_argument("--policy", default="vllm-v0")
     args = ap.parse_args()
 
     def workload(n: int, qps: float):

@@ -133,7 +133,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--reference", type=Path, default=REF)
     args = ap.parse_args()
-    policy = lp.make_policy("vllm", max_num_seqs=128, max_num_batched_tokens=4096,
+    policy = lp.make_policy("vllm-v0", max_num_seqs=128, max_num_batched_tokens=4096,
                             prefix_caching=False)
     t0 = time.perf_counter()
     warm = lp.Instance(trace=vidur_workload(50, 3.0), cluster=lp.Cluster(

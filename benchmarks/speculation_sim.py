@@ -74,7 +74,7 @@ def main() -> int:
         print(f"{'decider':<10} {'tok/s':>8} {'TPOT p50':>9} {'TPOT p99':>9} {'mean E2E':>9} "
               f"{'tok/step':>8} {'spec':>5} {'blocks':>7} {'wall':>6}")
         for name, dec in deciders().items():
-            pol = lp.make_policy("vllm", speculation=dec)
+            pol = lp.make_policy("vllm-v0", speculation=dec)
             t0 = time.perf_counter()
             res = lp.simulate(inst, pol, seed=args.seed)
             wall = time.perf_counter() - t0

@@ -43,7 +43,7 @@ CONFIGS = {
     "a100-short": dict(cost=lambda: None, block_tokens=16, prompt=(16, 128),
                        output=(8, 64), frac=0.9),
 }
-ENGINES = ("vllm-chunked", "sarathi", "vllm")
+ENGINES = ("vllm-chunked", "sarathi", "vllm-v0")
 
 
 def instance(cfg: dict, seed: int, n: int, rate: float, ttft_s: float) -> lp.Instance:

@@ -88,7 +88,7 @@ def main() -> None:
     bw = [one_way * e for e in EFFS]
     print(f"{len(trace)} requests at {args.rate:g}/s, {LLM} on {GPU}, compression ratio "
           f"{RATIO:g}; e2e latency (s) mean / p99, swap share of busy time\n")
-    for name in ("vllm", "fastserve"):
+    for name in ("vllm-v0", "fastserve"):
         rec = run(instance(trace, 1.0), name, "recompute")
         rows = {m: [run(instance(trace, e), name, m) for e in EFFS] for m in MODES}
         print(f"== {name}: recompute mean {rec['mean']:.2f} p99 {rec['p99']:.2f} "

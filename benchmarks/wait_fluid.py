@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         t0 = time.perf_counter()
         for name, kw in (("wait", {"thresholds": th}), ("mcsf-oracle", {"max_batch": 4096}),
-                         ("vllm", {})):
+                         ("vllm-v0", {})):
             res = lp.simulate(inst, lp.make_policy(name, max_num_seqs=4096, **kw), seed=0)
             a = res.arrays
             ratio = a["generated_tokens"].sum() / (fl["tokens_per_iteration"] * H)

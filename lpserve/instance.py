@@ -19,13 +19,16 @@ INSTANCES_DIR = Path(__file__).resolve().parents[1] / "instances"
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets of one request: time to first token and time per output token (s)."""
+    """Latency targets of one request (s): time to first token, time per output token,
+    and ``e2e_s``, a deadline for the whole response (end-to-end latency; a deadline
+    request of JITServe). A request meets its SLO when it meets all three."""
 
     ttft_s: float = float("inf")
     tpot_s: float = float("inf")
+    e2e_s: float = float("inf")
 
     def __post_init__(self) -> None:
-        for k in ("ttft_s", "tpot_s"):
+        for k in ("ttft_s", "tpot_s", "e2e_s"):
             v = getattr(self, k)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"SLO.{k} must be a positive number of seconds, got {v!r}")
@@ -118,6 +121,16 @@ class Instance:
                 ttft[m], tpot[m], tier[m] = t.slo.ttft_s, t.slo.tpot_s, t.name
         return ttft, tpot, tier
 
+    def request_e2e_s(self) -> np.ndarray:
+        """Per request: the end-to-end deadline (s, float64, shape ``(n,)``) of its tier's
+        SLO (the instance's for tenants in no tier); ``inf`` where there is none."""
+        e2e = np.full(len(self.trace), float(self.slo.e2e_s))
+        ten = self.trace.tenant
+        if ten is not None:
+            for t in self.tiers:
+                e2e[np.isin(ten, np.asarray(t.tenants, np.int64))] = t.slo.e2e_s
+        return e2e
+
     def cost_model(self) -> Any:
         """The instance's cost model (built from the cluster when ``cost`` is None)."""
         if self.cost is not None:
@@ -156,7 +169,10 @@ class Instance:
         }
         if self.tiers:  # hashed only when set, so digests without tiers stay as they were
             meta["tiers"] = [[t.name, t.slo.ttft_s, t.slo.tpot_s, list(t.tenants)]
+                             + ([t.slo.e2e_s] if np.isfinite(t.slo.e2e_s) else [])
                              for t in self.tiers]
+        if np.isfinite(self.slo.e2e_s):  # likewise: only a set deadline is hashed
+            meta["slo_e2e_s"] = self.slo.e2e_s
         h.update(json.dumps(meta, sort_keys=True, default=str).encode())
         if self.cost is not None:
             h.update(str(getattr(self.cost, "kind", type(self.cost).__name__)).encode())

@@ -29,7 +29,8 @@ _REBALANCER_KNOBS = {"period_s", "threshold_blocks", "source_below_blocks", "max
 
 
 def rebalanced(kind: str) -> Callable[..., Policy]:
-    """Factory of the ``vllm`` engine behind round robin with the ``kind`` rebalancer
+    """Factory of the ``vllm-v0`` engine (Llumnix extends vLLM's V0 scheduler) behind round
+    robin with the ``kind`` rebalancer
     (:data:`REBALANCERS`); the rebalancer's parameters and any engine field are keyword
     arguments."""
     if kind not in REBALANCERS:
@@ -38,7 +39,7 @@ def rebalanced(kind: str) -> Callable[..., Policy]:
     def factory(**params: Any) -> Policy:
         knobs = {k: params.pop(k) for k in list(params) if k in _REBALANCER_KNOBS}
         params.setdefault("name", f"rebalance-{kind}")
-        pol = B.engine_policy("vllm", **params)
+        pol = B.engine_policy("vllm-v0", **params)
         return pol.with_(rebalancer=REBALANCERS[kind](**knobs), meta=None)
 
     factory.__name__ = f"rebalance_{kind}"
@@ -50,6 +51,7 @@ _MCSF_ENGINE = dict(batching="mixed", watermark=0.0, prefix_caching=False)
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "vllm": B.vllm,
+    "vllm-v0": B.vllm_v0,
     "vllm-chunked": B.vllm_chunked,
     "sarathi": B.sarathi,
     "orca": B.orca,
@@ -88,6 +90,10 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "atlas": SC.scheduled(PG.ProgramScheduler, "atlas", preemptive=True, mode="atlas"),
     "plas-mlfq": SC.scheduled(PG.ProgramScheduler, "plas-mlfq", preemptive=True,
                               mode="plas", two_level=True),
+    # Autellix: ATLAS (PLAS on chains) behind its program-aware load balancer
+    "autellix": SC.scheduled(PG.ProgramScheduler, "autellix", preemptive=True, mode="atlas",
+                             engine_defaults={"router": "autellix-lb"}),
+    "vllm+autellix-lb": B.routed("autellix-lb"),
     # drift-plus-penalty prefill control (lpserve/policies/lyapunov.py, disagg.py)
     "lyapunov": LY.lyapunov,
     "lyapunov-disagg": DG.lyapunov_disagg,

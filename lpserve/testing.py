@@ -58,9 +58,11 @@ def conformance_instances(seed: int = 0) -> dict[str, Any]:
                            slo=SLO(ttft_s=1.0, tpot_s=0.1)),
         "disaggregated": Instance(trace=_trace(seed + 1, 30, 20.0, blocks=False),
                                   cluster=Cluster(**base, prefill_replicas=2,
-                                                  decode_replicas=1)),
+                                                  decode_replicas=1),
+                                  slo=SLO(ttft_s=2.0, tpot_s=0.2)),
         "light": Instance(trace=_trace(seed + 2, 25, 1.0, blocks=True, max_output=50),
-                          cluster=Cluster(**base, replicas=2)),
+                          cluster=Cluster(**base, replicas=2),
+                          slo=SLO(ttft_s=2.0, tpot_s=0.2)),
     }
 
 
@@ -86,6 +88,9 @@ def _spied(policy: Any, log: list) -> Any:
     class SR(Router):
         name, meta = r.name, r.meta
 
+        def bind(self, cluster, slo, tiers=()):
+            r.bind(cluster, slo, tiers)
+
         def reset(self, cluster, rng):
             r.reset(cluster, rng)
 
@@ -98,6 +103,9 @@ def _spied(policy: Any, log: list) -> Any:
     class SD(Router):
         name, meta = d.name, d.meta
 
+        def bind(self, cluster, slo, tiers=()):
+            d.bind(cluster, slo, tiers)
+
         def reset(self, cluster, rng):
             d.reset(cluster, rng)
 
@@ -108,6 +116,9 @@ def _spied(policy: Any, log: list) -> Any:
     class SS(Scheduler):
         name, meta, quantum_s = s.name, s.meta, s.quantum_s
 
+        def bind(self, cluster, slo, tiers=()):
+            s.bind(cluster, slo, tiers)
+
         def reset(self, cluster, rng):
             s.reset(cluster, rng)
 
@@ -117,6 +128,9 @@ def _spied(policy: Any, log: list) -> Any:
 
     class SE(Evictor):
         name, meta = e.name, e.meta
+
+        def bind(self, cluster, slo, tiers=()):
+            e.bind(cluster, slo, tiers)
 
         def reset(self, cluster, rng):
             e.reset(cluster, rng)

@@ -117,7 +117,7 @@ for rho in (0.9, 0.95, 1.05):
     for name, make in {"lyapunov": lambda: lyapunov(V=1.0, tbt_slo_s=10.0,
                                                     max_num_batched_tokens=512),
                        "sarathi": lambda: lp.make_policy("sarathi", max_num_batched_tokens=512),
-                       "vllm": lambda: lp.make_policy("vllm", max_num_batched_tokens=512)
+                       "vllm-v0": lambda: lp.make_policy("vllm-v0", max_num_batched_tokens=512)
                        }.items():
         first, last = queue_trend(rho * cap, make())
         rows.append({"load": rho, "policy": name, "queue first third (s)": first,
@@ -137,7 +137,7 @@ pd.DataFrame(rows).round(3)
 # %%
 TTFT, TPOT, TBT = 2.0, 0.1, 0.1
 policies = {
-    "vllm": lambda: with_recorder(lp.make_policy("vllm", max_num_batched_tokens=8192,
+    "vllm-v0": lambda: with_recorder(lp.make_policy("vllm-v0", max_num_batched_tokens=8192,
                                                  prefix_caching=False), TBT),
     **{f"sarathi-{b}": (lambda b=b: with_recorder(lp.make_policy(
         "sarathi", max_num_batched_tokens=b, prefix_caching=False), TBT))
@@ -182,7 +182,7 @@ for w, tr in traces.items():
                    for b in (512, 1024, 2048, 4096))
     table[w] = {p: capacity(tr, make, hi) for p, make in policies.items()}
 cap_table = pd.DataFrame(table).T
-cap_table["sarathi-512 / vllm"] = cap_table["sarathi-512"] / cap_table["vllm"]
+cap_table["sarathi-512 / vllm-v0"] = cap_table["sarathi-512"] / cap_table["vllm-v0"]
 cap_table["lyapunov / best budget"] = cap_table["lyapunov"] / cap_table[
     [c for c in cap_table if c.startswith("sarathi-") and "/" not in c]].max(axis=1)
 cap_table.round(3)

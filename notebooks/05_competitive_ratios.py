@@ -133,7 +133,7 @@ def adversary_ratio(n: int, policy: str) -> float:
     return alg / hold
 
 
-for policy in ("mcsf-oracle", "vllm"):
+for policy in ("mcsf-oracle", "vllm-v0"):
     print(policy, {n: round(adversary_ratio(n, policy), 2) for n in (4, 16, 64, 256)},
           "(sqrt n:", [2, 4, 8, 16], ")")
 
@@ -170,7 +170,7 @@ tr = lp.bundled_trace()
 tr = tr.take(np.arange(min(N_TRACE, len(tr)))).with_rate(2.5)
 inst = lp.Instance(trace=tr, cluster=cl)
 pairs = [("fastserve", "mlfq-predicted"), ("fastserve", "fastserve-adaptive"),
-         ("vllm", "fastserve")]
+         ("vllm-v0", "fastserve")]
 for parent, child in pairs:
     out = []
     for name in (parent, child):
@@ -194,7 +194,7 @@ def program_latency(res):
                      for p in np.unique(pid)])
 
 
-for name in ("vllm", "mlfq", "plas", "atlas", "plas-mlfq"):
+for name in ("vllm-v0", "mlfq", "plas", "atlas", "plas-mlfq"):
     lat = program_latency(lp.simulate(pinst, name, seed=SEED))
     print(f"{name:10s} program latency mean {lat.mean():7.1f} s, p99 "
           f"{np.percentile(lat, 99):7.1f} s")

@@ -85,7 +85,7 @@ for rate in SPEC_LOADS:
     inst = lp.Instance(trace=spec_trace.with_rate(rate),
                        cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-70b", tp=4))
     for name, make in deciders.items():
-        res = lp.simulate(inst, lp.make_policy("vllm", speculation=make()), seed=SEED)
+        res = lp.simulate(inst, lp.make_policy("vllm-v0", speculation=make()), seed=SEED)
         a, s = res.arrays, res.summary()
         span = float(np.nanmax(a["finish_s"]) - a["arrival_s"].min())
         spec[rate, name] = (a["generated_tokens"].sum() / span, s["tpot_s"]["p50"],
@@ -134,7 +134,7 @@ for seed in range(MIG_SEEDS):
                          output=G.LogNormal(mean=300, cv=1.5, max_tokens=3000), seed=seed,
                          name="gamma-cv3")
     inst = lp.Instance(trace=bursty, cluster=mig_cluster)
-    for label, name in (("none", "vllm"), ("llumnix", "rebalance-llumnix"),
+    for label, name in (("none", "vllm-v0"), ("llumnix", "rebalance-llumnix"),
                         ("assignment-lp", "rebalance-lp")):
         res = lp.simulate(inst, lp.make_policy(name, router="round-robin"), seed=seed)
         s = res.summary()

@@ -78,7 +78,7 @@ def traces(draw, *, min_size: int = 0, max_size: int = 40, blocks: bool | None =
 
 # ============================================================================ simulator
 # (owned by the simulator; small instances that exercise preemption, swap, prefix hits)
-SIM_ENGINES = ("vllm", "vllm-chunked", "sarathi", "orca", "static")
+SIM_ENGINES = ("vllm", "vllm-v0", "vllm-chunked", "sarathi", "orca", "static")
 
 
 @st.composite
@@ -125,7 +125,7 @@ def sim_instances(draw, *, max_size: int = 24, disaggregated: bool | None = None
     engine = draw(st.sampled_from(SIM_ENGINES))
     params: dict = {"router": draw(st.sampled_from(["round-robin", "least-outstanding",
                                                     "power-of-two", "prefix-affinity"]))}
-    if engine in ("vllm", "vllm-chunked", "sarathi"):
+    if engine in ("vllm", "vllm-v0", "vllm-chunked", "sarathi"):
         params["preemption"] = draw(st.sampled_from(["recompute", "swap", "compress-swap"]))
         params["max_num_seqs"] = draw(st.integers(1, 8))
         params["max_num_batched_tokens"] = draw(st.sampled_from([64, 256, 512, 4096]))

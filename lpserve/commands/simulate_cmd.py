@@ -117,6 +117,8 @@ def _simulate(args: argparse.Namespace) -> int:
           f"{fmt_num(s['goodput_rps'])} req/s   prefix hit rate "
           f"{fmt_num(s['prefix_hit_rate'])}   KV utilization {fmt_num(s['kv_utilization'])}")
     print(f"wall       {fmt_num(s['wall_s'])} s")
+    for w in s["warnings"]:
+        print(f"WARNING: {w}")
     return 0
 
 

@@ -45,6 +45,12 @@ class ServiceRecorder(BudgetController):
         self.inner = inner
         self.events: list[tuple[float, int, int, int]] = []
 
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
+        """Pass the instance's ``cluster``, ``slo`` and ``tiers`` to the wrapped
+        controller, if any (its parameters that mirror the instance)."""
+        if self.inner is not None:
+            self.inner.bind(cluster, slo, tiers)
+
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Clear :attr:`events` and reset the wrapped controller, if any, with the same
         ``cluster`` and ``rng``."""

@@ -1,12 +1,22 @@
 """Baseline engines as named policies, with their documented defaults.
 
 =============  ==============================================================================
-``vllm``       vLLM (V0 scheduler): FCFS, prefill-first iterations (whole prompts of newly
-               admitted requests, decodes paused), blocks allocated as tokens are produced,
-               recompute preemption of the newest running request, 1% watermark,
-               256 sequences, 4096 tokens per iteration, automatic prefix caching.
-``vllm-chunked``  vLLM with chunked prefill: decode-first, stall-free chunks within a
-               2048-token budget, otherwise as ``vllm``.
+``vllm``       vLLM today (the V1 engine, vLLM >= 0.8): FCFS, chunked prefill always on
+               (decode-first: running requests first, then new prompts in chunks within
+               the token budget), automatic prefix caching, recompute preemption of the
+               newest running request, no watermark, and the online server's batch
+               defaults for the cluster's GPU: 2,048 tokens and 256 sequences per
+               iteration (A100, and GPUs under 70 GiB), 8,192 tokens and 1,024 sequences
+               (H100, H200, H20, B200, MI300X); see
+               :func:`lpserve.policy.engine.vllm_v1_batch_defaults`.
+``vllm-v0``    vLLM's V0 scheduler (vLLM <= 0.7 default): FCFS, prefill-first iterations
+               (whole prompts of newly admitted requests, decodes paused), blocks
+               allocated as tokens are produced, recompute preemption of the newest running
+               request, 1% watermark, 256 sequences, 4096 tokens per iteration, automatic
+               prefix caching. A prompt above the token budget is never scheduled: it is
+               rejected (``prompt_exceeds_token_budget``).
+``vllm-chunked``  vLLM V0 with chunked prefill (``--enable-chunked-prefill``): decode-first,
+               stall-free chunks within a 2048-token budget, otherwise as ``vllm-v0``.
 ``sarathi``    Sarathi-Serve: decode-first, stall-free chunked prefill with a 512-token
                budget (the paper's chunk size), 256 sequences, recompute preemption.
 ``orca``       Orca: iteration-level scheduling that mixes decodes and whole prefills in one
@@ -26,7 +36,7 @@ from dataclasses import fields
 from typing import Any
 
 from lpserve.policies import routers as R
-from lpserve.policy import FCFS, LRU, EngineConfig, Evictor, Policy, Router
+from lpserve.policy import FCFS, LRU, EngineConfig, Evictor, HardwareDefaults, Policy, Router
 
 #: the names of every EngineConfig field (a factory keyword argument that configures the engine)
 ENGINE_FIELDS = {f.name for f in fields(EngineConfig)}
@@ -38,11 +48,19 @@ ROUTERS = {
     "least-kv": R.LeastKVLoad,
     "power-of-two": R.PowerOfTwo,
     "prefix-affinity": R.PrefixAffinity,
+    "autellix-lb": R.ProgramAffinity,
 }
 
 ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "vllm": dict(batching="prefill-first", max_num_seqs=256, max_num_batched_tokens=4096,
-                 preemption="recompute", watermark=0.01, prefix_caching=True),
+    # vLLM V1: EngineArgs defaults (vllm/engine/arg_utils.py): chunked prefill and prefix
+    # caching on for generative models; the server's batch limits (2048 tokens, 256
+    # sequences: vLLM's values when the device is unknown, and on A100 and small GPUs)
+    # become 8192 / 1024 on >= 70 GiB GPUs other than the A100 (HARDWARE_DEFAULTS)
+    "vllm": dict(batching="decode-first", chunked_prefill=True, max_num_seqs=256,
+                 max_num_batched_tokens=2048, preemption="recompute", watermark=0.0,
+                 prefix_caching=True),
+    "vllm-v0": dict(batching="prefill-first", max_num_seqs=256, max_num_batched_tokens=4096,
+                    preemption="recompute", watermark=0.01, prefix_caching=True),
     "vllm-chunked": dict(batching="decode-first", chunked_prefill=True, max_num_seqs=256,
                          max_num_batched_tokens=2048, preemption="recompute", watermark=0.01,
                          prefix_caching=True),
@@ -54,6 +72,12 @@ ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
     "static": dict(batching="static", max_num_seqs=32, max_num_batched_tokens=1 << 20,
                    reserve_tokens=4096, max_model_len=4096, watermark=0.0,
                    prefix_caching=False),
+}
+
+
+#: engine -> (hardware profile, fields set by the GPU unless the user sets them)
+HARDWARE_DEFAULTS: dict[str, tuple[str, frozenset]] = {
+    "vllm": ("vllm-v1", frozenset({"max_num_batched_tokens", "max_num_seqs"})),
 }
 
 
@@ -85,20 +109,30 @@ def engine_policy(engine: str, *, router: Any = "round-robin",
     if isinstance(evictor, str):
         from lpserve.policies.evictors_kv import make_evictor
         evictor = make_evictor(evictor)
+    hd = None
+    if engine in HARDWARE_DEFAULTS:
+        profile, hw_fields = HARDWARE_DEFAULTS[engine]
+        hd = HardwareDefaults(profile, hw_fields).without(params)
     return Policy(router=_router(router), scheduler=FCFS(), evictor=evictor or LRU(),
-                  engine=cfg, decode_router=_router(decode_router), name=name or engine)
+                  engine=cfg, decode_router=_router(decode_router), name=name or engine,
+                  hardware_defaults=hd)
 
 
 def vllm(**params: Any) -> Policy:
-    """vLLM's V0 scheduler (prefill-first, 4096-token budget, 256 sequences, recompute
-    preemption, prefix caching) behind a round-robin router; ``params`` override
+    """vLLM V1 (chunked prefill, decode-first, V1's server batch defaults for the cluster's
+    GPU; see the module docstring) behind a round-robin router; ``params`` override
     :class:`~lpserve.policy.EngineConfig` fields and the router."""
     return engine_policy("vllm", **params)
 
 
+def vllm_v0(**params: Any) -> Policy:
+    """vLLM's V0 prefill-first scheduler (see the module docstring)."""
+    return engine_policy("vllm-v0", **params)
+
+
 def vllm_chunked(**params: Any) -> Policy:
     """vLLM with chunked prefill: decode-first, stall-free chunks within a 2048-token
-    budget, otherwise as :func:`vllm`; ``params`` override engine fields and the router."""
+    budget, otherwise as :func:`vllm_v0`; ``params`` override engine fields and the router."""
     return engine_policy("vllm-chunked", **params)
 
 

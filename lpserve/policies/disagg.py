@@ -177,12 +177,13 @@ def link_schedule(ready_s: Any, size_bytes: Any, deadline_s: Any, link_gbps: flo
     return {"start_s": start, "end_s": end, "late": end > dl}
 
 
-def lyapunov_disagg(V: float = 1.0, tbt_slo_s: float = 0.1, eps: float = 0.01,
+def lyapunov_disagg(V: float = 1.0, tbt_slo_s: float | None = None, eps: float = 0.01,
                     max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
                     prefix_caching: bool = True, name: str = "lyapunov-disagg") -> Policy:
     """DPP budget control on every replica of a prefill/decode cluster, with
     join-the-shortest-queue routing into both pools (size the pools with
-    :func:`pool_sizes`). On a colocated cluster it is the colocated controller."""
+    :func:`pool_sizes`). On a colocated cluster it is the colocated controller. The TBT
+    target ``tbt_slo_s`` is the instance's TPOT SLO unless set here."""
     ctl = DPPController(V=V, tbt_slo_s=tbt_slo_s, eps=eps)
     eng = EngineConfig(batching="decode-first", chunked_prefill=True,
                        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -375,7 +375,7 @@ class TieredShedding(VTC):
         return out
 
 
-def fair_policy(make_scheduler: Any, name: str, engine: str = "vllm"):
+def fair_policy(make_scheduler: Any, name: str, engine: str = "vllm-v0"):
     """Registry factory: the ``engine`` baseline with ``make_scheduler(**kw)`` as its
     scheduler *and* its budget controller (exact service accounting). Keyword arguments
     that are :class:`~lpserve.policy.EngineConfig` fields (or ``router``) configure the

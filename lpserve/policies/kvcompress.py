@@ -70,23 +70,24 @@ class CostBasedDecider(PreemptionDecider):
 
 
 def vllm_compress_swap(**params: Any) -> Policy:
-    """The ``vllm`` engine with every preemption swapped compressed (recompute when the
-    compressed KV does not fit in host memory)."""
+    """The ``vllm-v0`` engine (vLLM's V0 scheduler, which could swap; V1 only recomputes)
+    with every preemption swapped compressed (recompute when the compressed KV does not
+    fit in host memory)."""
     from lpserve.policies.baselines import engine_policy
 
     params.setdefault("name", "vllm-compress-swap")
     params.setdefault("preemption", "compress-swap")
-    return _lpserve_only(engine_policy("vllm", **params))
+    return _lpserve_only(engine_policy("vllm-v0", **params))
 
 
 def vllm_preempt_decider(*, swap_budget_s: float = math.inf,
                          max_quality_loss: float = math.inf, **params: Any) -> Policy:
-    """The ``vllm`` engine with :class:`CostBasedDecider` choosing per victim."""
+    """The ``vllm-v0`` engine with :class:`CostBasedDecider` choosing per victim."""
     from lpserve.policies.baselines import engine_policy
 
     params.setdefault("name", "vllm-preempt-decider")
     params.setdefault("preemption_decider", CostBasedDecider(swap_budget_s, max_quality_loss))
-    return _lpserve_only(engine_policy("vllm", **params), (DECIDER_CLAIM,))
+    return _lpserve_only(engine_policy("vllm-v0", **params), (DECIDER_CLAIM,))
 
 
 def _lpserve_only(pol: Policy, claims: tuple[Claim, ...] = ()) -> Policy:

@@ -87,21 +87,38 @@ class TBTRecorder(BudgetController):
 
     Leaves the engine's budget unchanged. After a run, :meth:`report` summarizes the
     last run over all replicas. ``tbt_slo_s`` is the gap above which a sample counts as
-    a violation.
+    a violation; ``None`` (the default) takes the instance's TPOT SLO (``SLO.tpot_s``)
+    when the run starts (:meth:`bind`), and a run on an instance without one is refused.
+    ``tbt_slo_s`` after :meth:`bind` is the target in effect.
     """
 
     name = "tbt-recorder"
     decides = False
 
-    def __init__(self, tbt_slo_s: float = 0.1) -> None:
-        if not tbt_slo_s > 0:
-            raise ValueError(f"{type(self).__name__}: tbt_slo_s must be > 0, got {tbt_slo_s}")
-        self.tbt_slo_s = float(tbt_slo_s)
+    def __init__(self, tbt_slo_s: float | None = None) -> None:
+        if tbt_slo_s is not None and not tbt_slo_s > 0:
+            raise ValueError(f"{type(self).__name__}: tbt_slo_s must be > 0 or None (the "
+                             f"instance's TPOT SLO), got {tbt_slo_s}")
+        #: the user's setting (None: the instance's TPOT SLO) and the target in effect
+        self.tbt_target_s = None if tbt_slo_s is None else float(tbt_slo_s)
+        self.tbt_slo_s = self.tbt_target_s
         self.states: dict[tuple[str, int], _RunState] = {}
         self._block_tokens = 16
 
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
+        """Take the TBT target from ``slo.tpot_s`` unless the user set ``tbt_slo_s``."""
+        self._slo = slo
+        if self.tbt_target_s is None:
+            t = float(getattr(slo, "tpot_s", math.inf))
+            self.tbt_slo_s = t if math.isfinite(t) else None
+
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Forget the last run's replicas."""
+        if self.tbt_slo_s is None:
+            raise ValueError(
+                f"{self.name}: no TBT target: tbt_slo_s is not set and the instance's SLO "
+                f"has no finite tpot_s ({getattr(self, '_slo', 'no SLO given')}); give the "
+                "instance lp.SLO(tpot_s=...) or set tbt_slo_s=")
         self.states = {}
         self._block_tokens = int(cluster.block_tokens)
 
@@ -216,7 +233,9 @@ class DPPController(TBTRecorder):
 
     Args:
         V: penalty weight (>= 0); ``V = 0`` is max-weight (fill the budget).
-        tbt_slo_s: ``S_TBT`` (s). eps: allowed fraction of token gaps above it.
+        tbt_slo_s: ``S_TBT`` (s); ``None`` (default): the instance's TPOT SLO
+            (``Instance.slo.tpot_s``, taken by :meth:`bind` when a run starts).
+        eps: allowed fraction of token gaps above it.
         eta_tokens: token unit of the backlog in the Lyapunov function.
         theta: KV occupancy target in (0, 1]. grain_tokens: step of the chunk menu.
         class_weights: weight per prefill class (class = trace tenant id, clipped to the
@@ -226,7 +245,7 @@ class DPPController(TBTRecorder):
     name = "dpp"
     decides = True
 
-    def __init__(self, V: float = 1.0, tbt_slo_s: float = 0.1, eps: float = 0.01,
+    def __init__(self, V: float = 1.0, tbt_slo_s: float | None = None, eps: float = 0.01,
                  eta_tokens: float = 512.0, theta: float = 0.9, grain_tokens: int = 64,
                  class_weights: tuple[float, ...] = (1.0,)) -> None:
         super().__init__(tbt_slo_s)
@@ -361,13 +380,14 @@ class DPPScheduler(Scheduler):
         return pos[cls] * span + (arr - arr.min())
 
 
-def lyapunov(V: float = 1.0, tbt_slo_s: float = 0.1, eps: float = 0.01,
+def lyapunov(V: float = 1.0, tbt_slo_s: float | None = None, eps: float = 0.01,
              eta_tokens: float = 512.0, theta: float = 0.9, grain_tokens: int = 64,
              class_weights: tuple[float, ...] = (1.0,), max_num_batched_tokens: int = 2048,
              max_num_seqs: int = 256, prefix_caching: bool = True, router: Any = None,
              name: str = "lyapunov") -> Policy:
     """The DPP policy: decode-first chunked prefill whose per-iteration prefill budget
-    (at most ``max_num_batched_tokens``) is set by :class:`DPPController`."""
+    (at most ``max_num_batched_tokens``) is set by :class:`DPPController`. Its TBT target
+    ``tbt_slo_s`` is the instance's TPOT SLO unless set here."""
     ctl = DPPController(V=V, tbt_slo_s=tbt_slo_s, eps=eps, eta_tokens=eta_tokens,
                         theta=theta, grain_tokens=grain_tokens, class_weights=class_weights)
     eng = EngineConfig(batching="decode-first", chunked_prefill=True,

@@ -13,7 +13,7 @@
 
 The optimizing rebalancer (the MILP of ``models/rebalancing.md``) is
 :class:`lpserve.opt.rebalance.AssignmentRebalancer`. Registered as ``rebalance-llumnix``
-and ``rebalance-lp`` (:mod:`lpserve.registry`): the ``vllm`` engine behind a round-robin
+and ``rebalance-lp`` (:mod:`lpserve.registry`): the ``vllm-v0`` engine behind a round-robin
 router with the rebalancer (``period_s``, router and engine fields are keyword
 arguments).
 """

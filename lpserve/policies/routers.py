@@ -1,5 +1,6 @@
 """Routers: round robin, random, least outstanding requests, least KV load, power of two
-choices, and prefix affinity with load-balance thresholds (SGLang's ``cache_aware``)."""
+choices, prefix affinity with load-balance thresholds (SGLang's ``cache_aware``), and
+Autellix's program-aware load balancer."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -10,7 +11,7 @@ import numpy as np
 from lpserve.policy import Meta, RoundRobin, Router, RouterView
 
 __all__ = ["RoundRobin", "RandomRouter", "LeastOutstanding", "LeastKVLoad", "PowerOfTwo",
-           "PrefixAffinity"]
+           "PrefixAffinity", "ProgramAffinity"]
 
 
 class RandomRouter(Router):
@@ -166,4 +167,42 @@ class PrefixAffinity(Router):
                 tree.popitem(last=False)
             out[k] = choice
             load[choice] += 1
+        return out
+
+
+class ProgramAffinity(Router):
+    """Autellix's multi-engine load balancer (Algorithm 2): a call of at most
+    ``long_tokens`` prompt tokens goes to the least-used engine (the fewest outstanding
+    calls), since short calls share little more than a system prompt, which every engine
+    holds; a longer call goes to its program's engine (KV locality), or, for a program
+    that has none yet, to the least-used engine, which becomes the program's. Calls
+    outside programs (``program_id`` -1 or none) are short calls."""
+
+    name = "autellix-lb"
+
+    def __init__(self, long_tokens: int = 2048) -> None:
+        if not (isinstance(long_tokens, (int, np.integer)) and long_tokens >= 1):
+            raise ValueError(f"autellix-lb: long_tokens must be an integer >= 1, got "
+                             f"{long_tokens!r}")
+        self.long_tokens = int(long_tokens)
+        self._engine: dict[int, int] = {}
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget every program's engine (``cluster`` and ``rng`` unused)."""
+        self._engine = {}
+
+    def route(self, view: RouterView) -> np.ndarray:
+        """Engine index per request of ``view``, shape ``(len(view),)``: the least-used
+        engine (outstanding calls, counting the calls routed in this batch) for calls of
+        at most ``long_tokens`` prompt tokens, the program's engine for longer ones."""
+        load = view.outstanding.astype(np.float64).copy()
+        pids = view.program_id
+        out = np.empty(len(view), np.int64)
+        for k, p in enumerate(view.prompt_tokens.tolist()):
+            pid = -1 if pids is None else int(pids[k])
+            r = int(np.argmin(load))
+            if p > self.long_tokens and pid >= 0:
+                r = self._engine.setdefault(pid, r)
+            out[k] = r
+            load[r] += 1.0
         return out

@@ -334,34 +334,88 @@ class MemoryCheckedSF(TickCached):
 class SLOAware(TickCached):
     """JITServe-style just-in-time ordering under SLOs.
 
-    Each request's deadline is ``arrival + ttft_s + (planned - 1) * tpot_s`` with
-    ``planned`` its predicted output (interval upper end, else ``default_tokens``); its
-    slack is ``deadline - now - (planned - generated) * iteration_s``. Requests that can
-    still meet the deadline (slack >= 0) run least slack first, so each gets service just
-    in time rather than early; the rest follow as best effort, oldest first. Re-ranked
-    every ``quantum_s``.
+    Each request's deadline is ``arrival + ttft_s + (planned - 1) * tpot_s`` (a streaming
+    request: its last token's due time) or ``arrival + e2e_s`` (a deadline request),
+    whichever is earlier, with ``planned`` its predicted output (interval upper end, else
+    ``default_tokens``); its slack is ``deadline - now - (planned - generated) *
+    iteration_s``. Requests that can still meet the deadline (slack >= 0) run least slack
+    first, so each gets service just in time rather than early; late ones follow, oldest
+    first, then requests without any deadline. Re-ranked every ``quantum_s``.
+
+    ``ttft_s``, ``tpot_s`` and ``e2e_s`` left at ``None`` (the default) are the instance's
+    SLO, per tenant the SLO of its service tier (``Instance.tiers``), taken by
+    :meth:`bind` when a run starts; one set here applies to every request. A run where no
+    request has a finite target is refused. ``iteration_s`` is the time of one decode
+    iteration assumed for the slack. After :meth:`bind`, ``tenant_targets`` maps a tenant
+    to its ``(ttft_s, tpot_s, e2e_s)``.
     """
 
     name = "slo-aware"
     reads_predictions = True
+    KEYS = ("ttft_s", "tpot_s", "e2e_s")
 
-    def __init__(self, ttft_s: float = 2.0, tpot_s: float = 0.2, iteration_s: float = 0.05,
-                 default_tokens: int = 256, quantum_s: float = 0.1) -> None:
-        self.ttft_s = _check_pos(self.name, "ttft_s", ttft_s)
-        self.tpot_s = _check_pos(self.name, "tpot_s", tpot_s)
+    def __init__(self, ttft_s: float | None = None, tpot_s: float | None = None,
+                 iteration_s: float = 0.05, default_tokens: int = 256,
+                 quantum_s: float = 0.1, e2e_s: float | None = None) -> None:
+        self.target = {k: None if v is None else _check_pos(self.name, k, v)
+                       for k, v in (("ttft_s", ttft_s), ("tpot_s", tpot_s), ("e2e_s", e2e_s))}
+        self.ttft_s, self.tpot_s, self.e2e_s = (self.target[k] for k in self.KEYS)
         self.iteration_s = _check_pos(self.name, "iteration_s", iteration_s)
         self.default_tokens = int(_check_pos(self.name, "default_tokens", default_tokens))
         self.quantum_s = _check_pos(self.name, "quantum_s", quantum_s)
+        self._slo: Any = None
+        self.tenant_targets: dict[int, tuple[float, float, float]] = {}
+
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
+        """Targets the user left unset from ``slo`` and, per tenant, from ``tiers``."""
+        self._slo = slo
+
+        def pick(src: Any) -> tuple[float, float, float]:
+            return tuple(float(self.target[k]) if self.target[k] is not None
+                         else float(getattr(src, k, math.inf)) for k in self.KEYS)
+
+        self.ttft_s, self.tpot_s, self.e2e_s = pick(slo)
+        self.tenant_targets = {int(u): pick(t.slo) for t in tiers for u in t.tenants}
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Reset the base scheduler; raise ``ValueError`` when neither the user nor the
+        instance (:meth:`bind`) gave a finite target for any tenant."""
+        super().reset(cluster, rng)
+        rows = [(self.ttft_s, self.tpot_s, self.e2e_s), *self.tenant_targets.values()]
+        finite = any(r[2] is not None and math.isfinite(r[2]) or
+                     (r[0] is not None and r[1] is not None and math.isfinite(r[0])
+                      and math.isfinite(r[1])) for r in rows)
+        if not finite:
+            raise ValueError(
+                f"{self.name}: no SLO target: ttft_s/tpot_s (or e2e_s) are not set and the "
+                f"instance's SLO leaves them infinite ({self._slo or 'no SLO given'}); give "
+                "the instance lp.SLO(ttft_s=..., tpot_s=...) or set them")
+
+    def _targets(self, view: SchedulerView) -> tuple[np.ndarray, ...]:
+        n = len(view)
+        base = [np.full(n, math.inf if v is None else float(v))
+                for v in (self.ttft_s, self.tpot_s, self.e2e_s)]
+        if self.tenant_targets:
+            for k, u in enumerate(view.tenant.tolist()):
+                row = self.tenant_targets.get(int(u))
+                if row is not None:
+                    for j in range(3):
+                        base[j][k] = row[j]
+        return tuple(base)
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
         p = predicted_tokens(view, "hi")
         plan = np.full(len(view), float(self.default_tokens)) if p is None else p
         gen = view.generated_tokens.astype(np.float64)
         plan = np.maximum(plan, gen + 1.0)
-        deadline = view.arrival_s + self.ttft_s + (plan - 1.0) * self.tpot_s
+        ttft, tpot, e2e = self._targets(view)
+        with np.errstate(invalid="ignore"):
+            stream = view.arrival_s + ttft + (plan - 1.0) * tpot
+        deadline = np.fmin(np.where(np.isnan(stream), np.inf, stream), view.arrival_s + e2e)
         slack = deadline - view.now_s - (plan - gen) * self.iteration_s
         late = slack < 0
-        return np.where(late, 1.0e12 + view.arrival_s, slack)
+        out = np.where(late, 1.0e12 + view.arrival_s, slack)
+        return np.where(np.isinf(deadline), 2.0e12 + view.arrival_s, out)
 
 
 # ====================================================================== single machine
@@ -425,7 +479,7 @@ def single_machine_flow_times(discipline: str, release: Any, size: Any,
 
 # ====================================================================== factories
 def scheduled(make_scheduler: Any, name: str, *, preemptive: bool = False,
-              engine: str = "vllm", engine_defaults: dict[str, Any] | None = None,
+              engine: str = "vllm-v0", engine_defaults: dict[str, Any] | None = None,
               **scheduler_defaults: Any):
     """Registry factory: ``make_scheduler(**kw)`` on the ``engine`` baseline. Keyword
     arguments of the factory that are :class:`~lpserve.policy.EngineConfig` fields (or

@@ -200,7 +200,7 @@ def speculative(kind: str, name: str):
         raise KeyError(f"unknown speculation decider {kind!r}; known: {sorted(_DECIDERS)}")
 
     def factory(draft: str | Sequence[str] = DEFAULT_DRAFT, acceptance: Any = 0.6,
-                max_k: int | None = None, engine: str = "vllm", k: int | None = None,
+                max_k: int | None = None, engine: str = "vllm-v0", k: int | None = None,
                 **params: Any) -> Any:
         from lpserve.policies.baselines import engine_policy
 

@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.policy.engine import BATCHING_MODES, PREEMPTION_MODES, EngineConfig
+from lpserve.policy.engine import (
+    BATCHING_MODES,
+    HARDWARE_PROFILES,
+    PREEMPTION_MODES,
+    EngineConfig,
+    HardwareDefaults,
+    vllm_v1_batch_defaults,
+)
 from lpserve.policy.hooks import (
     DEFAULT_DRAFT,
     PREEMPTION_CHOICES,
@@ -60,14 +67,15 @@ from lpserve.policy.roles import (
 )
 from lpserve.policy.views import EvictorView, RouterView, SchedulerView
 
-__all__ = ["BATCHING_MODES", "DEFAULT_DRAFT", "ENGINES", "PREEMPTION_CHOICES",
-           "PREEMPTION_MODES", "BudgetController", "BudgetView", "Claim", "DecodeRunView",
-           "EngineConfig", "Evictor", "EvictorView", "FCFS", "IterationView", "LRU", "Meta",
+__all__ = ["BATCHING_MODES", "DEFAULT_DRAFT", "ENGINES", "HARDWARE_PROFILES",
+           "PREEMPTION_CHOICES", "PREEMPTION_MODES", "BudgetController", "BudgetView",
+           "Claim", "DecodeRunView", "EngineConfig", "Evictor", "EvictorView", "FCFS",
+           "HardwareDefaults", "IterationView", "LRU", "Meta",
            "Policy", "PolicyError", "Prediction", "PreemptionDecider", "PreemptionView",
            "Predictor", "PredictorView", "RebalanceView", "Rebalancer", "Role", "RoundRobin",
            "Router", "RouterView", "Scheduler", "SchedulerView", "SpeculationDecider",
            "StepContext", "StepResult", "as_evictor", "as_router", "as_scheduler",
-           "next_tick_s", "tick_index"]
+           "next_tick_s", "tick_index", "vllm_v1_batch_defaults"]
 
 #: The parts :meth:`Policy.reset` resets, in the order their generators are spawned.
 PARTS = ("router", "scheduler", "evictor", "decode_router", "rebalancer",
@@ -82,7 +90,9 @@ class Policy:
     fresh round robin). ``rebalancer`` (``None``: no migration), a
     :class:`~lpserve.policy.hooks.Rebalancer`, moves decoding requests between replicas
     of the decoding pool. ``meta`` is derived from the roles when not given: clairvoyant or
-    stochastic if any role is.
+    stochastic if any role is. ``hardware_defaults`` (a
+    :class:`~lpserve.policy.engine.HardwareDefaults`) names the engine fields left at a
+    GPU-dependent default, set for the cluster by :meth:`bind` when a run starts.
     """
 
     router: Router = field(default_factory=RoundRobin)
@@ -93,6 +103,7 @@ class Policy:
     name: str = "custom"
     meta: Meta | None = None
     rebalancer: Rebalancer | None = None
+    hardware_defaults: HardwareDefaults | None = None
 
     def __post_init__(self) -> None:
         for role, cls in (("router", Router), ("scheduler", Scheduler),
@@ -107,6 +118,10 @@ class Policy:
                 object.__setattr__(self, role, lifter(v))
         if not isinstance(self.engine, EngineConfig):
             raise ValueError(f"Policy.engine must be an EngineConfig, got {self.engine!r}")
+        hd = self.hardware_defaults
+        if hd is not None and not isinstance(hd, HardwareDefaults):
+            raise ValueError(f"Policy.hardware_defaults must be None or HardwareDefaults, "
+                             f"got {hd!r}")
         rb = self.rebalancer
         if rb is not None and not (isinstance(rb, Rebalancer) and float(rb.period_s) > 0):
             raise ValueError(f"Policy.rebalancer must be None or a Rebalancer with period_s "
@@ -147,13 +162,40 @@ class Policy:
                 if part is not None and getattr(part, "reads_predictions", False)]
 
     def with_(self, **changes: Any) -> "Policy":
-        """A copy with fields changed (``engine`` may be a dict of EngineConfig changes)."""
+        """A copy with fields changed (``engine`` may be a dict of EngineConfig changes).
+
+        Engine fields changed here are the user's: they leave ``hardware_defaults``."""
         eng = changes.get("engine")
         if isinstance(eng, dict):
             changes["engine"] = replace(self.engine, **eng)
+        hd = self.hardware_defaults
+        if "engine" in changes and hd is not None and "hardware_defaults" not in changes:
+            new = changes["engine"]
+            changes["hardware_defaults"] = hd.without(
+                f for f in hd.fields if getattr(new, f) != getattr(self.engine, f)
+                or (isinstance(eng, dict) and f in eng))
         if "meta" not in changes:
             changes["meta"] = None
         return replace(self, **changes)
+
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> "Policy":
+        """The policy as it runs on an instance with ``cluster``, ``slo`` (an
+        :class:`~lpserve.instance.SLO`) and service ``tiers``: the engine fields of ``hardware_defaults`` set for
+        the cluster's GPU, and :meth:`Role.bind` called on every part, which takes the
+        parameters that mirror the instance and that the user left unset. The simulator
+        calls it once per run, before :meth:`reset`; returns ``self`` when the engine
+        stays as configured."""
+        pol = self
+        hd = self.hardware_defaults
+        if hd is not None:
+            ch = {k: v for k, v in hd.for_cluster(cluster).items()
+                  if getattr(self.engine, k) != v}
+            if ch:
+                pol = replace(self, engine=replace(self.engine, **ch))
+        for part in pol.parts():
+            if part is not None:
+                part.bind(cluster, slo, tiers)
+        return pol
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Reset every role and hook for a new run on ``cluster``.

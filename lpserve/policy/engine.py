@@ -8,8 +8,8 @@ import numpy as np
 
 from lpserve.policy.hooks import BudgetController, PreemptionDecider, SpeculationDecider
 
-__all__ = ["BATCHING_MODES", "ENGINE_TEXT_FIELDS", "PREEMPTION_MODES", "EngineConfig",
-           "parse_engine_value"]
+__all__ = ["BATCHING_MODES", "ENGINE_TEXT_FIELDS", "HARDWARE_PROFILES", "HardwareDefaults",
+           "PREEMPTION_MODES", "EngineConfig", "parse_engine_value", "vllm_v1_batch_defaults"]
 
 BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
 PREEMPTION_MODES = ("recompute", "swap", "compress-swap")
@@ -206,3 +206,65 @@ def _typed(key: str, value: Any, where: str) -> Any:
     if kind == "bool" and not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{where}: {key}={value!r}: must be True or False")
     return value
+
+# ============================================================== hardware-dependent defaults
+def vllm_v1_batch_defaults(gpu: str) -> dict[str, int]:
+    """vLLM V1's online-serving (OpenAI API server) defaults of ``max_num_batched_tokens``
+    and ``max_num_seqs`` on catalog GPU ``gpu``.
+
+    vLLM's ``EngineArgs`` (``vllm/engine/arg_utils.py``, the default-setting step of
+    ``create_engine_config``) picks 8,192 tokens and 1,024 sequences on a device with at
+    least 70 GiB of memory whose name does not contain ``"a100"`` (H100, H200, MI300X,
+    B200: "use larger default values"), and 2,048 tokens and 256 sequences otherwise (the
+    A100 is excluded because the larger budget lowered its throughput, vLLM PR #17885).
+    The offline ``LLM`` class uses 16,384 / 8,192 tokens instead; lpserve simulates a
+    server, so it takes the server's values.
+    """
+    from lpserve.cost.catalog import get_gpu  # the cost package loads numba
+
+    spec = get_gpu(gpu)
+    large = spec.memory_gib >= 70.0 and "a100" not in spec.key.lower()
+    return ({"max_num_batched_tokens": 8192, "max_num_seqs": 1024} if large
+            else {"max_num_batched_tokens": 2048, "max_num_seqs": 256})
+
+
+#: profile name -> function of the catalog GPU returning EngineConfig fields
+HARDWARE_PROFILES = {"vllm-v1": vllm_v1_batch_defaults}
+
+
+@dataclass(frozen=True)
+class HardwareDefaults:
+    """Engine fields an engine sets by the GPU it runs on, for a policy whose user left
+    them at the engine's default.
+
+    :meth:`lpserve.policy.Policy.bind` replaces ``fields`` of the policy's
+    :class:`EngineConfig` by ``HARDWARE_PROFILES[profile](cluster.gpu)`` when a run starts;
+    the configured values (the engine's fallback when the device is unknown) hold
+    elsewhere. A field the user changes later (``Policy.with_``) leaves ``fields``.
+
+    Attributes:
+        profile: a key of :data:`HARDWARE_PROFILES` (``"vllm-v1"``).
+        fields: the :class:`EngineConfig` fields still at the engine's default.
+    """
+
+    profile: str
+    fields: frozenset = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.profile not in HARDWARE_PROFILES:
+            raise ValueError(f"HardwareDefaults.profile must be one of "
+                             f"{sorted(HARDWARE_PROFILES)}, got {self.profile!r}")
+        object.__setattr__(self, "fields", frozenset(self.fields))
+        bad = sorted(self.fields - {f for f in EngineConfig.__dataclass_fields__})
+        if bad:
+            raise ValueError(f"HardwareDefaults.fields: not EngineConfig fields: {bad}")
+
+    def for_cluster(self, cluster: Any) -> dict[str, Any]:
+        """The EngineConfig changes for ``cluster``'s GPU (only the fields in ``fields``)."""
+        vals = HARDWARE_PROFILES[self.profile](cluster.gpu)
+        return {k: v for k, v in vals.items() if k in self.fields}
+
+    def without(self, changed: Any) -> "HardwareDefaults | None":
+        """These defaults less the fields in ``changed``; ``None`` when none is left."""
+        left = self.fields - set(changed)
+        return HardwareDefaults(self.profile, left) if left else None

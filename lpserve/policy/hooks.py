@@ -1,8 +1,10 @@
 """The optional engine hooks of the policy contract, all in one interface style.
 
 Every hook is a :class:`~lpserve.policy.roles.Role`: it has a ``name``, a
-:class:`~lpserve.policy.roles.Meta` and ``reset(cluster, rng)`` (called once per
-simulation, before the first decision, with a generator of its own spawned by
+:class:`~lpserve.policy.roles.Meta`, ``bind(cluster, slo)`` (called once per simulation
+before ``reset``, with the instance's SLO and tiers, to take the parameters that mirror the instance, such as an SLO target
+the user left unset) and ``reset(cluster, rng)`` (called once per simulation, before the
+first decision, with a generator of its own spawned by
 :meth:`lpserve.policy.Policy.reset`), one decision method that takes a read-only view, and
 optional ``observe`` methods that take a read-only view of what happened. State a hook
 keeps per replica lives inside the hook, keyed by the view's ``replica``, and ``reset``

@@ -98,6 +98,15 @@ class Role(abc.ABC):
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Prepare for a new run on ``cluster``; ``rng`` is the only randomness allowed."""
 
+    def bind(self, cluster: Any, slo: Any, tiers: tuple = ()) -> None:
+        """Take the parameters that mirror the instance from it: called once per run,
+        before :meth:`reset`, with the cluster, the instance's SLO (an
+        :class:`~lpserve.instance.SLO`) and its service tiers (:class:`~lpserve.instance.Tier`,
+        each an SLO for some tenants). A role whose parameter mirrors the instance (an
+        SLO target) and that the user left unset (``None``) fills it here; one set by
+        the user is kept. The default does nothing. The vLLM and Vidur adapters have no
+        instance and do not call it."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 

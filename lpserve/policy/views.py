@@ -113,8 +113,9 @@ class RouterView:
     """Requests arriving now and the replicas they can go to.
 
     Request arrays have shape ``(n_arriving,)``: ``request``, ``arrival_s``,
-    ``prompt_tokens``, ``tenant``, ``session_id``, ``predicted_lo``/``predicted_hi`` (or
-    ``None``), ``output_tokens`` (clairvoyant policies only, else ``None``), and
+    ``prompt_tokens``, ``tenant``, ``session_id``, ``program_id`` (``None`` when the trace
+    has no programs), ``predicted_lo``/``predicted_hi`` (or ``None``), ``output_tokens``
+    (clairvoyant policies only, else ``None``), and
     ``block_keys`` (a tuple of int64 arrays: chained content hashes of each prompt's
     prefix blocks; empty without block ids). ``block_tokens`` is the replicas' KV block
     size (tokens). ``phase`` is ``"prefill"`` (or
@@ -133,7 +134,7 @@ class RouterView:
                  predicted_hi: np.ndarray | None, output_tokens: np.ndarray | None,
                  block_keys: tuple[np.ndarray, ...] | Callable[[], tuple[np.ndarray, ...]],
                  replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray],
-                 block_tokens: int = 16):
+                 block_tokens: int = 16, program_id: np.ndarray | None = None):
         self.now_s = float(now_s)
         self.block_tokens = int(block_tokens)
         self.n_replicas = int(n_replicas)
@@ -142,7 +143,8 @@ class RouterView:
         self._src = {"request": request, "arrival_s": arrival_s,
                      "prompt_tokens": prompt_tokens, "tenant": tenant,
                      "session_id": session_id, "predicted_lo": predicted_lo,
-                     "predicted_hi": predicted_hi, "output_tokens": output_tokens}
+                     "predicted_hi": predicted_hi, "output_tokens": output_tokens,
+                     "program_id": program_id}
         self._n = int(len(request))
         self._keys = block_keys
         self._state_fn = replica_state
@@ -157,7 +159,7 @@ class RouterView:
 
     _DTYPES = {"request": np.int64, "arrival_s": np.float64, "prompt_tokens": np.int64,
                "tenant": np.int64, "session_id": np.int64, "predicted_lo": np.int64,
-               "predicted_hi": np.int64, "output_tokens": np.int64}
+               "predicted_hi": np.int64, "output_tokens": np.int64, "program_id": np.int64}
 
     def __getattr__(self, name: str) -> Any:
         src = self.__dict__.get("_src")

@@ -54,6 +54,8 @@ class Result:
         request_slos: per request ``(ttft_s, tpot_s, tier)`` arrays, shape ``(n,)``, from
             the instance's tiers (:meth:`lpserve.instance.Instance.request_slos`), for the
             per-tenant and per-tier metrics; ``None`` uses ``slo`` for every request.
+        slo_e2e_s: the instance's end-to-end deadline (``SLO.e2e_s``), counted by goodput;
+        request_e2e_s: per request deadline ``(n,)`` from the tiers, or ``None``.
     """
 
     arrays: dict[str, np.ndarray]
@@ -63,6 +65,8 @@ class Result:
     stats: dict[str, Any] = field(default_factory=dict)
     slo: tuple[float, float] = (float("inf"), float("inf"))
     request_slos: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    slo_e2e_s: float = float("inf")
+    request_e2e_s: np.ndarray | None = None
 
     def __repr__(self) -> str:
         a = self.arrays
@@ -84,7 +88,12 @@ class Result:
         return pd.DataFrame({k: self.arrays[k] for k in REQUEST_COLUMNS})
 
     def summary(self) -> dict[str, Any]:
-        """Metrics with the DESIGN keys (see :func:`lpserve.objectives.summarize`)."""
+        """Metrics with the DESIGN keys (see :func:`lpserve.objectives.summarize`), plus
+        ``reasons`` (count per reason of every request not finished), ``preemptions``,
+        ``rejected_share`` and ``warnings``: one line (in capitals: REJECTED) when the
+        policy rejected more than 1 % of the requests
+        (:data:`lpserve.objectives.REJECTION_WARN_SHARE`), whose latencies then cover only
+        the requests it accepted."""
         a = self.arrays
         # latencies count from the release (the effective arrival); a request never
         # released (reason parent_not_finished) is pending and counted as unfinished
@@ -96,10 +105,18 @@ class Result:
             finished=a["status"] == "finished", rejected=a["status"] == "rejected",
             cached_prompt_tokens=a["cached_prompt_tokens"], prompt_tokens_seen=a["seen_tokens"],
             slo_ttft_s=self.slo[0], slo_tpot_s=self.slo[1], wall_s=self.stats.get("wall_s", 0.0),
-            kv_utilization=self.stats.get("kv_utilization", float("nan")))
+            kv_utilization=self.stats.get("kv_utilization", float("nan")),
+            slo_e2e_s=self.slo_e2e_s)
         reasons = a["reason"][a["reason"] != ""]
         s["reasons"] = {str(k): int(v) for k, v in zip(*np.unique(reasons, return_counts=True))} \
             if reasons.size else {}
+        # say loudly when the policy turned away more than 1 % of the trace
+        rej = a["reason"][a["status"] == "rejected"]
+        rej_reasons = {str(k): int(v) for k, v in zip(*np.unique(rej, return_counts=True))} \
+            if rej.size else {}
+        s["rejected_share"] = s["n_rejected"] / s["n_requests"] if s["n_requests"] else 0.0
+        w = obj.rejection_warning(s["n_rejected"], s["n_requests"], rej_reasons, self.policy)
+        s["warnings"] = [w] if w else []
         s["preemptions"] = int(a["preemptions"].sum())
         if "migrations" in self.stats:  # a policy with a rebalancer
             s["migrations"] = int(self.stats["migrations"])
@@ -126,7 +143,8 @@ class Result:
             first_scheduled_s=a["first_scheduled_s"], prompt_tokens=a["prompt_tokens"],
             output_tokens=a["output_tokens"], generated_tokens=a["generated_tokens"],
             finished=a["status"] == "finished", slo_ttft_s=slos[0], slo_tpot_s=slos[1],
-            tier=slos[2])
+            tier=slos[2], slo_e2e_s=(self.request_e2e_s if self.request_e2e_s is not None
+                                     else np.full(n, self.slo_e2e_s)))
 
     def digest(self) -> str:
         """sha256 of the per-request outcomes, the instance digest, policy and seed
@@ -231,4 +249,6 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         stats.update(sim.migrator.stats())
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
                   seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s),
-                  request_slos=instance.request_slos() if instance.tiers else None)
+                  request_slos=instance.request_slos() if instance.tiers else None,
+                  slo_e2e_s=instance.slo.e2e_s,
+                  request_e2e_s=instance.request_e2e_s() if instance.tiers else None)

@@ -44,6 +44,8 @@ class Simulation:
     def __init__(self, instance: Instance, policy: Policy, seed: int = 0, *,
                  reference: bool = False, check: bool = False, predictor: Any = None) -> None:
         self.instance = instance
+        # engine fields and role parameters that mirror the instance (Policy.bind)
+        policy = policy.bind(instance.cluster, instance.slo, instance.tiers)
         self.policy = policy
         self.seed = int(seed)
         self.reference = bool(reference)
@@ -113,6 +115,7 @@ class Simulation:
         if policy.rebalancer is not None:
             self.migrator = Migrator(self.ctx, self.back if self.back else self.front)
         self._routed_s = -math.inf  # time of the last routed event (dependency releases)
+        self._program = tr.program_id  # the routers' view of agentic programs
 
     # ------------------------------------------------------------------ routing
     def _route(self, pool: list[Any], req: list[int], t: float, phase: str) -> list[int]:
@@ -139,6 +142,7 @@ class Simulation:
             request=np.arange(req[0], req[-1] + 1) if contiguous else idx,
             arrival_s=S.arrival[idx], prompt_tokens=S.prompt[idx], tenant=S.tenant[idx],
             session_id=S.session[idx],
+            program_id=None if self._program is None else self._program[idx],
             predicted_lo=None if ctx.pred_lo is None else ctx.pred_lo[idx],
             predicted_hi=None if ctx.pred_hi is None else ctx.pred_hi[idx],
             output_tokens=S.out[idx] if self.policy.meta.clairvoyant else None,

@@ -262,6 +262,35 @@ class Empirical:
 
 
 @dataclass(frozen=True)
+class EmpiricalJoint:
+    """Resample (prompt, output) pairs jointly from observed requests, keeping their
+    correlation (the seed benchmarks resample ShareGPT's and the Azure traces' pairs)."""
+
+    prompt_tokens: np.ndarray = field(repr=False)
+    output_tokens: np.ndarray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        p, o = np.asarray(self.prompt_tokens), np.asarray(self.output_tokens)
+        _check(p.ndim == 1 and p.size > 0 and p.shape == o.shape,
+               "EmpiricalJoint needs two non-empty 1-D arrays of equal length")
+        _check(bool(np.all(p >= 1) and np.all(o >= 1)),
+               "EmpiricalJoint token counts must all be >= 1")
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> "EmpiricalJoint":
+        """The (prompt, output) pairs of ``trace``; :class:`TraceError` when it is empty."""
+        _check(len(trace) > 0, f"{trace.name}: cannot resample lengths from an empty trace")
+        return cls(trace.prompt_tokens, trace.output_tokens)
+
+    def sample_pairs(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(prompt_tokens, output_tokens)``, each int64 of shape ``(n,)``: ``n`` pairs
+        drawn uniformly with replacement."""
+        i = rng.integers(0, len(self.prompt_tokens), size=n)
+        return (np.asarray(self.prompt_tokens, np.int64)[i],
+                np.asarray(self.output_tokens, np.int64)[i])
+
+
+@dataclass(frozen=True)
 class TotalSplit:
     """Total tokens from ``total`` split into prefill and decode at a fixed ratio
     ``prefill_to_decode`` (e.g. Vidur's synthetic workload: total ~ U[512, 2048], 3:1)."""
@@ -289,7 +318,7 @@ class TotalSplit:
 # ============================================================================ synthetic
 def synthetic(n_requests: int, *, arrivals: ArrivalProcess,
               prompt: LengthDist | None = None, output: LengthDist | None = None,
-              lengths: TotalSplit | None = None, seed: int = 0,
+              lengths: EmpiricalJoint | TotalSplit | None = None, seed: int = 0,
               name: str = "synthetic") -> Trace:
     """``n_requests`` requests with the given arrival process and lengths.
 

@@ -94,7 +94,7 @@ def test_vtc_is_work_conserving():
                               prompt_tokens=np.full(n, 200), output_tokens=np.full(n, 40),
                               tenant=rng.integers(0, 3, n))
     inst = lp.Instance(trace=tr, cluster=CLUSTER)
-    fcfs = lp.simulate(inst, lp.make_policy("vllm", max_num_seqs=4)).arrays
+    fcfs = lp.simulate(inst, lp.make_policy("vllm-v0", max_num_seqs=4)).arrays
     vtc = lp.simulate(inst, lp.make_policy("vtc", max_num_seqs=4)).arrays
     for key in ("first_scheduled_s", "finish_s"):
         assert np.array_equal(np.sort(fcfs[key]), np.sort(vtc[key])), key

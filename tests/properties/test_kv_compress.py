@@ -17,7 +17,7 @@ from lpserve.policies.kvcompress import CostBasedDecider
 from lpserve.policy import PreemptionView
 from tests.strategies import preempting_instance
 
-ENGINES = ["vllm", "vllm-chunked", "fastserve", "las", "srpt-oracle", "mlfq"]
+ENGINES = ["vllm-v0", "vllm-chunked", "fastserve", "las", "srpt-oracle", "mlfq"]
 
 
 @st.composite

@@ -33,7 +33,8 @@ def test_fast_equals_reference_with_priority_preemption(seed, name, preemption, 
                               program_id=rng.integers(0, 4, n))
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                                     gpu_memory_fraction=0.16,
-                                                    replicas=int(rng.integers(1, 3))))
+                                                    replicas=int(rng.integers(1, 3))),
+                       slo=lp.SLO(ttft_s=2.0, tpot_s=0.2))  # slo-aware's targets
     kw = dict(preemption=preemption, batching=batching, max_num_seqs=int(rng.integers(1, 9)))
     if batching == "decode-first":
         kw["chunked_prefill"] = True

@@ -60,7 +60,7 @@ def spec_instances(draw):
         dec = OracleSpeculation(draft, acceptance, max_k=max_k)
     engine = draw(st.sampled_from(SIM_ENGINES))
     params: dict = {"router": draw(st.sampled_from(["round-robin", "least-outstanding"]))}
-    if engine in ("vllm", "vllm-chunked", "sarathi"):
+    if engine in ("vllm", "vllm-v0", "vllm-chunked", "sarathi"):
         params["preemption"] = draw(st.sampled_from(["recompute", "swap"]))
         params["max_num_seqs"] = draw(st.integers(1, 8))
         params["max_num_batched_tokens"] = draw(st.sampled_from([64, 256, 4096]))

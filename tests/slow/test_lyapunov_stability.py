@@ -7,7 +7,11 @@
 * Sarathi-Serve's result: capacity under a P99 TBT SLO of ``sarathi`` (budget 512) vs
   ``vllm``, Mistral-7B on one A100 (paper: about 2.6x);
 * one V, no per-workload tuning: the DPP controller matches or beats the best fixed
-  Sarathi budget on every workload (within the bisection's resolution).
+  Sarathi budget in capacity on every workload here (within the bisection's
+  resolution). Measured exception: goodput at fixed rates on bursty Azure code traffic
+  under TTFT 2 s / TPOT 50 ms (Llama-3-8B, H100), where it reaches 0.85-1.10 of the best
+  fixed budget, and 1.00 on the same requests with Poisson arrivals
+  (``benchmarks/seeds/sarathi.py``).
 """
 from __future__ import annotations
 
@@ -65,7 +69,7 @@ def test_knife_edge():
         print(f"{name}: mean queue first/last third at 0.95: {lo}, at 1.05: {hi}")
         assert _bounded(*lo), name
         assert _growing(*hi), name
-    vllm = lambda: make_policy("vllm", max_num_batched_tokens=BUDGET)
+    vllm = lambda: make_policy("vllm-v0", max_num_batched_tokens=BUDGET)
     under = _queue_growth(0.9 * cap_vllm, vllm())
     over = _queue_growth(0.95 * cap, vllm())
     print(f"vllm: at 0.9 of its fluid capacity {under}, at 0.95 of Li-Dai-Peng {over}")
@@ -89,11 +93,11 @@ def table(bench):
 
 def test_sarathi_capacity_over_vllm(table):
     row = table["azure-conv"]
-    ratio = row["sarathi-512"] / row["vllm"]
-    print(f"\ncapacity sarathi-512 / vllm on azure-conv: {ratio:.2f} (paper: ~2.6)")
+    ratio = row["sarathi-512"] / row["vllm-v0"]
+    print(f"\ncapacity sarathi-512 / vllm-v0 on azure-conv: {ratio:.2f} (paper: ~2.6)")
     assert 1.8 <= ratio <= 4.5
     gen = table["generated"]
-    assert gen["sarathi-512"] > 1.8 * gen["vllm"]
+    assert gen["sarathi-512"] > 1.8 * gen["vllm-v0"]
 
 
 def test_dpp_matches_best_fixed_budget(table):

@@ -18,7 +18,7 @@ def test_fast_equals_reference_many(case):
 
 
 @pytest.mark.parametrize("name, params", [
-    ("vllm", {}), ("sarathi", {}), ("vllm", {"prefix_caching": False}),
+    ("vllm", {}), ("vllm-v0", {}), ("sarathi", {}), ("vllm-v0", {"prefix_caching": False}),
     ("vllm-chunked", {"preemption": "swap"}), ("orca", {}),
     ("vllm+prefix-affinity", {}),
 ])

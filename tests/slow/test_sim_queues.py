@@ -20,7 +20,7 @@ def _single_slot(n: int, rate_per_s: float, output: np.ndarray, seed: int):
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                                     block_tokens=1),
                        cost=lp.UnitRoundCost(memory_tokens=10 ** 7))
-    pol = lp.make_policy("vllm", max_num_seqs=1, prefix_caching=False, watermark=0.0)
+    pol = lp.make_policy("vllm-v0", max_num_seqs=1, prefix_caching=False, watermark=0.0)
     res = lp.simulate(inst, pol)
     assert res.summary()["n_finished"] == n
     return res
@@ -55,7 +55,7 @@ def test_littles_law_on_a_long_run():
     tr = lp.Trace.from_arrays(arrival_s=np.cumsum(rng.exponential(1 / 2.5, n)),
                               prompt_tokens=total - decode, output_tokens=decode)
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
-    a = lp.simulate(inst, lp.make_policy("vllm", prefix_caching=False)).arrays
+    a = lp.simulate(inst, lp.make_policy("vllm-v0", prefix_caching=False)).arrays
     arr, fin = a["arrival_s"], a["finish_s"]
     assert np.isfinite(fin).all()
     t0, t1 = arr[0], arr[-1]

@@ -22,10 +22,10 @@ from lpserve.policies.baselines import ENGINE_DEFAULTS
 pytestmark = pytest.mark.slow
 
 GROWS = 0.05
-WORK_CONSERVING = {"vllm-chunked", "sarathi", "orca"}   # orca: decodes + whole prefills
+WORK_CONSERVING = {"vllm", "vllm-chunked", "sarathi", "orca"}   # orca: decodes + whole prefills
 # not maximally stable; on the A100 cost model vLLM's small prefills are cheap enough
 # that this workload does not expose it, so only the round model asserts it for vLLM
-UNSTABLE_BELOW = {"round": {"vllm", "static"}, "a100": {"static"}}
+UNSTABLE_BELOW = {"round": {"vllm-v0", "static"}, "a100": {"static"}}
 
 
 def _instance(model: str, seed: int, n: int, rate: float) -> lp.Instance:

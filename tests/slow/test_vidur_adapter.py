@@ -127,7 +127,7 @@ if INNER:
         tr = small_trace()
         df, sim = run_vidur(tmp_path, tr, SPF)
         v_sched = tr.arrival_s + df["request_scheduling_delay"].to_numpy()
-        pol = make_policy("vllm", max_num_seqs=128, max_num_batched_tokens=4096,
+        pol = make_policy("vllm-v0", max_num_seqs=128, max_num_batched_tokens=4096,
                           prefix_caching=False).with_(scheduler=shortest_prompt_first)
         res = lp.simulate(lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb",
                                                                    llm="llama-2-7b")), pol)

@@ -99,14 +99,14 @@ def test_prefix_cache_hits_on_shared_prefixes():
 
 def test_swap_preemption_is_priced_and_recovers():
     inst = _inst([200] * 6, [300] * 6, arrival=np.zeros(6), gpu_memory_fraction=0.171)
-    rec = lp.simulate(inst, lp.make_policy("vllm", preemption="recompute"), check=True)
-    swp = lp.simulate(inst, lp.make_policy("vllm", preemption="swap"), check=True)
+    rec = lp.simulate(inst, lp.make_policy("vllm-v0", preemption="recompute"), check=True)
+    swp = lp.simulate(inst, lp.make_policy("vllm-v0", preemption="swap"), check=True)
     assert rec.summary()["preemptions"] > 0
     assert swp.stats["swaps"] > 0
     assert np.all(swp.arrays["status"] == "finished")
     nohost = _inst([200] * 6, [300] * 6, arrival=np.zeros(6), gpu_memory_fraction=0.171,
                    host_memory_gb=0.0)
-    assert lp.simulate(nohost, lp.make_policy("vllm", preemption="swap")).stats["swaps"] == 0
+    assert lp.simulate(nohost, lp.make_policy("vllm-v0", preemption="swap")).stats["swaps"] == 0
 
 
 def test_disaggregated_ttft_and_transfer():
