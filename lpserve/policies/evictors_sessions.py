@@ -29,15 +29,17 @@ hits exactly.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from lpserve.policies import _group_kernels as G
+from lpserve.policy import Evictor, EvictorView, Meta, RequestEvent
 
-__all__ = ["SESSION_SPECS", "SessionEvictorSpec", "WaitStats", "fit_wait_stats",
-           "replay_session_hits"]
+__all__ = ["SESSION_SPECS", "SessionEvictor", "SessionEvictorSpec", "WaitStats",
+           "fit_wait_stats", "replay_session_hits"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,3 +196,141 @@ def fit_wait_stats(acc: Any, *, amax_s: float = 3600.0) -> WaitStats:
                    max(acc.n_keys, 1), G.MODE_GLRU, spec.params(acc.block_tokens),
                    G.AGE_EDGES_S, G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE)
     return st
+
+
+# ===================================================================================== adapter
+class SessionEvictor(Evictor):
+    """The simulator's form of a session-aware evictor (the replay rule of ``spec``).
+
+    It observes every request's arrival and finish (``observes_requests``): a finish starts
+    its thread's wait (class ``wait_kind + 1``, the conversation's prompt blocks), the
+    thread's next arrival ends it (a return after the gap), ``amax_s`` without one ends it
+    as no return. Ages and gaps count from the finish (when the blocks were released),
+    where the replay, without service times, counts from the arrival. At an eviction the
+    evictable blocks form groups (same thread and release time), keyed as
+    :func:`lpserve.policies._group_kernels.group_key` does; a group's deepest block goes
+    first. Recompute values of ``return-knapsack`` come from the cluster's cost model
+    (``models/kv-caching-flow.md`` (10)).
+    """
+
+    meta = Meta(online=True, engines=("lpserve",))
+    observes_requests = True
+
+    def __init__(self, spec: SessionEvictorSpec) -> None:
+        self.spec = spec
+        self.name = f"kv-{spec.name}"
+        self.reset(None, None)
+
+    def reset(self, cluster: Any, rng: Any) -> None:
+        """Forget everything learned in a previous run (keep the ``prior``)."""
+        self._st = (self.spec.prior or WaitStats.empty()).copy()
+        self._tg: dict[int, np.ndarray] = {}   # thread -> moving average gap per class
+        self._pending: dict[int, tuple] = {}   # thread -> (finish_s, class, blocks, tokens)
+        self._timeouts: list[tuple[float, int]] = []
+        self._info: dict[int, tuple] = {}      # thread -> (finish_s, expiry_s, return_s, need)
+        self._q = [0.0, 0.0]
+        self._n_new = 0
+        self._times: np.ndarray | None = None  # prefill seconds of k blocks from scratch
+        self._cost = None
+        if cluster is not None and self.spec.mode == G.MODE_INDEX:
+            from lpserve.cost import cost_model_for
+
+            self._cost = cost_model_for(cluster)
+        self._refit()
+
+    def _refit(self) -> None:
+        st, sp = self._st, self.spec
+        self._tau = (np.full(G.N_CLASSES, sp.ttl_s) if sp.ttl_s >= 0 else
+                     G.fit_ttl(st.H, st.O, float(sp.min_n), st.NE, G.TTL_GRID_S)[0])
+        self._pi, self._mu = G.fit_return(st.R, st.X, st.NE, G.AGE_EDGES_S, sp.amax_s,
+                                          float(sp.min_n))
+        self._n_new = 0
+
+    def _end_wait(self, th: int, gap: float, ev: RequestEvent | None) -> None:
+        t0, c, w, ctx = self._pending.pop(th)
+        st, sp = self._st, self.spec
+        G.record_wait(st.H, st.O, st.R, st.X, st.NE, c, gap, float(w), sp.amax_s,
+                      G.AGE_EDGES_S, G.TTL_GRID_S)
+        if gap <= sp.amax_s:
+            tg = self._tg.setdefault(th, np.zeros(G.N_CLASSES))
+            tg[c] = gap if tg[c] <= 0 else sp.alpha * gap + (1.0 - sp.alpha) * tg[c]
+        if ev is not None and ev.prompt_tokens >= ctx:
+            self._q[0] += ev.prompt_tokens - ctx
+            self._q[1] += 1.0
+        self._n_new += 1
+
+    def observe(self, event: RequestEvent) -> None:
+        """Learn from a request's arrival (a return) or finish (a wait begins)."""
+        now, th, sp = float(event.now_s), int(event.thread), self.spec
+        while self._timeouts and self._timeouts[0][0] + sp.amax_s < now:
+            t0, th0 = heapq.heappop(self._timeouts)
+            if th0 in self._pending and self._pending[th0][0] == t0:
+                self._end_wait(th0, np.inf, None)
+        if th < 0:
+            return
+        if event.kind == "arrive" and th in self._pending:
+            self._end_wait(th, now - self._pending[th][0], event)
+        elif event.kind == "finish":
+            c, bt = int(event.wait_kind) + 1, max(int(event.block_tokens), 1)
+            if th in self._pending:  # a second finish before a return: the first wait ends
+                self._end_wait(th, now - self._pending[th][0], None)
+            self._pending[th] = (now, c, event.prompt_tokens // bt, event.context_tokens)
+            heapq.heappush(self._timeouts, (now, th))
+            q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
+            need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
+            self._info[th] = (now, now + self._tau[c], now + self._predicted(th, c), need)
+        if self._n_new >= sp.refit:
+            self._refit()
+
+    def _predicted(self, th: int, c: int) -> float:
+        """Predicted gap (s) of thread ``th`` after a wait of class ``c``
+        (``_group_kernels.predicted_gap``)."""
+        tg = self._tg.get(th)
+        own = np.zeros(G.N_CLASSES) if tg is None else tg
+        return float(G.predicted_gap(self._st.NE, own.reshape(1, -1), 0, c))
+
+    def _values(self, depth: np.ndarray, bt: int) -> np.ndarray:
+        """Recompute seconds of blocks at ``depth`` (cost model), 1 each without one."""
+        if self._cost is None or bt <= 0:
+            return np.ones(depth.size)
+        top = int(depth.max(initial=0)) + 2
+        if self._times is None or self._times.size < top:
+            k = np.arange(max(top, 2 * (0 if self._times is None else self._times.size)))
+            self._times = self._cost.batch_times_s(
+                [{"prefill_tokens": [int(max(x * bt, 1))], "prefill_cached": [0]}
+                 for x in k.tolist()])
+        return np.maximum(self._times[depth + 1] - self._times[depth], 0.0)
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        """``need_blocks`` positions of ``view``: groups in key order, deepest first."""
+        n, sp, st = len(view), self.spec, self._st
+        now = float(view.now_s)
+        t = np.asarray(view.last_access_s, np.float64)
+        depth = np.asarray(view.depth, np.int64)
+        th = np.full(n, -1, np.int64) if view.thread is None else np.asarray(view.thread)
+        cls = (np.zeros(n, np.int64) if view.wait_kind is None
+               else np.asarray(view.wait_kind, np.int64) + 1)
+        val = self._values(depth, int(view.block_tokens))
+        keys = np.stack([th, t.view(np.int64), cls])
+        _, first, gid = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+        gid = gid.reshape(-1)
+        prim = np.empty(first.size)
+        sec = np.empty(first.size)
+        gneed = np.zeros(first.size, np.int64)
+        gval = np.bincount(gid, weights=val) / np.bincount(gid)
+        params = sp.params(int(view.block_tokens))
+        for k, j in enumerate(first.tolist()):
+            c, tg_, thj = int(cls[j]), float(t[j]), int(th[j])
+            info = self._info.get(thj)
+            if info is not None and info[0] == tg_:
+                expiry, ret, gneed[k] = info[1], info[2], info[3]
+            else:
+                expiry, ret = tg_ + self._tau[c], tg_ + self._predicted(-1, c)
+            v = ret if sp.mode == G.MODE_TTL else gval[k]
+            prim[k], sec[k], _ = G.group_key(sp.mode, c, tg_, now, expiry, 0, 0, v, st.NE,
+                                             self._pi, self._mu, G.AGE_EDGES_S, params)
+        p = prim[gid]
+        if sp.mode == G.MODE_TAIL:
+            p = np.where(depth >= gneed[gid], 0.0, 1.0)
+        order = np.lexsort((-depth, gid, sec[gid], p))
+        return order[:int(need_blocks)].astype(np.int64)
