@@ -79,6 +79,9 @@ BUNDLED = {
                          "Azure LLM inference 2023, conversation, first 10 minutes (CC-BY 4.0)"),
     "mooncake-conv-5min": ("mooncake_conv_first5min.jsonl.gz", "mooncake",
                            "Mooncake FAST'25 conversation trace, first 5 minutes (Apache-2.0)"),
+    "agentic-sessions-small": ("kv_cache_tester_sessions_small.jsonl.gz", "kv-cache-tester",
+                               "kv-cache-tester Claude Code sessions, 43 small ones "
+                               "(Apache-2.0); every session starts at 0"),
 }
 DEFAULT_TRACE = "azure-conv-10min"
 
@@ -177,6 +180,17 @@ def bundled_trace(name: str = DEFAULT_TRACE) -> Trace:
     ref = resources.files("lpserve") / "data" / fname
     with resources.as_file(ref) as p:
         return load_trace(p, fmt, name=name)
+
+
+def bundled_sessions(name: str = "agentic-sessions-small") -> Sessions:
+    """The sessions of a bundled ``kv-cache-tester`` file on their own clocks (compose them
+    with :func:`lpserve.trace.sessions.compose`)."""
+    if name not in BUNDLED or BUNDLED[name][1] != "kv-cache-tester":
+        raise TraceError(f"{name!r} is not a bundled sessions file; bundled: "
+                         f"{[k for k, v in BUNDLED.items() if v[1] == 'kv-cache-tester']}")
+    ref = resources.files("lpserve") / "data" / BUNDLED[name][0]
+    with resources.as_file(ref) as p:
+        return read_sessions(p)
 
 
 # --------------------------------------------------------------------------- CSV helpers
