@@ -48,14 +48,16 @@ N_CLASSES = 3  # Trace.wait_kind + 1: unknown, tool call, user turn
 #: refreshed every this many ended waits, reuse horizon (s), tail threshold (tokens),
 #: weight of the newest gap in a thread's moving average, fixed TTL (s; < 0: learn),
 #: fewest ended waits before a class uses its own fit, tokens per block
-P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK = range(8)
-N_PARAMS = 8
+#: and the time constant (s) of the hit scores of the ttl-pin duel (0: no duel)
+P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK, P_DUEL = range(9)
+N_PARAMS = 9
 #: ages (s) at which keys are re-evaluated; bin ``b`` is ``[AGE_EDGES_S[b], [b+1])``
 AGE_EDGES_S = np.array([0.0, 2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 90, 120, 180,
                         240, 360, 480, 720, 900, 1200, 1800, 2700, 3600])
 #: candidate TTLs (s) of the ttl-pin fit
 TTL_GRID_S = np.array([0.0, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800,
                        3600])
+DUEL_MARGIN = 0.02  # ttl-pin starts pinning once its shadow leads LRU's by this share
 PRIOR_GAP_S = 60.0  # prior mean return gap of the reuse-decay fit (one pseudo-return)
 
 
@@ -263,16 +265,118 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
 
 # ===================================================================================== replay
 @njit(cache=True)
+def new_cache(n, n_keys, B):  # pragma: no cover - numba
+    """The state of one cache instance: ``(inc, owner, cnt, gtop, expiry, need, gval,
+    gstamp, estamp, hp, hs, hg, hv, ep, es, eg, ev, sc)``; ``sc`` holds the heap sizes,
+    the stamp counter and the cached blocks."""
+    cap = n * (B + 5) + 16
+    return (np.zeros(n_keys, np.bool_), np.full(n_keys, -1, np.int64),
+            np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
+            np.ones(n), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.empty(cap), np.empty(cap), np.empty(cap, np.int64), np.empty(cap, np.int64),
+            np.empty(cap), np.zeros(cap), np.empty(cap, np.int64), np.empty(cap, np.int64),
+            np.zeros(4, np.int64))
+
+
+@njit(cache=True)
+def rekey(st, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):  # pragma: no cover
+    """Push group ``g``'s key at ``now`` (and its next re-key event) onto its heaps."""
+    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
+     eg, ev, sc) = st
+    sc[2] += 1
+    pk, sk, nxt = group_key(mode, c, t_g, now, expiry[g], gtop[g] - g_off, need[g],
+                            gval[g], NE, pi, mu, edges, params)
+    gstamp[g] = sc[2]
+    sc[0] = heap_push(hp, hs, hg, hv, sc[0], pk, sk, g, sc[2])
+    if nxt < np.inf:
+        estamp[g] = sc[2]
+        sc[1] = heap_push(ep, es, eg, ev, sc[1], nxt, 0.0, g, sc[2])
+
+
+@njit(cache=True)
+def unpin_all(st, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges,
+              params):  # pragma: no cover - numba
+    """End every pin of a ttl-pin cache now (its groups get their LRU keys)."""
+    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
+     eg, ev, sc) = st
+    m = sc[1]
+    for i in range(m):
+        g = eg[i]
+        if ev[i] == estamp[g] and cnt[g] > 0 and expiry[g] > now:
+            expiry[g] = now
+            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
+                  params)
+
+
+@njit(cache=True)
+def cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls, capacity, exp_r,
+               need_r, gval_r, NE, pi, mu, edges, params):  # pragma: no cover - numba
+    """Serve request ``r`` in the cache ``st``: count its prefix hits, make its blocks its
+    group (pin expiry ``exp_r``, tail depth ``need_r``, value ``gval_r``), then evict down
+    to ``capacity`` blocks. Returns the hits."""
+    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
+     eg, ev, sc) = st
+    a0, a1 = offsets[r], offsets[r + 1]
+    j = a0
+    while j < a1 and inc[key[j]]:
+        j += 1
+    for a in range(a0, a1):
+        k = key[a]
+        if inc[k]:
+            cnt[request[owner[k]]] -= 1
+        else:
+            inc[k] = True
+            sc[3] += 1
+        owner[k] = a
+    if a1 > a0:
+        cnt[r], gtop[r], expiry[r], need[r], gval[r] = a1 - a0, a1 - 1, exp_r, need_r, gval_r
+        rekey(st, mode, r, now, now, cls[r], a0, NE, pi, mu, edges, params)
+    if sc[3] <= capacity:
+        return j - a0
+    while sc[1] > 0 and ep[0] <= now:  # re-key the groups whose key changed by now
+        g, v_ = eg[0], ev[0]
+        sc[1] = heap_pop(ep, es, eg, ev, sc[1])
+        if v_ == estamp[g] and cnt[g] > 0:
+            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
+                  params)
+    while sc[3] > capacity:
+        if sc[0] == 0:
+            raise RuntimeError("group_replay: no evictable group left")
+        pk, g, v_ = hp[0], hg[0], hv[0]
+        sc[0] = heap_pop(hp, hs, hg, hv, sc[0])
+        if v_ != gstamp[g] or cnt[g] == 0:
+            continue
+        lo = offsets[g] + (need[g] if mode == MODE_TAIL and pk == 0.0 else 0)
+        while sc[3] > capacity and gtop[g] >= lo:
+            a = gtop[g]
+            gtop[g] -= 1
+            k = key[a]
+            if inc[k] and owner[k] == a:
+                inc[k] = False
+                sc[3] -= 1
+                cnt[g] -= 1
+        if cnt[g] > 0:
+            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
+                  params)
+    return j - a0
+
+
+@njit(cache=True)
 def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls,
                  prompt_tokens, context_tokens, n_keys, capacity, mode, params, edges,
                  ttl_grid, H, O, R, X, NE):  # pragma: no cover - numba
     """Hits per request (n,) of the session-aware evictor ``mode`` (see the module
     docstring). Per request (n,): ``arrival_s``, ``thread`` (dense conversation id, -1
     none), ``cls`` (0..N_CLASSES-1), ``prompt_tokens``, ``context_tokens`` (prompt +
-    output tokens: what the conversation holds after the request); per
-    access (A,): ``key``, ``request``, ``value`` (recompute value of a hit); ``params``
-    float64 (N_PARAMS,). ``H, O, R, X, NE``: the wait statistics of :func:`record_wait`,
-    updated in place (pass zeros, or statistics fitted on other traffic to start warm)."""
+    output tokens: what the conversation holds after the request); per access (A,):
+    ``key``, ``request``, ``value`` (recompute value of a hit); ``params`` float64
+    (N_PARAMS,). ``H, O, R, X, NE``: the wait statistics of :func:`record_wait`, updated in
+    place (pass zeros, or statistics fitted on other traffic to start warm).
+
+    With ``mode == MODE_TTL`` and ``params[P_DUEL] > 0`` two shadow caches run beside the
+    real one, pure LRU and pure ttl-pin; a request's group is pinned only while the
+    ttl-pin shadow's hits (exponentially decayed, time constant ``P_DUEL`` s) are at least
+    the LRU shadow's (set dueling, eq. (4b))."""
     n = offsets.shape[0] - 1
     K, B = N_CLASSES, edges.shape[0] - 1
     amax, refit, bt = params[P_AMAX], int(params[P_REFIT]), params[P_BLOCK]
@@ -281,34 +385,20 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
     if params[P_TTL] < 0:
         tau, _ = fit_ttl(H, O, params[P_MIN_N], NE, ttl_grid)
     pi, mu = fit_return(R, X, NE, edges, amax, params[P_MIN_N])
-    inc = np.zeros(n_keys, np.bool_)
-    owner = np.full(n_keys, -1, np.int64)
-    cnt = np.zeros(n, np.int64)
-    gtop = np.zeros(n, np.int64)
-    expiry = np.zeros(n)
-    need = np.zeros(n, np.int64)
-    gval = np.ones(n)
-    gstamp = np.zeros(n, np.int64)
-    estamp = np.zeros(n, np.int64)
-    cap_h = n * (B + 5) + 16
-    hp, hs, hg, hv = np.empty(cap_h), np.empty(cap_h), np.empty(cap_h, np.int64), \
-        np.empty(cap_h, np.int64)
-    ep, es, eg, ev = np.empty(cap_h), np.zeros(cap_h), np.empty(cap_h, np.int64), \
-        np.empty(cap_h, np.int64)
-    m = me = 0
-    stamp = 0
+    duel = mode == MODE_TTL and params[P_DUEL] > 0
+    st = new_cache(n, n_keys, B)
+    sh_lru = new_cache(n if duel else 0, n_keys if duel else 0, B)
+    sh_ttl = new_cache(n if duel else 0, n_keys if duel else 0, B)
+    score_lru = score_ttl = 0.0
+    pinning = not duel
+    t_score = arrival_s[0] if n else 0.0
     last_req = np.full(max(n_threads, 1), -1, np.int64)
     tg = np.zeros((max(n_threads, 1), K))
     resolved = np.zeros(n, np.bool_)
     qptr = 0
-    size = 0
     hits = np.zeros(n, np.int64)
     for r in range(n):
         a0, a1, now = offsets[r], offsets[r + 1], arrival_s[r]
-        j = a0
-        while j < a1 and inc[key[j]]:
-            j += 1
-        hits[r] = j - a0
         # waits that ended by now: no return within amax, or the thread's next request
         while qptr < r and arrival_s[qptr] + amax < now:
             if thread[qptr] >= 0 and not resolved[qptr]:
@@ -337,126 +427,138 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
                 tau, _ = fit_ttl(H, O, params[P_MIN_N], NE, ttl_grid)
             if mode == MODE_INDEX:
                 pi, mu = fit_return(R, X, NE, edges, amax, params[P_MIN_N])
-        # the request's blocks join the cache as its group
+        q_hat = q_sum / q_n if q_n > 0 else 0.0
+        need_r = int(math.ceil(max(0.0, context_tokens[r] + q_hat - params[P_XI]) / bt))
+        v = 0.0
+        for a in range(a0, a1):
+            v += value[a]
+        gval_r = v / max(a1 - a0, 1)
+        if mode == MODE_TTL:
+            gval_r = now + predicted_gap(NE, tg, th, cls[r])
+        exp_r = now + tau[cls[r]]
+        if duel:
+            hl = cache_step(sh_lru, MODE_GLRU, r, now, offsets, key, request, arrival_s, cls,
+                            capacity, now, need_r, gval_r, NE, pi, mu, edges, params)
+            ht = cache_step(sh_ttl, mode, r, now, offsets, key, request, arrival_s, cls,
+                            capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
+            f = math.exp(-(now - t_score) / params[P_DUEL])
+            score_lru, score_ttl, t_score = score_lru * f + hl, score_ttl * f + ht, now
+            if pinning and score_ttl < score_lru:  # LRU leads: drop every pin now
+                pinning = False
+                unpin_all(st, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params)
+            elif not pinning and score_ttl > (1.0 + DUEL_MARGIN) * score_lru:
+                pinning = True
+            if not pinning:
+                exp_r = now
+        hits[r] = cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls,
+                             capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
+    return hits
+
+
+class _RefCache:
+    """One cache instance of :func:`group_replay_ref` (plain Python, heapq)."""
+
+    def __init__(self, n: int, n_keys: int) -> None:
+        self.inc, self.owner = [False] * n_keys, [-1] * n_keys
+        self.cnt, self.gtop, self.need = [0] * n, [0] * n, [0] * n
+        self.expiry, self.gval = [0.0] * n, [1.0] * n
+        self.gstamp, self.estamp = [0] * n, [0] * n
+        self.heap: list = []
+        self.events: list = []
+        self.stamp = self.size = 0
+
+    def rekey(self, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):
+        self.stamp += 1
+        pk, sk, nxt = group_key.py_func(mode, c, t_g, now, self.expiry[g],
+                                        self.gtop[g] - g_off, self.need[g], self.gval[g], NE,
+                                        pi, mu, edges, params)
+        self.gstamp[g] = self.stamp
+        heapq.heappush(self.heap, (pk, sk, g, self.stamp))
+        if nxt < np.inf:
+            self.estamp[g] = self.stamp
+            heapq.heappush(self.events, (nxt, 0.0, g, self.stamp))
+
+    def unpin_all(self, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params):
+        for _, _, g, v_ in list(self.events):
+            if v_ == self.estamp[g] and self.cnt[g] > 0 and self.expiry[g] > now:
+                self.expiry[g] = now
+                self.rekey(mode, g, float(arrival_s[g]), now, cls[g], offsets[g], NE, pi, mu,
+                           edges, params)
+
+    def step(self, mode, r, now, offsets, key, request, arrival_s, cls, capacity, exp_r,
+             need_r, gval_r, NE, pi, mu, edges, params):
+        a0, a1 = int(offsets[r]), int(offsets[r + 1])
+        j = a0
+        while j < a1 and self.inc[key[j]]:
+            j += 1
         for a in range(a0, a1):
             k = key[a]
-            if inc[k]:
-                cnt[request[owner[k]]] -= 1
+            if self.inc[k]:
+                self.cnt[request[self.owner[k]]] -= 1
             else:
-                inc[k] = True
-                size += 1
-            owner[k] = a
+                self.inc[k] = True
+                self.size += 1
+            self.owner[k] = a
         if a1 > a0:
-            cnt[r] = a1 - a0
-            gtop[r] = a1 - 1
-            expiry[r] = now + tau[cls[r]]
-            q_hat = q_sum / q_n if q_n > 0 else 0.0
-            need[r] = int(math.ceil(max(0.0, context_tokens[r] + q_hat - params[P_XI]) / bt))
-            v = 0.0
-            for a in range(a0, a1):
-                v += value[a]
-            gval[r] = v / (a1 - a0)
-            if mode == MODE_TTL:
-                gval[r] = now + predicted_gap(NE, tg, th, cls[r])
-            stamp += 1
-            pk, sk, nxt = group_key(mode, cls[r], now, now, expiry[r], a1 - a0, need[r],
-                                    gval[r], NE, pi, mu, edges, params)
-            gstamp[r] = stamp
-            m = heap_push(hp, hs, hg, hv, m, pk, sk, r, stamp)
-            if nxt < np.inf:
-                estamp[r] = stamp
-                me = heap_push(ep, es, eg, ev, me, nxt, 0.0, r, stamp)
-        if size <= capacity:
-            continue
-        while me > 0 and ep[0] <= now:  # re-key the groups whose key changed by now
-            g, v_ = eg[0], ev[0]
-            me = heap_pop(ep, es, eg, ev, me)
-            if v_ == estamp[g] and cnt[g] > 0:
-                stamp += 1
-                pk, sk, nxt = group_key(mode, cls[g], arrival_s[g], now,
-                                        expiry[g], gtop[g] - offsets[g], need[g], gval[g],
-                                        NE, pi, mu, edges, params)
-                gstamp[g] = stamp
-                m = heap_push(hp, hs, hg, hv, m, pk, sk, g, stamp)
-                if nxt < np.inf:
-                    estamp[g] = stamp
-                    me = heap_push(ep, es, eg, ev, me, nxt, 0.0, g, stamp)
-        while size > capacity:
-            if m == 0:
+            self.cnt[r], self.gtop[r], self.expiry[r] = a1 - a0, a1 - 1, exp_r
+            self.need[r], self.gval[r] = need_r, gval_r
+            self.rekey(mode, r, now, now, cls[r], a0, NE, pi, mu, edges, params)
+        if self.size <= capacity:
+            return j - a0
+        while self.events and self.events[0][0] <= now:
+            _, _, g, v_ = heapq.heappop(self.events)
+            if v_ == self.estamp[g] and self.cnt[g] > 0:
+                self.rekey(mode, g, float(arrival_s[g]), now, cls[g], offsets[g], NE, pi,
+                           mu, edges, params)
+        while self.size > capacity:
+            if not self.heap:
                 raise RuntimeError("group_replay: no evictable group left")
-            pk, g, v_ = hp[0], hg[0], hv[0]
-            m = heap_pop(hp, hs, hg, hv, m)
-            if v_ != gstamp[g] or cnt[g] == 0:
+            pk, _, g, v_ = heapq.heappop(self.heap)
+            if v_ != self.gstamp[g] or self.cnt[g] == 0:
                 continue
-            lo = offsets[g] + (need[g] if mode == MODE_TAIL and pk == 0.0 else 0)
-            while size > capacity and gtop[g] >= lo:
-                a = gtop[g]
-                gtop[g] -= 1
+            lo = offsets[g] + (self.need[g] if mode == MODE_TAIL and pk == 0.0 else 0)
+            while self.size > capacity and self.gtop[g] >= lo:
+                a = self.gtop[g]
+                self.gtop[g] -= 1
                 k = key[a]
-                if inc[k] and owner[k] == a:
-                    inc[k] = False
-                    size -= 1
-                    cnt[g] -= 1
-            if cnt[g] > 0:
-                stamp += 1
-                pk, sk, nxt = group_key(mode, cls[g], arrival_s[g], now,
-                                        expiry[g], gtop[g] - offsets[g], need[g], gval[g],
-                                        NE, pi, mu, edges, params)
-                gstamp[g] = stamp
-                m = heap_push(hp, hs, hg, hv, m, pk, sk, g, stamp)
-                if nxt < np.inf:
-                    estamp[g] = stamp
-                    me = heap_push(ep, es, eg, ev, me, nxt, 0.0, g, stamp)
-    return hits
+                if self.inc[k] and self.owner[k] == a:
+                    self.inc[k] = False
+                    self.size -= 1
+                    self.cnt[g] -= 1
+            if self.cnt[g] > 0:
+                self.rekey(mode, g, float(arrival_s[g]), now, cls[g], offsets[g], NE, pi, mu,
+                           edges, params)
+        return j - a0
 
 
 def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads, cls,
                      prompt_tokens, context_tokens, n_keys, capacity, mode, params, edges,
                      ttl_grid, H, O, R, X, NE):
-    """Plain-Python twin of :func:`group_replay` (same keys, events and tie-breaks; the
-    fits run as Python through each numba function's ``py_func``)."""
+    """Plain-Python twin of :func:`group_replay` (same keys, events, duel and tie-breaks;
+    the fits run as Python through each numba function's ``py_func``)."""
     rec, fttl, fret = record_wait.py_func, fit_ttl.py_func, fit_return.py_func
+    upd, pgap = update_gap.py_func, predicted_gap.py_func
     n = len(offsets) - 1
-    K = N_CLASSES
     amax, refit, bt = params[P_AMAX], int(params[P_REFIT]), params[P_BLOCK]
     q_sum = q_n = 0.0
     n_new = 0
-    tau = np.full(K, max(params[P_TTL], 0.0))
+    tau = np.full(N_CLASSES, max(params[P_TTL], 0.0))
     if params[P_TTL] < 0:
         tau, _ = fttl(H, O, params[P_MIN_N], NE, ttl_grid)
     pi, mu = fret(R, X, NE, edges, amax, params[P_MIN_N])
-    inc, owner = [False] * n_keys, [-1] * n_keys
-    cnt, gtop, expiry, need, gval = [0] * n, [0] * n, [0.0] * n, [0] * n, [1.0] * n
-    gstamp, estamp = [0] * n, [0] * n
-    heap: list = []
-    events: list = []
-    stamp = size = qptr = 0
+    duel = mode == MODE_TTL and params[P_DUEL] > 0
+    st = _RefCache(n, n_keys)
+    sh_lru, sh_ttl = (_RefCache(n, n_keys), _RefCache(n, n_keys)) if duel else (None, None)
+    score_lru = score_ttl = 0.0
+    pinning = not duel
+    t_score = float(arrival_s[0]) if n else 0.0
     last_req = [-1] * max(n_threads, 1)
-    tg = np.zeros((max(n_threads, 1), K))
+    tg = np.zeros((max(n_threads, 1), N_CLASSES))
     resolved = [False] * n
+    qptr = 0
     hits = np.zeros(n, np.int64)
-
-    def key_of(g, now):
-        return group_key.py_func(mode, cls[g], float(arrival_s[g]), now,
-                                 expiry[g], gtop[g] - offsets[g], need[g], gval[g], NE, pi,
-                                 mu, edges, params)
-
-    def push(g, now):
-        nonlocal stamp
-        stamp += 1
-        pk, sk, nxt = key_of(g, now)
-        gstamp[g] = stamp
-        heapq.heappush(heap, (pk, sk, g, stamp))
-        if nxt < np.inf:
-            estamp[g] = stamp
-            heapq.heappush(events, (nxt, 0.0, g, stamp))
-
     for r in range(n):
         a0, a1, now = int(offsets[r]), int(offsets[r + 1]), float(arrival_s[r])
-        j = a0
-        while j < a1 and inc[key[j]]:
-            j += 1
-        hits[r] = j - a0
         while qptr < r and arrival_s[qptr] + amax < now:
             if thread[qptr] >= 0 and not resolved[qptr]:
                 resolved[qptr] = True
@@ -471,7 +573,7 @@ def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads,
                 resolved[p] = True
                 rec(H, O, R, X, NE, cls[p], now - arrival_s[p],
                     float(offsets[p + 1] - offsets[p]), amax, edges, ttl_grid)
-                update_gap.py_func(tg, th, cls[p], now - arrival_s[p], amax, params[P_ALPHA])
+                upd(tg, th, cls[p], now - arrival_s[p], amax, params[P_ALPHA])
                 n_new += 1
                 grown = prompt_tokens[r] - context_tokens[p]
                 if grown >= 0:
@@ -484,43 +586,26 @@ def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads,
                 tau, _ = fttl(H, O, params[P_MIN_N], NE, ttl_grid)
             if mode == MODE_INDEX:
                 pi, mu = fret(R, X, NE, edges, amax, params[P_MIN_N])
-        for a in range(a0, a1):
-            k = key[a]
-            if inc[k]:
-                cnt[request[owner[k]]] -= 1
-            else:
-                inc[k] = True
-                size += 1
-            owner[k] = a
-        if a1 > a0:
-            cnt[r], gtop[r], expiry[r] = a1 - a0, a1 - 1, now + tau[cls[r]]
-            q_hat = q_sum / q_n if q_n > 0 else 0.0
-            need[r] = int(math.ceil(max(0.0, context_tokens[r] + q_hat - params[P_XI]) / bt))
-            gval[r] = float(np.sum(value[a0:a1])) / (a1 - a0)
-            if mode == MODE_TTL:
-                gval[r] = now + predicted_gap.py_func(NE, tg, th, cls[r])
-            push(r, now)
-        if size <= capacity:
-            continue
-        while events and events[0][0] <= now:
-            _, _, g, v_ = heapq.heappop(events)
-            if v_ == estamp[g] and cnt[g] > 0:
-                push(g, now)
-        while size > capacity:
-            if not heap:
-                raise RuntimeError("group_replay: no evictable group left")
-            pk, _, g, v_ = heapq.heappop(heap)
-            if v_ != gstamp[g] or cnt[g] == 0:
-                continue
-            lo = offsets[g] + (need[g] if mode == MODE_TAIL and pk == 0.0 else 0)
-            while size > capacity and gtop[g] >= lo:
-                a = gtop[g]
-                gtop[g] -= 1
-                k = key[a]
-                if inc[k] and owner[k] == a:
-                    inc[k] = False
-                    size -= 1
-                    cnt[g] -= 1
-            if cnt[g] > 0:
-                push(g, now)
+        q_hat = q_sum / q_n if q_n > 0 else 0.0
+        need_r = int(math.ceil(max(0.0, context_tokens[r] + q_hat - params[P_XI]) / bt))
+        gval_r = float(np.sum(value[a0:a1])) / max(a1 - a0, 1)
+        if mode == MODE_TTL:
+            gval_r = now + pgap(NE, tg, th, cls[r])
+        exp_r = now + tau[cls[r]]
+        args = (offsets, key, request, arrival_s, cls, capacity)
+        if duel:
+            hl = sh_lru.step(MODE_GLRU, r, now, *args, now, need_r, gval_r, NE, pi, mu, edges,
+                             params)
+            ht = sh_ttl.step(mode, r, now, *args, exp_r, need_r, gval_r, NE, pi, mu, edges,
+                             params)
+            f = math.exp(-(now - t_score) / params[P_DUEL])
+            score_lru, score_ttl, t_score = score_lru * f + hl, score_ttl * f + ht, now
+            if pinning and score_ttl < score_lru:
+                pinning = False
+                st.unpin_all(mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params)
+            elif not pinning and score_ttl > (1.0 + DUEL_MARGIN) * score_lru:
+                pinning = True
+            if not pinning:
+                exp_r = now
+        hits[r] = st.step(mode, r, now, *args, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
     return hits

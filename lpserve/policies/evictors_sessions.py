@@ -89,6 +89,9 @@ class SessionEvictorSpec:
         ttl_s: a fixed TTL for every wait kind (s); < 0 learns it (``ttl-pin``).
         min_n: ended waits of a class before it uses its own statistics.
         alpha: weight of the newest gap in a thread's moving average (``ttl-pin``).
+        duel_s: ``ttl-pin`` pins only while a shadow ttl-pin cache has hit at least as much
+            as a shadow LRU cache, hits decayed with this time constant (s); 0 always
+            pins.
         prior: :class:`WaitStats` to start from (e.g. :func:`fit_wait_stats` on sessions
             held apart from the ones replayed); None starts with nothing learned.
         online: these rules never read the future.
@@ -101,6 +104,7 @@ class SessionEvictorSpec:
     horizon_s: float = 60.0
     xi_tokens: float = 8192.0
     alpha: float = 0.5
+    duel_s: float = 600.0
     ttl_s: float = -1.0
     min_n: int = 20
     prior: WaitStats | None = None
@@ -112,6 +116,8 @@ class SessionEvictorSpec:
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"{self.name} evictor: {f} must be a finite number > 0, "
                                  f"got {v!r}")
+        if not (np.isfinite(self.duel_s) and self.duel_s >= 0):
+            raise ValueError(f"{self.name} evictor: duel_s must be >= 0, got {self.duel_s!r}")
         if not (np.isfinite(self.xi_tokens) and self.xi_tokens >= 0):
             raise ValueError(f"{self.name} evictor: xi_tokens must be >= 0, got "
                              f"{self.xi_tokens!r}")
@@ -131,6 +137,7 @@ class SessionEvictorSpec:
         p[G.P_AMAX], p[G.P_REFIT], p[G.P_HORIZON] = self.amax_s, self.refit, self.horizon_s
         p[G.P_XI], p[G.P_ALPHA], p[G.P_TTL] = self.xi_tokens, self.alpha, self.ttl_s
         p[G.P_MIN_N], p[G.P_BLOCK] = self.min_n, max(int(block_tokens), 1)
+        p[G.P_DUEL] = self.duel_s
         return p
 
     def with_(self, **overrides: Any) -> "SessionEvictorSpec":
