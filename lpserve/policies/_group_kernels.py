@@ -455,8 +455,9 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
     return hits
 
 
-class _RefCache:
-    """One cache instance of :func:`group_replay_ref` (plain Python, heapq)."""
+class RefCache:
+    """One cache instance of :func:`group_replay_ref` (plain Python, heapq); also the
+    simulator adapter's shadow caches, which grow request by request (``grow``)."""
 
     def __init__(self, n: int, n_keys: int) -> None:
         self.inc, self.owner = [False] * n_keys, [-1] * n_keys
@@ -466,6 +467,15 @@ class _RefCache:
         self.heap: list = []
         self.events: list = []
         self.stamp = self.size = 0
+
+    def grow(self, n: int, n_keys: int) -> None:
+        """Make room for ``n`` requests and ``n_keys`` block keys."""
+        for name, fill, size in (("inc", False, n_keys), ("owner", -1, n_keys),
+                                 ("cnt", 0, n), ("gtop", 0, n), ("need", 0, n),
+                                 ("expiry", 0.0, n), ("gval", 1.0, n), ("gstamp", 0, n),
+                                 ("estamp", 0, n)):
+            lst = getattr(self, name)
+            lst.extend([fill] * (size - len(lst)))
 
     def rekey(self, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):
         self.stamp += 1
@@ -547,8 +557,8 @@ def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads,
         tau, _ = fttl(H, O, params[P_MIN_N], NE, ttl_grid)
     pi, mu = fret(R, X, NE, edges, amax, params[P_MIN_N])
     duel = mode == MODE_TTL and params[P_DUEL] > 0
-    st = _RefCache(n, n_keys)
-    sh_lru, sh_ttl = (_RefCache(n, n_keys), _RefCache(n, n_keys)) if duel else (None, None)
+    st = RefCache(n, n_keys)
+    sh_lru, sh_ttl = (RefCache(n, n_keys), RefCache(n, n_keys)) if duel else (None, None)
     score_lru = score_ttl = 0.0
     pinning = not duel
     t_score = float(arrival_s[0]) if n else 0.0

@@ -217,7 +217,9 @@ class SessionEvictor(Evictor):
     evictable blocks form groups (same thread and release time), keyed as
     :func:`lpserve.policies._group_kernels.group_key` does; a group's deepest block goes
     first. Recompute values of ``return-knapsack`` come from the cluster's cost model
-    (``models/kv-caching-flow.md`` (10)).
+    (``models/kv-caching-flow.md`` (10)). The ttl-pin duel runs its two shadow caches per
+    replica (capacity: the replica's KV blocks), each finished request touching its prompt
+    blocks there; while LRU's shadow leads, no block is pinned.
     """
 
     meta = Meta(online=True, engines=("lpserve",))
@@ -239,6 +241,8 @@ class SessionEvictor(Evictor):
         self._n_new = 0
         self._times: np.ndarray | None = None  # prefill seconds of k blocks from scratch
         self._cost = None
+        self._shadows: dict[int, dict] = {}
+        self._pinning: dict[int, bool] = {}
         if cluster is not None and self.spec.mode == G.MODE_INDEX:
             from lpserve.cost import cost_model_for
 
@@ -286,8 +290,43 @@ class SessionEvictor(Evictor):
             q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
             need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
             self._info[th] = (now, now + self._tau[c], now + self._predicted(th, c), need)
+            if sp.mode == G.MODE_TTL and sp.duel_s > 0:
+                self._duel(event, c, need)
         if self._n_new >= sp.refit:
             self._refit()
+
+    def _duel(self, ev: RequestEvent, c: int, need: int) -> None:
+        """Step the replica's shadow LRU and ttl-pin caches with a finished request and
+        update whether the replica pins (``_group_kernels.group_replay``'s duel)."""
+        sh = self._shadows.get(ev.replica)
+        if sh is None:
+            sh = self._shadows[ev.replica] = {
+                "lru": G.RefCache(0, 0), "ttl": G.RefCache(0, 0), "offsets": [0], "key": [],
+                "request": [], "arrival": [], "cls": [], "ids": {}, "score": [0.0, 0.0],
+                "t": float(ev.now_s)}
+        now, r, ids = float(ev.now_s), len(sh["arrival"]), sh["ids"]
+        keys = [ids.setdefault(k, len(ids)) for k in ev.block_keys]
+        sh["offsets"].append(sh["offsets"][-1] + len(keys))
+        sh["key"].extend(keys)
+        sh["request"].extend([r] * len(keys))
+        sh["arrival"].append(now)
+        sh["cls"].append(c)
+        th = int(ev.thread)
+        ret = now + self._predicted(th, c)
+        params = self.spec.params(int(ev.block_tokens))
+        args = (sh["offsets"], sh["key"], sh["request"], sh["arrival"], sh["cls"],
+                max(int(ev.total_blocks), 1))
+        hits = []
+        for name, mode, exp in (("lru", G.MODE_GLRU, now),
+                                ("ttl", G.MODE_TTL, now + self._tau[c])):
+            sh[name].grow(r + 1, len(ids))
+            hits.append(sh[name].step(mode, r, now, *args, exp, need, ret, self._st.NE,
+                                      self._pi, self._mu, G.AGE_EDGES_S, params))
+        f = np.exp(-(now - sh["t"]) / self.spec.duel_s)
+        sl, stt = sh["score"][0] * f + hits[0], sh["score"][1] * f + hits[1]
+        sh["score"], sh["t"] = [sl, stt], now
+        on = self._pinning.get(ev.replica, False)
+        self._pinning[ev.replica] = stt >= sl if on else stt > (1.0 + G.DUEL_MARGIN) * sl
 
     def _predicted(self, th: int, c: int) -> float:
         """Predicted gap (s) of thread ``th`` after a wait of class ``c``
@@ -326,6 +365,8 @@ class SessionEvictor(Evictor):
         gneed = np.zeros(first.size, np.int64)
         gval = np.bincount(gid, weights=val) / np.bincount(gid)
         params = sp.params(int(view.block_tokens))
+        pins = not (sp.mode == G.MODE_TTL and sp.duel_s > 0) or \
+            self._pinning.get(view.replica, False)
         for k, j in enumerate(first.tolist()):
             c, tg_, thj = int(cls[j]), float(t[j]), int(th[j])
             info = self._info.get(thj)
@@ -334,6 +375,8 @@ class SessionEvictor(Evictor):
             else:
                 expiry, ret = tg_ + self._tau[c], tg_ + self._predicted(-1, c)
             v = ret if sp.mode == G.MODE_TTL else gval[k]
+            if not pins:
+                expiry = tg_
             prim[k], sec[k], _ = G.group_key(sp.mode, c, tg_, now, expiry, 0, 0, v, st.NE,
                                              self._pi, self._mu, G.AGE_EDGES_S, params)
         p = prim[gid]

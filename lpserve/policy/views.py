@@ -129,7 +129,9 @@ class RequestEvent:
             arrival (the response is not known yet).
         prompt_tokens: its prompt; context_tokens: at a finish, prompt plus generated
             tokens (the KV its conversation holds), at an arrival the prompt.
-        block_tokens: tokens per KV block of the replica.
+        block_tokens: tokens per KV block of the replica; total_blocks: its KV blocks.
+        block_keys: at a finish, the content keys of the request's full prompt blocks
+            (those two requests share exactly for a common leading run), else ``()``.
     """
 
     kind: str
@@ -141,6 +143,8 @@ class RequestEvent:
     prompt_tokens: int
     context_tokens: int
     block_tokens: int
+    total_blocks: int = 0
+    block_keys: tuple = ()
 
 
 class RouterView:

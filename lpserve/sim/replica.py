@@ -108,7 +108,8 @@ class Replica:
         p = int(S.prompt[i])
         self.ctx.policy.evictor.observe(RequestEvent(
             kind, self.now, self.index, i, int(S.thread[i]), int(S.wait[i]) if fin else -1,
-            p, p + int(S.gen[i]) if fin else p, self.bt))
+            p, p + int(S.gen[i]) if fin else p, self.bt, self.bm.total,
+            tuple(S.block_keys(i, self.bt)) if fin else ()))
 
     def advance(self, t: float) -> None:
         """Run every iteration that starts before ``min(t, horizon)``."""

@@ -66,10 +66,11 @@ def test_replay_does_not_anticipate(stream, name):
 def test_ttl_pin_beats_lru_when_sessions_compete(stream):
     """Warm-started on the other 31 bundled sessions, ttl-pin keeps the sessions that are
     in a tool loop where LRU lets every session push the others out."""
-    acc = cf.block_accesses(stream)
+    acc = cf.block_accesses(compose(bundled_sessions().take(np.arange(12)), rate_per_s=1 / 4,
+                                    seed=0))
     prior = fit_wait_stats(cf.block_accesses(compose(bundled_sessions().take(
         np.arange(12, 43)), rate_per_s=1 / 30, seed=1)))
-    for C in (800, 1500):
+    for C in (1500, 3000):
         lru = EK.lru_replay(acc.offsets, acc.key, acc.n_keys, C).sum()
         sp = SESSION_SPECS["ttl-pin"].with_(prior=prior, min_n=5)
         assert replay_session_hits(acc, C, sp).sum() > 1.2 * lru
@@ -134,7 +135,7 @@ def test_adapters_without_threads_match_lru_in_the_simulator():
     ref = lp.simulate(inst, lp.make_policy("vllm-chunked", evictor="lru"), seed=1).arrays
     for name in ("ttl-pin", "reuse-decay", "return-knapsack"):
         got = lp.simulate(inst, lp.make_policy(f"vllm-chunked+{name}"), seed=1).arrays
-        for k in ("first_token_s", "finish_s", "cached_tokens"):
+        for k in ("first_token_s", "finish_s", "cached_prompt_tokens"):
             assert np.array_equal(got[k], ref[k], equal_nan=True), (name, k)
 
 
