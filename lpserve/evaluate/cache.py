@@ -68,7 +68,7 @@ def policy_names() -> list[str]:
     """Every name :func:`cache_replay` accepts."""
     from lpserve.policies.evictors_kv import OFFLINE_SPECS, SPECS
 
-    return ["lru", *SPECS, *OFFLINE_SPECS, *BOUNDS]
+    return list(dict.fromkeys(["lru", *SPECS, *OFFLINE_SPECS, *BOUNDS]))
 
 
 def _result(acc: cf.BlockAccesses, policy: str, C: int, hits_req: np.ndarray,
@@ -117,8 +117,9 @@ def replay_accesses(acc: cf.BlockAccesses, capacity_blocks: int, policy: str = "
             return CacheReplayResult(**{**res.__dict__, "hits": int(round(h)),
                                         "hit_rate": h / max(acc.n_accesses, 1)})
         hits = sol.primal["hits"]
-    elif policy == "belady-prefix":
-        hits = cf.belady(acc, C, tie="deep")
+    elif policy == "belady-prefix":  # cf.belady(acc, C, tie="deep") by the numba kernel
+        from lpserve.policies.evictors_kv import OFFLINE_SPECS
+        hits = replay_hits(acc, C, OFFLINE_SPECS["belady-prefix"])
     else:
         hits = replay_hits(acc, C, spec(policy, **overrides))
     return _result(acc, policy, C, hits, time.perf_counter() - t0)

@@ -1,6 +1,6 @@
 """The prefix LP on segments: the same bound as :func:`lpserve.opt.cache_flow.build` for
 block hits, with one column per run of blocks that are always accessed together
-(``models/kv-caching-flow.md`` section 5, ``proofs/kv-prefix-lp-segments.md``).
+(``models/kv-caching-flow.md`` (11)-(12), ``proofs/kv-prefix-lp-segments.md``).
 
 A block whose access count equals its parent's is accessed by exactly the requests that
 access its parent (a block is always preceded by its parent), so a chain splits into

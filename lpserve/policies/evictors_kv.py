@@ -83,6 +83,7 @@ SPECS: dict[str, Any] = {
 }
 OFFLINE_SPECS: dict[str, KVEvictorSpec] = {
     "belady": KVEvictorSpec("belady", K.MODE_BELADY, online=False),
+    "belady-prefix": KVEvictorSpec("belady-prefix", K.MODE_BELADY_DEEP, online=False),
 }
 
 

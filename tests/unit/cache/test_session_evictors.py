@@ -157,3 +157,20 @@ def test_split_and_prior_from_held_apart_sessions():
     sp = SESSION_SPECS["ttl-pin"].with_(prior=prior)
     h = replay_session_hits(acc, 1000, sp)
     assert np.array_equal(h, replay_session_hits(acc, 1000, sp))  # the prior is not consumed
+
+
+def test_belady_prefix_kernel_equals_offline_belady(stream):
+    from lpserve.evaluate.cache import replay_accesses
+    from lpserve.policies.evictors_kv import OFFLINE_SPECS
+
+    for tr in (stream, lp.bundled_trace("mooncake-conv-5min")):
+        acc = cf.block_accesses(tr)
+        for C in (300, 2000):
+            ref = cf.belady(acc, C, tie="deep")
+            args = (acc.offsets, acc.key, acc.parent, acc.depth, acc.value_s,
+                    acc.next_request(), np.zeros(acc.n_requests, bool), acc.arrival_s,
+                    acc.n_keys, C, OFFLINE_SPECS["belady-prefix"].mode, False,
+                    OFFLINE_SPECS["belady-prefix"].params())
+            assert np.array_equal(EK.heap_replay(*args), ref)
+            assert np.array_equal(EK.heap_replay_ref(*args), ref)
+            assert replay_accesses(acc, C, "belady-prefix").hits == int(ref.sum())
