@@ -22,6 +22,11 @@ from lpserve.trace.loaders import bundled_sessions
 from lpserve.trace.sessions import compose, split
 
 MODES = [SessionEvictorSpec("group-lru", G.MODE_GLRU), *SESSION_SPECS.values()]
+SLOW = pytest.mark.slow
+#: the default tier runs ttl-pin (the evictor the targets are checked on); the slow tier
+#: runs every mode
+def _modes(names):
+    return [pytest.param(n, marks=() if n == "ttl-pin" else SLOW) for n in names]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +35,9 @@ def stream():
     return compose(bundled_sessions().take(np.arange(12)), rate_per_s=1 / 30, seed=0)
 
 
-@pytest.mark.parametrize("spec", MODES, ids=lambda s: s.name)
-def test_kernel_equals_python_twin(stream, spec):
+@pytest.mark.parametrize("name", _modes([m.name for m in MODES]))
+def test_kernel_equals_python_twin(stream, name):
+    spec = {m.name: m for m in MODES}[name]
     acc = cf.block_accesses(stream)
     prior = fit_wait_stats(cf.block_accesses(compose(bundled_sessions().take(
         np.arange(12, 43)), rate_per_s=1 / 30, seed=1)))
@@ -115,7 +121,7 @@ def _session_instance(seed=3, kv_fraction=0.2):
                                                    gpu_memory_fraction=kv_fraction))
 
 
-@pytest.mark.parametrize("name", sorted(SESSION_SPECS))
+@pytest.mark.parametrize("name", _modes(sorted(SESSION_SPECS)))
 def test_adapters_run_in_the_simulator(name):
     inst = _session_instance()
     pol = lp.make_policy(f"vllm-chunked+{name}", min_n=3, refit=4)
@@ -125,7 +131,9 @@ def test_adapters_run_in_the_simulator(name):
     assert pol.evictor._st.NE[:, 0].sum() > 0  # it learned from ended waits
 
 
-def test_adapters_without_threads_match_lru_in_the_simulator():
+@pytest.mark.parametrize("names", [pytest.param(("ttl-pin",)), pytest.param(
+    ("reuse-decay", "return-knapsack"), marks=SLOW)])
+def test_adapters_without_threads_match_lru_in_the_simulator(names):
     inst = _session_instance()
     tr = inst.trace
     bare = Trace.from_arrays(arrival_s=tr.arrival_s, prompt_tokens=tr.prompt_tokens,
@@ -133,13 +141,14 @@ def test_adapters_without_threads_match_lru_in_the_simulator():
                              block_tokens=16)
     inst = inst.with_(trace=bare)
     ref = lp.simulate(inst, lp.make_policy("vllm-chunked", evictor="lru"), seed=1).arrays
-    for name in ("ttl-pin", "reuse-decay", "return-knapsack"):
+    for name in names:
         got = lp.simulate(inst, lp.make_policy(f"vllm-chunked+{name}"), seed=1).arrays
         for k in ("first_token_s", "finish_s", "cached_prompt_tokens"):
             assert np.array_equal(got[k], ref[k], equal_nan=True), (name, k)
 
 
-@pytest.mark.parametrize("name", ["ttl-pin", "return-knapsack"])
+@pytest.mark.parametrize("name", _modes(["ttl-pin", "return-knapsack", "reuse-decay",
+                                          "tail-lru"]))
 def test_conformance_on_sessions_with_wait_kinds(name):
     """The public suite (non-anticipation included) on instances that carry threads and wait
     kinds, so the learned parts are exercised."""
@@ -163,7 +172,7 @@ def test_belady_prefix_kernel_equals_offline_belady(stream):
     from lpserve.evaluate.cache import replay_accesses
     from lpserve.policies.evictors_kv import OFFLINE_SPECS
 
-    for tr in (stream, lp.bundled_trace("mooncake-conv-5min")):
+    for tr in (stream.head(80), lp.bundled_trace("mooncake-conv-5min").head(300)):
         acc = cf.block_accesses(tr)
         for C in (300, 2000):
             ref = cf.belady(acc, C, tie="deep")
