@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.policies import _group_kernels as G
+from lpserve.policies import _group_ref as GR
 from lpserve.policy import Evictor, EvictorView, Meta, RequestEvent
 
 __all__ = ["SESSION_SPECS", "SessionEvictor", "SessionEvictorSpec", "WaitStats",
@@ -183,7 +184,7 @@ def replay_session_hits(acc: Any, capacity_blocks: int, spec: SessionEvictorSpec
     numba kernel (``reference=True``: its plain-Python twin)."""
     st = (spec.prior or WaitStats.empty()).copy()
     thread, n_threads, cls, prompt, context = request_inputs(acc)
-    fn = G.group_replay_ref if reference else G.group_replay
+    fn = GR.group_replay_ref if reference else G.group_replay
     return fn(acc.offsets, acc.key, acc.request, np.asarray(acc.value_s, np.float64),
               acc.arrival_s, thread, n_threads, cls, prompt, context, acc.n_keys,
               int(capacity_blocks), spec.mode, spec.params(acc.block_tokens), G.AGE_EDGES_S,
@@ -301,7 +302,7 @@ class SessionEvictor(Evictor):
         sh = self._shadows.get(ev.replica)
         if sh is None:
             sh = self._shadows[ev.replica] = {
-                "lru": G.RefCache(0, 0), "ttl": G.RefCache(0, 0), "offsets": [0], "key": [],
+                "lru": GR.RefCache(0, 0), "ttl": GR.RefCache(0, 0), "offsets": [0], "key": [],
                 "request": [], "arrival": [], "cls": [], "ids": {}, "score": [0.0, 0.0],
                 "t": float(ev.now_s)}
         now, r, ids = float(ev.now_s), len(sh["arrival"]), sh["ids"]

@@ -67,7 +67,7 @@ import numpy as np
 from lpserve.trace import LoadReport, Trace, TraceError, pack_blocks
 from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S
 from lpserve.trace.kv_cache_tester import read_sessions
-from lpserve.trace.sessions import compose
+from lpserve.trace.sessions import Sessions, compose
 from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
 
 FORMATS = ("azure", "burstgpt", "mooncake", "lengths", "kv-cache-tester")
