@@ -17,7 +17,8 @@ average; only the rest can be retained for sessions between turns) and the finis
 requests.
 
 Run: ``python benchmarks/cache_sessions_end_to_end.py [--concurrency 5,6,7]
-[--replicas-concurrency 20,24] [--horizon-s 1800] [--evictors lru,ttl-pin,return-knapsack]``.
+[--replicas-concurrency 20,24] [--horizon-s 1800] [--evictors lru,ttl-pin,return-knapsack]
+[--routers least-outstanding,prefix-affinity]`` (the routers of the 4-replica runs).
 """
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ def main() -> None:
     ap.add_argument("--replicas-concurrency", default="20,24")
     ap.add_argument("--horizon-s", type=float, default=1800.0)
     ap.add_argument("--evictors", default="lru,ttl-pin,return-knapsack")
+    ap.add_argument("--routers", default="least-outstanding,prefix-affinity")
     a = ap.parse_args()
     fit, held = split(load_sessions(), 0.5, seed=0)
     prior = fit_wait_stats(cf.block_accesses(compose(fit, rate_per_s=1 / 60, seed=1,
@@ -96,7 +98,7 @@ def main() -> None:
     for K in (int(x) for x in a.concurrency.split(",") if x):
         run(held, prior, K, 1, a.horizon_s, evs, ["round-robin"])
     for K in (int(x) for x in a.replicas_concurrency.split(",") if x):
-        run(held, prior, K, 4, a.horizon_s, evs, ["least-outstanding", "prefix-affinity"])
+        run(held, prior, K, 4, a.horizon_s, evs, a.routers.split(","))
 
 
 if __name__ == "__main__":
