@@ -129,7 +129,8 @@ def main() -> None:
 
 def mooncake(capacity: int = 5859) -> None:
     """The Mooncake slice: no session ids or wait kinds. Without threads the session-aware
-    evictors give LRU's hits exactly; with threads inferred online (a request continues the
+    evictors act as group LRU (LRU that drops the deepest block of the least recent request
+    first; LRU's kernel breaks that tie otherwise, a few hits apart); with threads inferred online (a request continues the
     most recent earlier request that shares at least its first two blocks, the multi-turn
     pattern of the slice's README) they can pin, with one wait class."""
     tr = ceiling.load_slice()
