@@ -89,10 +89,12 @@ class Sessions:
 
     @property
     def n_sessions(self) -> int:
+        """Number of sessions S."""
         return len(self.names)
 
     @property
     def n_requests(self) -> int:
+        """Number of requests N over all sessions (sub-agents flattened in)."""
         return int(self.t_s.shape[0])
 
     @property
@@ -107,6 +109,7 @@ class Sessions:
 
     @property
     def n_blocks(self) -> int:
+        """Number of prefix-block ids over all requests (length of ``block_flat``)."""
         return int(self.block_flat.shape[0])
 
     def take(self, idx: Sequence[int] | np.ndarray) -> "Sessions":
