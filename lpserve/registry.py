@@ -111,6 +111,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "tiered-vtc": FR.fair_policy(FR.TieredShedding, "tiered-vtc"),
     # fluid-guided threshold admission (lpserve/policies/wait.py, lpserve/opt/fluid.py)
     "wait": SC.scheduled(WT.WAIT, "wait", engine_defaults=_MCSF_ENGINE),
+    # session-aware KV eviction (lpserve/policies/evictors_sessions.py)
+    **{f"vllm-chunked+{k}": B.evicting(k)
+       for k in ("ttl-pin", "reuse-decay", "tail-lru", "return-knapsack")},
 }
 
 

@@ -128,12 +128,17 @@ def _spied(policy: Any, log: list) -> Any:
 
     class SE(Evictor):
         name, meta = e.name, e.meta
+        reads_queue = getattr(e, "reads_queue", False)
+        observes_requests = getattr(e, "observes_requests", False)
 
         def bind(self, cluster, slo, tiers=()):
             e.bind(cluster, slo, tiers)
 
         def reset(self, cluster, rng):
             e.reset(cluster, rng)
+
+        def observe(self, event):
+            e.observe(event)
 
         def evict(self, view, need_blocks):
             spy.note("evictor", view)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.opt import cache_flow as cf
+from lpserve.opt import cache_segments as cs
 from lpserve.trace import Trace
 
 BOUNDS = ("infinite", "lp", "lp-rounded", "belady-prefix")
@@ -67,7 +68,7 @@ def policy_names() -> list[str]:
     """Every name :func:`cache_replay` accepts."""
     from lpserve.policies.evictors_kv import OFFLINE_SPECS, SPECS
 
-    return ["lru", *SPECS, *OFFLINE_SPECS, *BOUNDS]
+    return list(dict.fromkeys(["lru", *SPECS, *OFFLINE_SPECS, *BOUNDS]))
 
 
 def _result(acc: cf.BlockAccesses, policy: str, C: int, hits_req: np.ndarray,
@@ -102,17 +103,23 @@ def replay_accesses(acc: cf.BlockAccesses, capacity_blocks: int, policy: str = "
     if policy == "infinite":
         hits = cf.prefix_hits_from_mask(acc, acc.prev >= 0)
     elif policy in ("lp", "lp-rounded"):
-        sol = cf.solve(cf.build(acc, C))
+        # the bound on block hits is solved on segments (the same optimum, far fewer columns)
+        segs = policy == "lp" and not acc.info.get("cost_weighted")
+        model = cs.build_segments(acc, C) if segs else cf.build(acc, C)
+        sol = cf.solve(model)
         if not sol.solved:
             raise RuntimeError(f"prefix LP did not solve: {sol.status} ({sol.message})")
         if policy == "lp":  # fractional: report the bound as a hit count
-            res = _result(acc, policy, C, sol.primal["hits"], time.perf_counter() - t0)
-            h = float(np.sum(sol.primal["h"]))
+            hits = (cs.block_hits(model.acc, sol.primal["hits"]) if segs
+                    else sol.primal["hits"])
+            res = _result(acc, policy, C, hits, time.perf_counter() - t0)
+            h = float(sol.info["value_lp"]) if segs else float(np.sum(sol.primal["h"]))
             return CacheReplayResult(**{**res.__dict__, "hits": int(round(h)),
                                         "hit_rate": h / max(acc.n_accesses, 1)})
         hits = sol.primal["hits"]
-    elif policy == "belady-prefix":
-        hits = cf.belady(acc, C, tie="deep")
+    elif policy == "belady-prefix":  # cf.belady(acc, C, tie="deep") by the numba kernel
+        from lpserve.policies.evictors_kv import OFFLINE_SPECS
+        hits = replay_hits(acc, C, OFFLINE_SPECS["belady-prefix"])
     else:
         hits = replay_hits(acc, C, spec(policy, **overrides))
     return _result(acc, policy, C, hits, time.perf_counter() - t0)

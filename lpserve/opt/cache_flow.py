@@ -50,6 +50,10 @@ class BlockAccesses:
         value_s (A,) float64: recompute seconds saved by a hit
             (``models/kv-caching-flow.md`` (10)); 1.0 each when no cost model was given.
         arrival_s (n,) float64: arrival times.
+        prompt_tokens, output_tokens, wait_kind, thread (n,): the requests' token counts,
+            ``Trace.wait_kind`` (-1 everywhere when the trace has none) and conversation
+            (``program_id`` where the trace has one, else ``session_id``; -1 for none), for
+            the session-aware evictors.
     """
 
     offsets: np.ndarray
@@ -67,6 +71,10 @@ class BlockAccesses:
     name: str = "trace"
     digest: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: np.ndarray | None = None
+    output_tokens: np.ndarray | None = None
+    wait_kind: np.ndarray | None = None
+    thread: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:
@@ -171,11 +179,18 @@ def block_accesses(trace: Trace, *, cost: Any = None, validate: bool = True) -> 
     tokens = np.minimum(B, np.asarray(trace.prompt_tokens)[req] - depth * B).clip(1)
     value = (np.ones(A) if cost is None
              else recompute_values_s(np.asarray(trace.prompt_tokens), offs, B, cost))
+    none = np.full(n, -1, np.int64)
+    thread = trace.program_id if trace.program_id is not None else trace.session_id
     return BlockAccesses(offsets=offs, key=key, parent=parent, depth=depth, request=req,
                          tokens=tokens.astype(np.int64), prev=prev, next=nxt, value_s=value,
                          arrival_s=np.asarray(trace.arrival_s, np.float64),
                          n_keys=int(ids.size), block_tokens=B, name=trace.name,
-                         digest=trace.digest(), info={"cost_weighted": cost is not None})
+                         digest=trace.digest(), info={"cost_weighted": cost is not None},
+                         prompt_tokens=np.asarray(trace.prompt_tokens, np.int64),
+                         output_tokens=np.asarray(trace.output_tokens, np.int64),
+                         wait_kind=none if trace.wait_kind is None else
+                         np.asarray(trace.wait_kind, np.int64),
+                         thread=none if thread is None else np.asarray(thread, np.int64))
 
 
 def prefix_hits_from_mask(acc: BlockAccesses, kept: np.ndarray) -> np.ndarray:

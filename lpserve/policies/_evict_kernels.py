@@ -30,7 +30,9 @@ MODE_SESSION = 4    # LRU; blocks of returning sessions get their inter-turn gap
 MODE_LOOKAHEAD = 5  # LRU; blocks a queued request (arrived by now + params[0]) needs are kept
 MODE_BELADY = 6     # priority = -next request that uses the block (offline), shallow first
 MODE_KNAPSACK = 7   # LRU; credit params[0] s x learned reuse probability of the block's class
-MODE_NAMES = ("lru", "lfu", "gdsf", "prefix", "session", "lookahead", "belady", "knapsack")
+MODE_BELADY_DEEP = 8  # Belady, deepest first among blocks next used by the same request
+MODE_NAMES = ("lru", "lfu", "gdsf", "prefix", "session", "lookahead", "belady", "knapsack",
+              "belady-prefix")
 N_CLASSES = 5       # reuse classes: touched once, twice, 3-4, 5+ times; partial last blocks
 
 
@@ -188,6 +190,8 @@ def _touch_priority(mode, a, k, now, depth, value, next_req, count, fanout, L, g
         return L + count[k] * value[a], a
     if mode == MODE_BELADY:
         return -float(next_req[a]), depth[a]
+    if mode == MODE_BELADY_DEEP:
+        return -float(next_req[a]), -depth[a]
     p = now
     if last_block:
         p = now - params[1]  # a partial last block cannot serve a longer prompt
@@ -385,6 +389,8 @@ def heap_replay_ref(offsets, key, parent, depth, value, next_req, partial_last, 
                 p, t = L + count[k] * float(value[a]), a
             elif mode == MODE_BELADY:
                 p, t = -float(next_req[a]), int(depth[a])
+            elif mode == MODE_BELADY_DEEP:
+                p, t = -float(next_req[a]), -int(depth[a])
             else:
                 p, t = now, -int(depth[a])
                 if last_block:

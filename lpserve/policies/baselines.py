@@ -165,3 +165,25 @@ def routed(router: str):
 
     factory.__name__ = f"vllm_{router.replace('-', '_')}"
     return factory
+
+
+def evicting(evictor: str, engine: str = "vllm-chunked"):
+    """Factory of ``engine`` with the named session-aware evictor (registered per evictor);
+    the evictor's parameters (``SessionEvictorSpec`` fields) and any engine field are
+    keyword arguments."""
+    from lpserve.policies.evictors_sessions import SESSION_SPECS, SessionEvictorSpec
+
+    if evictor not in SESSION_SPECS:
+        raise KeyError(f"unknown session-aware evictor {evictor!r}; known: "
+                       f"{', '.join(SESSION_SPECS)}")
+    knobs = set(SessionEvictorSpec.__dataclass_fields__) - {"name", "mode", "online"}
+
+    def factory(**params: Any) -> Policy:
+        from lpserve.policies.evictors_kv import make_evictor
+
+        ev = make_evictor(evictor, **{k: params.pop(k) for k in list(params) if k in knobs})
+        params.setdefault("name", f"{engine}+{evictor}")
+        return engine_policy(engine, evictor=ev, **params)
+
+    factory.__name__ = f"{engine.replace('-', '_')}_{evictor.replace('-', '_')}"
+    return factory

@@ -27,6 +27,9 @@ knapsack       knapsack index: recency credit = ``credit_s`` x reuse probability
 
 All but ``lfu``/``gdsf``/``radix-lru`` also evict a partial last prompt block first (its
 content changes when the conversation continues, so it cannot be reused).
+
+The session-aware evictors ``ttl-pin``, ``reuse-decay``, ``tail-lru`` and
+``return-knapsack`` (:mod:`lpserve.policies.evictors_sessions`) are in the same tables.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lpserve.policies import _evict_kernels as K
+from lpserve.policies import evictors_sessions as ES
 from lpserve.policy import Evictor, EvictorView, Meta
 
 
@@ -64,7 +68,7 @@ class KVEvictorSpec:
         return np.array([self.credit_s, self.partial_penalty_s], np.float64)
 
 
-SPECS: dict[str, KVEvictorSpec] = {
+SPECS: dict[str, Any] = {
     "radix-lru": KVEvictorSpec("radix-lru", K.MODE_LRU, leaves_only=True),
     "lfu": KVEvictorSpec("lfu", K.MODE_LFU, leaves_only=True),
     "prefix-lru": KVEvictorSpec("prefix-lru", K.MODE_PREFIX, credit_s=300.0,
@@ -75,21 +79,25 @@ SPECS: dict[str, KVEvictorSpec] = {
                                partial_penalty_s=1e4),
     "knapsack": KVEvictorSpec("knapsack", K.MODE_KNAPSACK, credit_s=1200.0,
                               partial_penalty_s=1e4),
+    **ES.SESSION_SPECS,
 }
 OFFLINE_SPECS: dict[str, KVEvictorSpec] = {
     "belady": KVEvictorSpec("belady", K.MODE_BELADY, online=False),
+    "belady-prefix": KVEvictorSpec("belady-prefix", K.MODE_BELADY_DEEP, online=False),
 }
 
 
-def spec(name: str, **overrides: Any) -> KVEvictorSpec:
+def spec(name: str, **overrides: Any) -> Any:
     """The replay specification of ``name`` (``"lru"`` uses its own kernel), with fields
-    overridden (e.g. ``credit_s=600``)."""
+    overridden (e.g. ``credit_s=600``; ``prior=`` for the session-aware ones)."""
     if name == "lru":
         return KVEvictorSpec("lru", K.MODE_LRU)
     table = {**SPECS, **OFFLINE_SPECS}
     if name not in table:
         raise KeyError(f"unknown evictor {name!r}; known: {sorted(['lru', *table])}")
     base = table[name]
+    if isinstance(base, ES.SessionEvictorSpec):
+        return base.with_(**overrides)
     return KVEvictorSpec(**{**base.__dict__, **overrides})
 
 
@@ -99,6 +107,8 @@ def replay_hits(acc: Any, capacity_blocks: int, evictor: KVEvictorSpec) -> np.nd
     ``capacity_blocks`` blocks, replayed by the numba kernels (bool ``(n_accesses,)``)."""
     if evictor.name == "lru":
         return K.lru_replay(acc.offsets, acc.key, acc.n_keys, capacity_blocks)
+    if isinstance(evictor, ES.SessionEvictorSpec):
+        return ES.replay_session_hits(acc, capacity_blocks, evictor)
     ok = np.diff(acc.offsets) > 0
     partial = np.zeros(acc.n_requests, bool)  # last prompt block shorter than a block
     partial[ok] = acc.tokens[acc.offsets[1:][ok] - 1] < acc.block_tokens
@@ -282,6 +292,8 @@ EVICTORS: dict[str, Callable[..., Evictor]] = {
     "kv-prefix-lru": prefix_lru,
     "kv-gdsf": gdsf,
     "kv-knapsack": knapsack,
+    **{f"kv-{k}": (lambda k: lambda **p: ES.SessionEvictor(ES.SESSION_SPECS[k].with_(**p)))(k)
+       for k in ES.SESSION_SPECS},
 }
 
 

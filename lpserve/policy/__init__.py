@@ -65,17 +65,17 @@ from lpserve.policy.roles import (
     next_tick_s,
     tick_index,
 )
-from lpserve.policy.views import EvictorView, RouterView, SchedulerView
+from lpserve.policy.views import EvictorView, RequestEvent, RouterView, SchedulerView
 
 __all__ = ["BATCHING_MODES", "DEFAULT_DRAFT", "ENGINES", "HARDWARE_PROFILES",
            "PREEMPTION_CHOICES", "PREEMPTION_MODES", "BudgetController", "BudgetView",
            "Claim", "DecodeRunView", "EngineConfig", "Evictor", "EvictorView", "FCFS",
            "HardwareDefaults", "IterationView", "LRU", "Meta",
            "Policy", "PolicyError", "Prediction", "PreemptionDecider", "PreemptionView",
-           "Predictor", "PredictorView", "RebalanceView", "Rebalancer", "Role", "RoundRobin",
-           "Router", "RouterView", "Scheduler", "SchedulerView", "SpeculationDecider",
-           "StepContext", "StepResult", "as_evictor", "as_router", "as_scheduler",
-           "next_tick_s", "tick_index", "vllm_v1_batch_defaults"]
+           "Predictor", "PredictorView", "RebalanceView", "Rebalancer", "RequestEvent", "Role",
+           "RoundRobin", "Router", "RouterView", "Scheduler", "SchedulerView",
+           "SpeculationDecider", "StepContext", "StepResult", "as_evictor", "as_router",
+           "as_scheduler", "next_tick_s", "tick_index", "vllm_v1_batch_defaults"]
 
 #: The parts :meth:`Policy.reset` resets, in the order their generators are spawned.
 PARTS = ("router", "scheduler", "evictor", "decode_router", "rebalancer",

@@ -173,9 +173,16 @@ class Evictor(Role):
 
     ``reads_queue = True`` asks the simulator to fill ``EvictorView.queued`` (the blocks the
     waiting requests would hit), which costs a cache lookup per queued block.
+    ``observes_requests = True`` asks it to call :meth:`observe` with a
+    :class:`~lpserve.policy.views.RequestEvent` when a request arrives at a replica and
+    when it finishes there (what an evictor learns return gaps from).
     """
 
     reads_queue: bool = False
+    observes_requests: bool = False
+
+    def observe(self, event: Any) -> None:
+        """A request arrived or finished (only called when ``observes_requests``)."""
 
     @abc.abstractmethod
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:

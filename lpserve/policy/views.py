@@ -89,8 +89,13 @@ class EvictorView:
             ``PREFIX_ESTIMATE_MAX`` of the queue) would hit the block; filled only for
             evictors whose ``reads_queue`` attribute is True (matching the queue against
             the cache costs a lookup per queued block), else None.
+        thread: the conversation of the request that last released the block (the trace's
+            ``program_id`` where it has one, else ``session_id``; -1 none) (int64).
+        wait_kind: why that request's client waits (``Trace.wait_kind``; -1 when unknown
+            or when the request was preempted, not finished) (int64).
+        block_tokens: tokens per block of the replica (0 when not given).
 
-    The simulator fills the other fields; views built by hand may leave the last four None.
+    The simulator fills the other fields; views built by hand may leave the last six None.
     """
 
     now_s: float
@@ -104,9 +109,42 @@ class EvictorView:
     parent: np.ndarray | None = None
     turn_gap_s: np.ndarray | None = None
     queued: np.ndarray | None = None
+    thread: np.ndarray | None = None
+    wait_kind: np.ndarray | None = None
+    block_tokens: int = 0
 
     def __len__(self) -> int:
         return int(self.block.shape[0])
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    """A request that arrived at a replica (``kind == "arrive"``) or finished there
+    (``"finish"``), as an evictor with ``observes_requests`` sees it.
+
+    Attributes:
+        kind, now_s, replica, request: what, when (s), where, which (trace index).
+        thread: its conversation (``program_id``, else ``session_id``; -1 none).
+        wait_kind: at a finish, why its client now waits (``Trace.wait_kind``); -1 at an
+            arrival (the response is not known yet).
+        prompt_tokens: its prompt; context_tokens: at a finish, prompt plus generated
+            tokens (the KV its conversation holds), at an arrival the prompt.
+        block_tokens: tokens per KV block of the replica; total_blocks: its KV blocks.
+        block_keys: at a finish, the content keys of the request's full prompt blocks
+            (those two requests share exactly for a common leading run), else ``()``.
+    """
+
+    kind: str
+    now_s: float
+    replica: int
+    request: int
+    thread: int
+    wait_kind: int
+    prompt_tokens: int
+    context_tokens: int
+    block_tokens: int
+    total_blocks: int = 0
+    block_keys: tuple = ()
 
 
 class RouterView:

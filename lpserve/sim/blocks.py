@@ -62,6 +62,10 @@ class BlockManager:
         self.parent_slot = np.full(self.total, -1, np.int64)
         self.n_children = np.zeros(self.total, np.int64)
         self.turn_gap_s = np.zeros(self.total)
+        # conversation and wait kind of the request that last released each block
+        # (EvictorView.thread / wait_kind; -1 unknown)
+        self.thread = np.full(self.total, -1, np.int64)
+        self.wait_kind = np.full(self.total, -1, np.int64)
         self._free_slots = list(range(self.total - 1, -1, -1))
 
     # ------------------------------------------------------------------ queries
@@ -150,8 +154,10 @@ class BlockManager:
             self.parent_slot[k2s[ck]] = s
         return s
 
-    def release(self, slots: Sequence[int], n_anon: int, now_s: float) -> None:
-        """Drop one request's references: its hashed ``slots`` and ``n_anon`` blocks."""
+    def release(self, slots: Sequence[int], n_anon: int, now_s: float, thread: int = -1,
+                wait_kind: int = -1) -> None:
+        """Drop one request's references: its hashed ``slots`` and ``n_anon`` blocks; the
+        request's ``thread`` and ``wait_kind`` label the blocks it leaves evictable."""
         if n_anon > self.anon_used:
             raise BlockError(f"release of {n_anon} anonymous blocks, only {self.anon_used} used")
         self.anon_used -= n_anon
@@ -163,6 +169,7 @@ class BlockManager:
             if self.ref[s] == 0:
                 self.hashed_used -= 1
                 self.last_access_s[s] = now_s
+                self.thread[s], self.wait_kind[s] = thread, wait_kind
                 if self.prefix_caching:
                     self.evictable += 1
                 else:

@@ -40,7 +40,9 @@ def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
                        created_s=readonly(bm.created_s[slots]),
                        children=readonly(bm.n_children[slots]), parent=readonly(parent),
                        turn_gap_s=readonly(bm.turn_gap_s[slots]),
-                       queued=None if queued is None else readonly(np.isin(slots, queued)))
+                       queued=None if queued is None else readonly(np.isin(slots, queued)),
+                       thread=readonly(bm.thread[slots]),
+                       wait_kind=readonly(bm.wait_kind[slots]), block_tokens=bm.block_tokens)
     pos = check_evictions(evictor.evict(view, int(need)), int(need), int(slots.size), who)
     return slots[pos].tolist()
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from lpserve.cost import iteration_time
 from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
+from lpserve.policy import RequestEvent
 from lpserve.policy.checks import check_preemption_choice, check_ranks
 from lpserve.policy.roles import next_tick_s
 from lpserve.sim import _kernels as K
@@ -71,6 +72,7 @@ class Replica:
         self._resumed = False
         self._turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
         self.ctl = eng.budget_controller  # sets decode-first budgets, observes iterations
+        self.observer = getattr(ctx.policy.evictor, "observes_requests", False)
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public
@@ -96,7 +98,18 @@ class Replica:
             S.decode_replica[i] = self.index
         else:
             S.replica[i] = self.index
+        if self.observer:
+            self._observe("arrive", i)
         self._check()
+
+    def _observe(self, kind: str, i: int) -> None:
+        """Tell an evictor that observes requests that ``i`` arrived or finished here."""
+        S, fin = self.S, kind == "finish"
+        p = int(S.prompt[i])
+        self.ctx.policy.evictor.observe(RequestEvent(
+            kind, self.now, self.index, i, int(S.thread[i]), int(S.wait[i]) if fin else -1,
+            p, p + int(S.gen[i]) if fin else p, self.bt, self.bm.total,
+            tuple(S.block_keys(i, self.bt)) if fin else ()))
 
     def advance(self, t: float) -> None:
         """Run every iteration that starts before ``min(t, horizon)``."""
@@ -206,7 +219,8 @@ class Replica:
     def _release_request(self, i: int) -> None:
         S = self.S
         self._turn_gap.pop(i, None)
-        self.bm.release(S.slots[i], int(S.anon[i]), self.now)
+        self.bm.release(S.slots[i], int(S.anon[i]), self.now, int(S.thread[i]),
+                        int(S.wait[i]) if S.status[i] == FINISHED else -1)
         S.slots[i] = []
         S.nslots[i] = 0
         S.anon[i] = 0
@@ -563,6 +577,8 @@ class Replica:
         S.status[i] = FINISHED
         self.running.remove(i)
         self._release_request(i)
+        if self.observer:
+            self._observe("finish", i)
         S.forget_keys(i)
         self.ctx.events.finish(self.now, i)
 

@@ -72,6 +72,10 @@ class State:
         self.tenant = none if trace.tenant is None else np.asarray(trace.tenant, np.int64)
         self.session = none if trace.session_id is None else np.asarray(trace.session_id,
                                                                           np.int64)
+        # conversation (program, else session) and wait kind, for session-aware evictors
+        self.thread = self.session if trace.program_id is None else np.asarray(
+            trace.program_id, np.int64)
+        self.wait = none if trace.wait_kind is None else np.asarray(trace.wait_kind, np.int64)
         self._trace_keys: dict[int, np.ndarray] = {}
         self._block_keys: dict[int, tuple[int, list]] = {}  # of requests in the system
 

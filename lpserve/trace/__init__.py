@@ -26,8 +26,12 @@ from lpserve.trace.columns import (
     int_column,
     pack_blocks,
 )
+from lpserve.trace.csr import infinite_prefix_hits, take_blocks
 
 _NONE = -1  # "no value" marker in optional integer id columns (session, program, parent, tenant)
+#: codes of ``Trace.wait_kind``: what the client does after the response (-1: not known)
+WAIT_TOOL, WAIT_USER = 0, 1
+WAIT_NAMES = ("tool", "user")
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ class Trace:
         program_id: agentic program id (int64).
         parent: index (into this trace) of the call this request depends on, or -1.
         tenant: tenant / class id (int64).
+        wait_kind: why the client waits after this response before its next request (int64
+            codes: ``WAIT_TOOL`` = 0, the response is a tool call the client runs;
+            ``WAIT_USER`` = 1, the turn ended and the user writes the next one; -1 unknown).
         predicted_lo, predicted_hi: predicted output-length interval ``[lo, hi]`` in tokens.
 
     Other attributes:
@@ -106,6 +113,7 @@ class Trace:
     tenant: np.ndarray | None = None
     predicted_lo: np.ndarray | None = None
     predicted_hi: np.ndarray | None = None
+    wait_kind: np.ndarray | None = None
     name: str = "trace"
     report: LoadReport = field(default_factory=LoadReport)
 
@@ -131,6 +139,13 @@ class Trace:
             v = getattr(self, name)
             if v is not None:
                 cols[name] = int_column(name, v, n, source=src, minimum=_NONE)
+        if self.wait_kind is not None:
+            w = int_column("wait_kind", self.wait_kind, n, source=src, minimum=_NONE)
+            if np.any(w >= len(WAIT_NAMES)):
+                i = int(np.flatnonzero(w >= len(WAIT_NAMES))[0])
+                raise TraceError(f"{src}: field 'wait_kind' row {i} is {w[i]}, not a code of "
+                                 f"{dict(enumerate(WAIT_NAMES))} or -1")
+            cols["wait_kind"] = w
         if self.parent is not None:
             par = int_column("parent", self.parent, n, source=src, minimum=_NONE)
             bad = par >= np.arange(n)
@@ -188,6 +203,7 @@ class Trace:
         tenant: Any = None,
         predicted_lo: Any = None,
         predicted_hi: Any = None,
+        wait_kind: Any = None,
         name: str = "trace",
         sort: bool = False,
     ) -> "Trace":
@@ -206,7 +222,7 @@ class Trace:
             name=name, arrival_s=arr, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
             packed=packed, block_tokens=block_tokens, session_id=session_id,
             program_id=program_id, parent=parent, tenant=tenant, predicted_lo=predicted_lo,
-            predicted_hi=predicted_hi, sort=sort,
+            predicted_hi=predicted_hi, wait_kind=wait_kind, sort=sort,
             report=LoadReport(source=name, format="arrays", n_read=n),
         )
 
@@ -243,7 +259,7 @@ class Trace:
                 inv[order] = np.arange(n)
                 parent = np.where(par >= 0, inv[np.clip(par, 0, None)], _NONE)
             if packed is not None:
-                flat, offs = _take_blocks(flat, offs, order)
+                flat, offs = take_blocks(flat, offs, order)
         return cls(arrival_s=arrival_s, block_flat=flat, block_offsets=offs, parent=parent,
                    block_tokens=block_tokens, name=name, report=report, **cols)
 
@@ -301,7 +317,7 @@ class Trace:
             raise TraceError(f"{self.name}: take() needs sorted indices")
         c = self._columns()
         for k in ("arrival_s", "prompt_tokens", "output_tokens", "session_id", "program_id",
-                  "tenant", "predicted_lo", "predicted_hi"):
+                  "tenant", "predicted_lo", "predicted_hi", "wait_kind"):
             if c[k] is not None:
                 c[k] = c[k][idx]
         if self.parent is not None:
@@ -310,8 +326,8 @@ class Trace:
             par = self.parent[idx]
             c["parent"] = np.where(par >= 0, newpos[np.clip(par, 0, None)], _NONE)
         if self.block_flat is not None:
-            c["block_flat"], c["block_offsets"] = _take_blocks(self.block_flat,
-                                                               self.block_offsets, idx)
+            c["block_flat"], c["block_offsets"] = take_blocks(self.block_flat,
+                                                              self.block_offsets, idx)
         c["report"] = replace(self.report, n_kept=int(idx.size))
         return Trace(**c)
 
@@ -397,7 +413,8 @@ class Trace:
         out: dict[str, Any] = {"name": name or "+".join(t.name for t in parts)}
         for k in ("arrival_s", "prompt_tokens", "output_tokens"):
             out[k] = np.concatenate([getattr(t, k) for t in parts])
-        for k in ("session_id", "program_id", "tenant", "predicted_lo", "predicted_hi"):
+        for k in ("session_id", "program_id", "tenant", "predicted_lo", "predicted_hi",
+                  "wait_kind"):
             present = [getattr(t, k) is not None for t in parts]
             if any(present) and not all(present):
                 raise TraceError(f"concat: field {k!r} is present in some traces only")
@@ -460,6 +477,9 @@ class Trace:
             v = getattr(self, k)
             if v is not None:
                 out[f"distinct_{k}"] = int(np.unique(v[v >= 0]).size)
+        if self.wait_kind is not None:
+            out["wait_kind"] = {nm: int(np.count_nonzero(self.wait_kind == c))
+                                for c, nm in enumerate(("unknown",) + WAIT_NAMES, start=-1)}
         if self.report.n_dropped or self.report.n_reordered:
             out["load_report"] = self.report.as_dict()
         return out
@@ -471,7 +491,7 @@ class Trace:
         d: dict[str, Any] = {"arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens,
                              "output_tokens": self.output_tokens}
         for k in ("session_id", "program_id", "parent", "tenant", "predicted_lo",
-                  "predicted_hi"):
+                  "predicted_hi", "wait_kind"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -486,6 +506,8 @@ class Trace:
             if f.name in ("name", "report"):
                 continue
             v = getattr(self, f.name)
+            if v is None and f.name == "wait_kind":
+                continue  # a later field: digests of traces without it stay as they were
             h.update(f.name.encode())
             if v is None:
                 h.update(b"\x00none")
@@ -497,26 +519,12 @@ class Trace:
         return h.hexdigest()
 
     def __repr__(self) -> str:
-        extra = [k for k in ("session_id", "program_id", "parent", "tenant", "predicted_lo")
-                 if getattr(self, k) is not None]
+        extra = [k for k in ("session_id", "program_id", "parent", "tenant", "predicted_lo",
+                             "wait_kind") if getattr(self, k) is not None]
         if self.has_blocks:
             extra.insert(0, f"blocks[{self.block_tokens} tok]")
         return (f"Trace({self.name!r}, n={len(self)}, duration_s={self.duration_s:.1f}"
                 + (", " + ", ".join(extra) if extra else "") + ")")
-
-
-def _take_blocks(flat: np.ndarray, offs: np.ndarray,
-                 idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    lengths = (offs[1:] - offs[:-1])[idx]
-    new_offs = np.zeros(idx.size + 1, np.int64)
-    np.cumsum(lengths, out=new_offs[1:])
-    if idx.size == 0:
-        return np.zeros(0, np.int64), new_offs
-    starts = offs[idx]
-    # positions: for each selected request, starts[i] + arange(lengths[i])
-    rep = np.repeat(starts - new_offs[:-1], lengths)
-    pos = np.arange(int(new_offs[-1]), dtype=np.int64) + rep
-    return flat[pos], new_offs
 
 
 def infinite_cache_hit_rate(trace: Trace) -> float:
@@ -528,20 +536,7 @@ def infinite_cache_hit_rate(trace: Trace) -> float:
     """
     if trace.block_flat is None:
         raise TraceError(f"{trace.name}: trace has no prefix block ids")
-    flat, offs = trace.block_flat, trace.block_offsets
-    total = int(flat.size)
+    total = int(trace.block_flat.size)
     if total == 0:
         return float("nan")
-    chain: dict[tuple[int, int], int] = {}  # (key of the prefix before, block id) -> key
-    hits = 0
-    for i in range(len(trace)):
-        key = -1
-        for b in flat[offs[i]:offs[i + 1]].tolist():
-            nxt = chain.get((key, b))
-            if nxt is None:  # a new chain node: this and every later block of i miss
-                nxt = len(chain)
-                chain[(key, b)] = nxt
-            else:
-                hits += 1
-            key = nxt
-    return hits / total
+    return infinite_prefix_hits(trace.block_flat, trace.block_offsets) / total

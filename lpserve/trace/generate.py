@@ -344,7 +344,7 @@ def with_arrivals(trace: Trace, arrivals: ArrivalProcess, seed: int = 0) -> Trac
     c = {k: getattr(trace, k) for k in ("prompt_tokens", "output_tokens", "block_flat",
                                          "block_offsets", "block_tokens", "session_id",
                                          "program_id", "parent", "tenant", "predicted_lo",
-                                         "predicted_hi", "name", "report")}
+                                         "predicted_hi", "wait_kind", "name", "report")}
     return Trace(arrival_s=arrivals.sample(len(trace), rng), **c)
 
 
@@ -427,7 +427,7 @@ def with_shared_prefixes(trace: Trace, levels: Sequence[PrefixLevel], *, share: 
     flat, offs = pack_blocks(blocks, n)
     c = {k: getattr(trace, k) for k in ("arrival_s", "output_tokens", "session_id",
                                          "program_id", "parent", "predicted_lo",
-                                         "predicted_hi", "report")}
+                                         "predicted_hi", "wait_kind", "report")}
     return Trace(prompt_tokens=prompt, block_flat=flat, block_offsets=offs,
                  block_tokens=block_tokens, tenant=np.where(has, picks[:, 0], -1),
                  name=f"{trace.name}+prefixes", **c)

@@ -21,6 +21,20 @@ Formats (``format=`` argument, or detected from the header / first line):
     have no timestamps: with ``rate_per_s`` arrivals come from a seeded Poisson process,
     otherwise every request arrives at time 0 (the batch setting of the scheduling theory).
     Rows with a zero-token prompt or output cannot be served: they are dropped and counted.
+``kv-cache-tester``
+    Agentic coding sessions (kv-cache-tester, Claude Code through a proxy), one JSON object
+    per line and session: ``block_size``, ``hash_id_scope`` (``"local"``) and ``requests``
+    (``t`` seconds since the session's first request, ``type`` ``"n"``/``"s"``/
+    ``"subagent"``, ``in``, ``out``, ``hash_ids`` one per full block, ``stop``,
+    ``output_types``; a sub-agent holds its own ``requests``, timed from its own ``t``).
+    :func:`read_sessions` gives the sessions on their own clocks
+    (:class:`~lpserve.trace.sessions.Sessions`); ``load_trace`` composes them with
+    :func:`~lpserve.trace.sessions.compose`: Poisson session starts at ``rate_per_s``, or
+    every session at 0. Sub-agents are flattened onto their parent's clock, block ids are
+    made unique per session, ``wait_kind`` comes from ``stop`` (``tool_use``: a tool call;
+    ``end_turn``/``stop_sequence``: a user turn; no stop: a tool call if ``output_types``
+    has ``tool_use``, else unknown). Requests with zero input or output tokens are dropped
+    and counted.
 
 Every error names the file, line, the file's own field name and value; values are
 checked before they are cast (limits in :mod:`lpserve.trace.columns`). Nothing is dropped
@@ -39,13 +53,10 @@ beyond the ranges of :mod:`lpserve.trace.columns`.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import math
 import os
-import stat
-import zlib
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -55,8 +66,11 @@ import numpy as np
 
 from lpserve.trace import LoadReport, Trace, TraceError, pack_blocks
 from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S
+from lpserve.trace.kv_cache_tester import read_sessions
+from lpserve.trace.sessions import Sessions, compose
+from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
 
-FORMATS = ("azure", "burstgpt", "mooncake", "lengths")
+FORMATS = ("azure", "burstgpt", "mooncake", "lengths", "kv-cache-tester")
 MOONCAKE_BLOCK_TOKENS = 512
 
 #: traces bundled inside the package: name -> (file, format, description)
@@ -65,60 +79,16 @@ BUNDLED = {
                          "Azure LLM inference 2023, conversation, first 10 minutes (CC-BY 4.0)"),
     "mooncake-conv-5min": ("mooncake_conv_first5min.jsonl.gz", "mooncake",
                            "Mooncake FAST'25 conversation trace, first 5 minutes (Apache-2.0)"),
+    "agentic-sessions-small": ("kv_cache_tester_sessions_small.jsonl.gz", "kv-cache-tester",
+                               "kv-cache-tester Claude Code sessions, 43 small ones "
+                               "(Apache-2.0); every session starts at 0"),
 }
 DEFAULT_TRACE = "azure-conv-10min"
 
 
-#: what reading a damaged (gzipped) text file can raise
-READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError)
-
-
-def _open_text(path: Path) -> io.TextIOBase:
-    """Text of ``path``, gunzipped when it starts with the gzip magic; a UTF-8 byte-order
-    mark is dropped."""
-    with open(path, "rb") as fb:
-        magic = fb.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, "rt", encoding="utf-8-sig", newline="")
-
-
-def read_error(path: Path, exc: BaseException, where: str = "") -> TraceError:
-    """A :class:`TraceError` naming ``path`` (and ``where``, e.g. a line) for a read
-    failure ``exc``: truncated gzip, corrupt gzip, invalid UTF-8, an OS error."""
-    if isinstance(exc, EOFError):
-        what = f"truncated gzip stream ({exc})"
-    elif isinstance(exc, (zlib.error, gzip.BadGzipFile)):
-        what = f"corrupt gzip stream ({exc})"
-    elif isinstance(exc, UnicodeDecodeError):
-        what = f"not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset " \
-               f"{exc.start} of a chunk: {exc.reason})"
-    else:
-        what = f"{type(exc).__name__}: {exc}"
-    return TraceError(f"{path}: {where + ': ' if where else ''}cannot read: {what}")
-
-
-def check_regular_file(path: Path) -> None:
-    """Refuse what is not a regular file (a FIFO, a device, a socket): opening or reading
-    it could block forever or never end. FileNotFoundError / TraceError name ``path``."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot access: {exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TraceError(f"{path}: is a directory, not a trace file")
-    if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else
-                "a socket" if stat.S_ISSOCK(st.st_mode) else "a device or special file")
-        raise TraceError(f"{path}: is {kind}, not a regular file; lpserve reads trace files "
-                         "only (copy the data to a file first)")
-
-
 def _first_line(path: Path) -> str:
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             for line in f:
                 if line.strip():
                     return line.strip()
@@ -138,8 +108,11 @@ def detect_format(path: str | os.PathLike) -> str:
             raise TraceError(f"{path}: line 1 is not valid JSON: {exc}") from None
         if {"timestamp", "input_length", "output_length"} <= keys:
             return "mooncake"
+        if {"requests", "block_size"} <= keys:
+            return "kv-cache-tester"
         raise TraceError(f"{path}: JSON lines with keys {sorted(keys)} match no known format "
-                         f"(mooncake needs timestamp, input_length, output_length)")
+                         f"(mooncake needs timestamp, input_length, output_length; "
+                         f"kv-cache-tester needs requests, block_size)")
     cols = {c.strip() for c in line.split(",")}
     known = (("azure", ("TIMESTAMP", "ContextTokens", "GeneratedTokens")),
              ("burstgpt", ("Timestamp", "Request tokens", "Response tokens")),
@@ -167,9 +140,11 @@ def load_trace(path: str | os.PathLike, format: str = "auto", *, sort: bool = Fa
         format: ``"auto"`` or one of :data:`FORMATS`.
         sort: sort out-of-order arrivals (the count is in ``trace.report.n_reordered``);
             without it out-of-order arrivals raise :class:`TraceError`.
-        rate_per_s: for untimed ``lengths`` tables, the Poisson arrival rate; ``None``
-            puts every request at time 0. Refused for timed formats.
-        seed: seed of the arrival generator for ``lengths`` tables.
+        rate_per_s: for untimed ``lengths`` tables, the Poisson arrival rate; for
+            ``kv-cache-tester`` sessions, the Poisson rate of session starts; ``None`` puts
+            every request (every session start) at time 0. Refused for timed formats.
+        seed: seed of the arrival generator (``lengths``; the session order and starts of
+            ``kv-cache-tester``).
         name: label of the trace (default: the file name).
     """
     if isinstance(path, str) and path in BUNDLED:
@@ -182,10 +157,13 @@ def load_trace(path: str | os.PathLike, format: str = "auto", *, sort: bool = Fa
     fmt = detect_format(path) if format == "auto" else format
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format {format!r}; known: auto, {', '.join(FORMATS)}")
-    if rate_per_s is not None and fmt != "lengths":
-        raise TraceError(f"{path}: rate_per_s applies to untimed 'lengths' tables only; "
-                         f"use trace.with_rate() to rescale a {fmt} trace")
+    if rate_per_s is not None and fmt not in ("lengths", "kv-cache-tester"):
+        raise TraceError(f"{path}: rate_per_s applies to untimed 'lengths' tables and "
+                         f"'kv-cache-tester' sessions only; use trace.with_rate() to rescale "
+                         f"a {fmt} trace")
     label = name or path.name.split(".")[0]
+    if fmt == "kv-cache-tester":
+        return compose(read_sessions(path), rate_per_s=rate_per_s, seed=seed, name=label)
     loader = {"azure": _load_azure, "burstgpt": _load_burstgpt, "mooncake": _load_mooncake,
               "lengths": _load_lengths}[fmt]
     kwargs: dict[str, Any] = {"sort": sort, "name": label}
@@ -202,6 +180,17 @@ def bundled_trace(name: str = DEFAULT_TRACE) -> Trace:
     ref = resources.files("lpserve") / "data" / fname
     with resources.as_file(ref) as p:
         return load_trace(p, fmt, name=name)
+
+
+def bundled_sessions(name: str = "agentic-sessions-small") -> Sessions:
+    """The sessions of a bundled ``kv-cache-tester`` file on their own clocks (compose them
+    with :func:`lpserve.trace.sessions.compose`)."""
+    if name not in BUNDLED or BUNDLED[name][1] != "kv-cache-tester":
+        raise TraceError(f"{name!r} is not a bundled sessions file; bundled: "
+                         f"{[k for k, v in BUNDLED.items() if v[1] == 'kv-cache-tester']}")
+    ref = resources.files("lpserve") / "data" / BUNDLED[name][0]
+    with resources.as_file(ref) as p:
+        return read_sessions(p)
 
 
 # --------------------------------------------------------------------------- CSV helpers
@@ -266,7 +255,7 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> Table:
     if missing:
         raise TraceError(f"{path}: missing column(s) {missing}; found {names}")
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             body = f.read()
     except READ_ERRORS as exc:
         raise read_error(path, exc) from None
@@ -493,7 +482,7 @@ def _load_mooncake(path: Path, *, sort: bool, name: str) -> Trace:
     blocks: list[list[int]] = []
     lineno = 0
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             for lineno, line in enumerate(f, start=1):
                 if not line.strip():
                     continue

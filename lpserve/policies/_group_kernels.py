@@ -1,0 +1,454 @@
+"""Numba kernel of the session-aware KV evictors, beside a plain-Python twin (:mod:`_group_ref`), and
+the online fits they share with the simulator adapters (``models/kv-sessions.md``).
+
+Setting (``models/kv-caching-flow.md`` section 1): requests are served in order; request
+``r`` hits on the longest leading run of its blocks in the cache, then all its blocks are
+in the cache and the evictor brings it back to ``capacity`` blocks.
+
+The unit of eviction is a **group**: the blocks whose last touch was request ``r``. A group
+has a class ``c`` (why the client waits after ``r``: unknown, tool call, user turn; see
+``Trace.wait_kind``), a touch time ``t`` and an eviction key ``(primary, secondary)``;
+the group of smallest key loses its deepest block first (a deeper block is worth nothing
+once a shallower one is gone). Keys depend on the group's age, so each group carries one
+pending re-key event (at the next age on :data:`AGE_EDGES_S`, or at its pin's expiry);
+events are processed before each eviction, in time order, with a lazy heap: the work per
+request is ``O(log groups)``, not a scan of the cache.
+
+Every rule learns only from waits that ended before ``now``: the wait a request ``p``
+started ends when the next request of its thread (``Trace.program_id``, else
+``session_id``) arrives (a *return* after ``gap`` seconds) or when ``amax`` seconds pass
+without one (*no return*). Modes (``MODE_*``, equations of ``models/kv-sessions.md``):
+
+* ``group-lru``: key ``(0, t)``; the same hits as :func:`_evict_kernels.lru_replay`.
+* ``ttl-pin`` (Continuum): a touched group is pinned for ``tau[c]`` seconds, the TTL of
+  its class fitted online by :func:`fit_ttl` (3); unpinned groups go first, least recent
+  first; then pinned ones, the one whose thread is predicted to return last first (its
+  predicted return: the touch time plus the thread's recent gaps after waits of that
+  class, else the class's mean gap) (4).
+* ``reuse-decay`` (Wang et al., ATC'25): primary = probability that the group is reused
+  within ``horizon`` seconds given its age, from a per-class exponential reuse-time fit
+  (5).
+* ``tail-lru`` (Zhang et al.): blocks past the depth a conversation needs to keep its next
+  turn's uncached prefill under ``xi`` tokens go first, LRU among them; then LRU (6).
+* ``return-knapsack``: primary = value per block-second, (reuse probability x recompute
+  value) / expected time to the return, per class and age (7)-(8).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+MODE_GLRU, MODE_TTL, MODE_DECAY, MODE_TAIL, MODE_INDEX = 0, 1, 2, 3, 4
+MODE_NAMES = ("group-lru", "ttl-pin", "reuse-decay", "tail-lru", "return-knapsack")
+N_CLASSES = 3  # Trace.wait_kind + 1: unknown, tool call, user turn
+#: ``params`` of :func:`group_replay`: the longest wait that counts as a return (s), fits
+#: refreshed every this many ended waits, reuse horizon (s), tail threshold (tokens),
+#: weight of the newest gap in a thread's moving average, fixed TTL (s; < 0: learn),
+#: fewest ended waits before a class uses its own fit, tokens per block
+#: and the time constant (s) of the hit scores of the ttl-pin duel (0: no duel)
+P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK, P_DUEL = range(9)
+N_PARAMS = 9
+#: ages (s) at which keys are re-evaluated; bin ``b`` is ``[AGE_EDGES_S[b], [b+1])``
+AGE_EDGES_S = np.array([0.0, 2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 90, 120, 180,
+                        240, 360, 480, 720, 900, 1200, 1800, 2700, 3600])
+#: candidate TTLs (s) of the ttl-pin fit
+TTL_GRID_S = np.array([0.0, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800,
+                       3600])
+DUEL_MARGIN = 0.02  # ttl-pin starts pinning once its shadow leads LRU's by this share
+PRIOR_GAP_S = 60.0  # prior mean return gap of the reuse-decay fit (one pseudo-return)
+
+
+# ===================================================================================== fits
+@njit(cache=True)
+def record_wait(H, O, R, X, NE, c, gap, w, amax, edges, ttl_grid):  # pragma: no cover
+    """Add one ended wait of class ``c`` to the statistics: a return after ``gap`` s (a
+    gap above ``amax`` is no return) of a group of ``w`` blocks. ``H``/``O`` (K, J):
+    block-hits and block-seconds of each TTL; ``R``/``X`` (K, B): returns and waits at risk
+    per age bin; ``NE`` (K, 3): ended waits, returns, sum of return gaps."""
+    back = gap <= amax
+    for j in range(ttl_grid.shape[0]):
+        tau = ttl_grid[j]
+        if back and gap <= tau:
+            H[c, j] += w
+            O[c, j] += w * gap
+        else:
+            O[c, j] += w * tau
+    B = edges.shape[0] - 1
+    for b in range(B):
+        if back and gap < edges[b]:
+            break
+        X[c, b] += 1.0
+        if back and gap < edges[b + 1]:
+            R[c, b] += 1.0
+            break
+    NE[c, 0] += 1.0
+    if back:
+        NE[c, 1] += 1.0
+        NE[c, 2] += gap
+
+
+@njit(cache=True)
+def fit_ttl(H, O, min_n, NE, ttl_grid):  # pragma: no cover - numba
+    """TTL (s) and hit density (block-hits per pinned block-second) per class, eq. (3):
+    each class's TTL is the one of ``ttl_grid`` whose pins paid best so far, the largest
+    ``H / O`` (0 for a class with fewer than ``min_n`` ended waits). Returns ``(tau (K,),
+    density (K,))``."""
+    K, J = H.shape
+    tau = np.zeros(K)
+    dens = np.zeros(K)
+    for c in range(K):
+        if NE[c, 0] < min_n:
+            continue
+        for j in range(J):
+            if O[c, j] > 0 and H[c, j] / O[c, j] > dens[c]:
+                dens[c] = H[c, j] / O[c, j]
+                tau[c] = ttl_grid[j]
+    return tau, dens
+
+
+@njit(cache=True)
+def fit_return(R, X, NE, edges, amax, min_n):  # pragma: no cover
+    """Per class and age bin (K, B): the probability ``pi`` that a waiting group returns
+    and the mean time ``mu`` (s) to that return, from the at-risk counts (discrete
+    hazard per bin, eqs. (7)); a class with fewer than ``min_n`` ended waits uses the
+    pooled counts of all classes."""
+    K, B = R.shape
+    pi = np.zeros((K, B))
+    mu = np.ones((K, B))
+    Rp = R.sum(axis=0)
+    Xp = X.sum(axis=0)
+    for c in range(K):
+        own = NE[c, 0] >= min_n
+        for b in range(B):
+            surv = 1.0
+            p = 0.0
+            m = 0.0
+            for j in range(b, B):
+                r_ = R[c, j] if own else Rp[j]
+                x_ = X[c, j] if own else Xp[j]
+                h = r_ / x_ if x_ > 0 else 0.0
+                q = surv * h
+                hi = edges[j + 1] if j + 1 < B else amax
+                p += q
+                m += q * (0.5 * (edges[j] + hi) - edges[b])
+                surv *= 1.0 - h
+            pi[c, b] = p
+            mu[c, b] = max(m / p, 1.0) if p > 0 else 1e9
+    return pi, mu
+
+
+@njit(cache=True)
+def decay_score(NE, c, age, horizon, min_n):  # pragma: no cover
+    """Eq. (5): probability of a reuse within ``horizon`` s for a group of class ``c`` idle
+    for ``age`` s, under an exponential reuse time (rate from the class's returns, plus a
+    pseudo-return of ``PRIOR_GAP_S``) reached with the class's return share; a class with
+    fewer than ``min_n`` ended waits uses the pooled statistics."""
+    n, k, s = NE[c, 0], NE[c, 1], NE[c, 2]
+    if n < min_n:
+        n, k, s = NE[:, 0].sum(), NE[:, 1].sum(), NE[:, 2].sum()
+    p = (k + 1.0) / (n + 2.0)
+    theta = (k + 1.0) / (s + PRIOR_GAP_S)
+    e = math.exp(-theta * age)
+    return p * e * (1.0 - math.exp(-theta * horizon)) / (1.0 - p + p * e)
+
+
+@njit(cache=True)
+def predicted_gap(NE, tg, th, c):  # pragma: no cover - numba
+    """Predicted time (s) until thread ``th`` returns after a wait of class ``c``: the
+    moving average ``tg[th, c]`` of its own gaps after such waits, else the class's mean
+    return gap (pooled over classes before the class has returns), else ``PRIOR_GAP_S``."""
+    if th >= 0 and tg[th, c] > 0:
+        return tg[th, c]
+    if NE[c, 1] > 0:
+        return NE[c, 2] / NE[c, 1]
+    k = NE[:, 1].sum()
+    return NE[:, 2].sum() / k if k > 0 else PRIOR_GAP_S
+
+
+@njit(cache=True)
+def update_gap(tg, th, c, gap, amax, alpha):  # pragma: no cover - numba
+    """Fold a return after ``gap`` s into thread ``th``'s moving average for class ``c``
+    (weight ``alpha`` on the newest; a gap above ``amax`` is no return and is skipped)."""
+    if th >= 0 and gap <= amax:
+        tg[th, c] = gap if tg[th, c] <= 0 else alpha * gap + (1.0 - alpha) * tg[th, c]
+
+
+# ===================================================================================== heap
+@njit(cache=True)
+def heap_less(hp, hs, hg, i, j):  # pragma: no cover - numba
+    """Entry ``i`` before entry ``j``: by primary, secondary, then group (request order)."""
+    if hp[i] != hp[j]:
+        return hp[i] < hp[j]
+    if hs[i] != hs[j]:
+        return hs[i] < hs[j]
+    return hg[i] < hg[j]
+
+
+@njit(cache=True)
+def heap_swap(hp, hs, hg, hv, i, j):  # pragma: no cover - numba
+    """Swap entries ``i`` and ``j``."""
+    hp[i], hp[j] = hp[j], hp[i]
+    hs[i], hs[j] = hs[j], hs[i]
+    hg[i], hg[j] = hg[j], hg[i]
+    hv[i], hv[j] = hv[j], hv[i]
+
+
+@njit(cache=True)
+def heap_push(hp, hs, hg, hv, m, p, s, g, v):  # pragma: no cover - numba
+    """Push key ``(p, s, g)`` with validity stamp ``v`` onto the heap of ``m`` entries;
+    returns the new size."""
+    i = m
+    hp[i], hs[i], hg[i], hv[i] = p, s, g, v
+    while i > 0:
+        par = (i - 1) // 2
+        if not heap_less(hp, hs, hg, i, par):
+            break
+        heap_swap(hp, hs, hg, hv, i, par)
+        i = par
+    return m + 1
+
+
+@njit(cache=True)
+def heap_pop(hp, hs, hg, hv, m):  # pragma: no cover - numba
+    """Remove the smallest entry (read it at index 0 first); returns the new size."""
+    m -= 1
+    hp[0], hs[0], hg[0], hv[0] = hp[m], hs[m], hg[m], hv[m]
+    i = 0
+    while True:
+        lft = 2 * i + 1
+        best = i
+        if lft < m and heap_less(hp, hs, hg, lft, best):
+            best = lft
+        if lft + 1 < m and heap_less(hp, hs, hg, lft + 1, best):
+            best = lft + 1
+        if best == i:
+            break
+        heap_swap(hp, hs, hg, hv, i, best)
+        i = best
+    return m
+
+
+# ===================================================================================== keys
+@njit(cache=True)
+def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edges,
+              params):  # pragma: no cover - numba
+    """``(primary, secondary, next re-key time)`` at ``now`` of a group touched at ``t_g``
+    (smallest key goes first); the next time is after ``now``, ``inf`` when the key no
+    longer changes. Ages are compared as absolute times, so the next time is never
+    ``now`` itself."""
+    inf = np.inf
+    if mode == MODE_GLRU:
+        return 0.0, t_g, inf
+    if mode == MODE_TAIL:
+        return (0.0 if top_depth >= need else 1.0), t_g, inf
+    if mode == MODE_TTL:
+        if now < expiry:  # pinned: ``value`` is the predicted return time
+            return 1.0, -value, expiry
+        return 0.0, t_g, inf
+    B = edges.shape[0] - 1
+    b = 0
+    while b + 1 < B and t_g + edges[b + 1] <= now:
+        b += 1
+    nxt = t_g + edges[b + 1] if b + 1 < B else inf
+    if mode == MODE_DECAY:
+        return decay_score(NE, c, edges[b], params[P_HORIZON], params[P_MIN_N]), t_g, nxt
+    if NE[:, 0].sum() < params[P_MIN_N]:  # return-knapsack before any data: LRU order
+        return 0.0, t_g, nxt
+    idx = value * pi[c, b] / mu[c, b]
+    if b + 1 < B and pi[c, b + 1] / mu[c, b + 1] > pi[c, b] / mu[c, b]:
+        return idx, -t_g, nxt  # the index still rises with age: the younger group goes first
+    return idx, t_g, nxt
+
+
+# ===================================================================================== replay
+@njit(cache=True)
+def new_cache(n, n_keys, B):  # pragma: no cover - numba
+    """The state of one cache instance: ``(inc, owner, cnt, gtop, expiry, need, gval,
+    gstamp, estamp, hp, hs, hg, hv, ep, es, eg, ev, sc)``; ``sc`` holds the heap sizes,
+    the stamp counter and the cached blocks."""
+    cap = n * (B + 5) + 16
+    return (np.zeros(n_keys, np.bool_), np.full(n_keys, -1, np.int64),
+            np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
+            np.ones(n), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.empty(cap), np.empty(cap), np.empty(cap, np.int64), np.empty(cap, np.int64),
+            np.empty(cap), np.zeros(cap), np.empty(cap, np.int64), np.empty(cap, np.int64),
+            np.zeros(4, np.int64))
+
+
+@njit(cache=True)
+def rekey(st, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):  # pragma: no cover
+    """Push group ``g``'s key at ``now`` (and its next re-key event) onto its heaps."""
+    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
+     eg, ev, sc) = st
+    sc[2] += 1
+    pk, sk, nxt = group_key(mode, c, t_g, now, expiry[g], gtop[g] - g_off, need[g],
+                            gval[g], NE, pi, mu, edges, params)
+    gstamp[g] = sc[2]
+    sc[0] = heap_push(hp, hs, hg, hv, sc[0], pk, sk, g, sc[2])
+    if nxt < np.inf:
+        estamp[g] = sc[2]
+        sc[1] = heap_push(ep, es, eg, ev, sc[1], nxt, 0.0, g, sc[2])
+
+
+@njit(cache=True)
+def unpin_all(st, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges,
+              params):  # pragma: no cover - numba
+    """End every pin of a ttl-pin cache now (its groups get their LRU keys)."""
+    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
+     eg, ev, sc) = st
+    m = sc[1]
+    for i in range(m):
+        g = eg[i]
+        if ev[i] == estamp[g] and cnt[g] > 0 and expiry[g] > now:
+            expiry[g] = now
+            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
+                  params)
+
+
+@njit(cache=True)
+def cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls, capacity, exp_r,
+               need_r, gval_r, NE, pi, mu, edges, params):  # pragma: no cover - numba
+    """Serve request ``r`` in the cache ``st``: count its prefix hits, make its blocks its
+    group (pin expiry ``exp_r``, tail depth ``need_r``, value ``gval_r``), then evict down
+    to ``capacity`` blocks. Returns the hits."""
+    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
+     eg, ev, sc) = st
+    a0, a1 = offsets[r], offsets[r + 1]
+    j = a0
+    while j < a1 and inc[key[j]]:
+        j += 1
+    for a in range(a0, a1):
+        k = key[a]
+        if inc[k]:
+            cnt[request[owner[k]]] -= 1
+        else:
+            inc[k] = True
+            sc[3] += 1
+        owner[k] = a
+    if a1 > a0:
+        cnt[r], gtop[r], expiry[r], need[r], gval[r] = a1 - a0, a1 - 1, exp_r, need_r, gval_r
+        rekey(st, mode, r, now, now, cls[r], a0, NE, pi, mu, edges, params)
+    if sc[3] <= capacity:
+        return j - a0
+    while sc[1] > 0 and ep[0] <= now:  # re-key the groups whose key changed by now
+        g, v_ = eg[0], ev[0]
+        sc[1] = heap_pop(ep, es, eg, ev, sc[1])
+        if v_ == estamp[g] and cnt[g] > 0:
+            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
+                  params)
+    while sc[3] > capacity:
+        if sc[0] == 0:
+            raise RuntimeError("group_replay: no evictable group left")
+        pk, g, v_ = hp[0], hg[0], hv[0]
+        sc[0] = heap_pop(hp, hs, hg, hv, sc[0])
+        if v_ != gstamp[g] or cnt[g] == 0:
+            continue
+        lo = offsets[g] + (need[g] if mode == MODE_TAIL and pk == 0.0 else 0)
+        while sc[3] > capacity and gtop[g] >= lo:
+            a = gtop[g]
+            gtop[g] -= 1
+            k = key[a]
+            if inc[k] and owner[k] == a:
+                inc[k] = False
+                sc[3] -= 1
+                cnt[g] -= 1
+        if cnt[g] > 0:
+            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
+                  params)
+    return j - a0
+
+
+@njit(cache=True)
+def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls,
+                 prompt_tokens, context_tokens, n_keys, capacity, mode, params, edges,
+                 ttl_grid, H, O, R, X, NE):  # pragma: no cover - numba
+    """Hits per request (n,) of the session-aware evictor ``mode`` (see the module
+    docstring). Per request (n,): ``arrival_s``, ``thread`` (dense conversation id, -1
+    none), ``cls`` (0..N_CLASSES-1), ``prompt_tokens``, ``context_tokens`` (prompt +
+    output tokens: what the conversation holds after the request); per access (A,):
+    ``key``, ``request``, ``value`` (recompute value of a hit); ``params`` float64
+    (N_PARAMS,). ``H, O, R, X, NE``: the wait statistics of :func:`record_wait`, updated in
+    place (pass zeros, or statistics fitted on other traffic to start warm).
+
+    With ``mode == MODE_TTL`` and ``params[P_DUEL] > 0`` two shadow caches run beside the
+    real one, pure LRU and pure ttl-pin; a request's group is pinned only while the
+    ttl-pin shadow's hits (exponentially decayed, time constant ``P_DUEL`` s) are at least
+    the LRU shadow's (set dueling, eq. (4b))."""
+    n = offsets.shape[0] - 1
+    K, B = N_CLASSES, edges.shape[0] - 1
+    amax, refit, bt = params[P_AMAX], int(params[P_REFIT]), params[P_BLOCK]
+    q_sum, q_n, n_new = 0.0, 0.0, 0
+    tau = np.full(K, max(params[P_TTL], 0.0))
+    if params[P_TTL] < 0:
+        tau, _ = fit_ttl(H, O, params[P_MIN_N], NE, ttl_grid)
+    pi, mu = fit_return(R, X, NE, edges, amax, params[P_MIN_N])
+    duel = mode == MODE_TTL and params[P_DUEL] > 0
+    st = new_cache(n, n_keys, B)
+    sh_lru = new_cache(n if duel else 0, n_keys if duel else 0, B)
+    sh_ttl = new_cache(n if duel else 0, n_keys if duel else 0, B)
+    score_lru = score_ttl = 0.0
+    pinning = not duel
+    t_score = arrival_s[0] if n else 0.0
+    last_req = np.full(max(n_threads, 1), -1, np.int64)
+    tg = np.zeros((max(n_threads, 1), K))
+    resolved = np.zeros(n, np.bool_)
+    qptr = 0
+    hits = np.zeros(n, np.int64)
+    for r in range(n):
+        a0, a1, now = offsets[r], offsets[r + 1], arrival_s[r]
+        # waits that ended by now: no return within amax, or the thread's next request
+        while qptr < r and arrival_s[qptr] + amax < now:
+            if thread[qptr] >= 0 and not resolved[qptr]:
+                resolved[qptr] = True
+                record_wait(H, O, R, X, NE, cls[qptr], np.inf,
+                            float(offsets[qptr + 1] - offsets[qptr]), amax, edges, ttl_grid)
+                n_new += 1
+            qptr += 1
+        th = thread[r]
+        if th >= 0:
+            p = last_req[th]
+            if p >= 0 and not resolved[p]:
+                resolved[p] = True
+                record_wait(H, O, R, X, NE, cls[p], now - arrival_s[p],
+                            float(offsets[p + 1] - offsets[p]), amax, edges, ttl_grid)
+                update_gap(tg, th, cls[p], now - arrival_s[p], amax, params[P_ALPHA])
+                n_new += 1
+                grown = prompt_tokens[r] - context_tokens[p]
+                if grown >= 0:
+                    q_sum += grown
+                    q_n += 1.0
+            last_req[th] = r
+        if n_new >= refit:
+            n_new = 0
+            if params[P_TTL] < 0:
+                tau, _ = fit_ttl(H, O, params[P_MIN_N], NE, ttl_grid)
+            if mode == MODE_INDEX:
+                pi, mu = fit_return(R, X, NE, edges, amax, params[P_MIN_N])
+        q_hat = q_sum / q_n if q_n > 0 else 0.0
+        need_r = int(math.ceil(max(0.0, context_tokens[r] + q_hat - params[P_XI]) / bt))
+        v = 0.0
+        for a in range(a0, a1):
+            v += value[a]
+        gval_r = v / max(a1 - a0, 1)
+        if mode == MODE_TTL:
+            gval_r = now + predicted_gap(NE, tg, th, cls[r])
+        exp_r = now + tau[cls[r]]
+        if duel:
+            hl = cache_step(sh_lru, MODE_GLRU, r, now, offsets, key, request, arrival_s, cls,
+                            capacity, now, need_r, gval_r, NE, pi, mu, edges, params)
+            ht = cache_step(sh_ttl, mode, r, now, offsets, key, request, arrival_s, cls,
+                            capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
+            f = math.exp(-(now - t_score) / params[P_DUEL])
+            score_lru, score_ttl, t_score = score_lru * f + hl, score_ttl * f + ht, now
+            if pinning and score_ttl < score_lru:  # LRU leads: drop every pin now
+                pinning = False
+                unpin_all(st, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params)
+            elif not pinning and score_ttl > (1.0 + DUEL_MARGIN) * score_lru:
+                pinning = True
+            if not pinning:
+                exp_r = now
+        hits[r] = cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls,
+                             capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
+    return hits

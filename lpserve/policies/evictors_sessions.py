@@ -1,0 +1,387 @@
+"""Session-aware KV evictors: fast-replay specifications and simulator adapters
+(``models/kv-sessions.md``).
+
+They use what an agentic serving stack knows about a conversation: which thread a request
+belongs to (``Trace.program_id``, else ``session_id``) and why its client waits after the
+response (``Trace.wait_kind``: a tool call or a user turn). Each learns online from the
+waits that have ended: the time until the thread's next request, or no return within
+``amax_s``.
+
+===============  ==========================================================================
+ttl-pin          Continuum (Li et al., arXiv 2511.02230): pin a conversation's KV for a TTL
+                 per wait kind, fitted online by the price of cache space that makes the
+                 expected pinned occupancy fit the capacity; unpinned KV goes first (LRU),
+                 then pins, latest expiry first
+reuse-decay      Wang et al., "KVCache Cache in the Wild" (ATC'25): reuse probability per
+                 category that decays exponentially with idle time, fitted online; evict
+                 the least likely to be reused within ``horizon_s``
+tail-lru         Zhang, Li, Moallemi, Peng, "Tail-Optimized Caching for LLM Inference"
+                 (arXiv 2510.15152): first the blocks past the prefix a conversation needs
+                 for its next turn's uncached prefill to stay under ``xi_tokens``, LRU
+                 among them; then LRU
+return-knapsack  value per block-second: (probability of the return x recompute value of a
+                 block) / expected time to the return, per wait kind and idle time
+===============  ==========================================================================
+
+Every rule evicts a conversation's deepest block first. Without threads (no session or
+program ids) nothing is learned and ttl-pin, reuse-decay and return-knapsack give LRU's
+hits exactly.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from lpserve.policies import _group_kernels as G
+from lpserve.policies import _group_ref as GR
+from lpserve.policy import Evictor, EvictorView, Meta, RequestEvent
+
+__all__ = ["SESSION_SPECS", "SessionEvictor", "SessionEvictorSpec", "WaitStats",
+           "fit_wait_stats", "replay_session_hits"]
+
+
+@dataclass(frozen=True, eq=False)
+class WaitStats:
+    """Statistics of ended waits (``_group_kernels.record_wait``): ``H``/``O`` (K, J)
+    block-hits and block-seconds per class and TTL of ``TTL_GRID_S``, ``R``/``X`` (K, B)
+    returns and waits at risk per age bin of ``AGE_EDGES_S``, ``NE`` (K, 3) ended waits,
+    returns and summed return gaps. A session-aware evictor starts from a copy of them
+    (learned on other traffic) instead of from nothing."""
+
+    H: np.ndarray
+    O: np.ndarray
+    R: np.ndarray
+    X: np.ndarray
+    NE: np.ndarray
+
+    @staticmethod
+    def empty() -> "WaitStats":
+        """No ended wait yet."""
+        K, J, B = G.N_CLASSES, G.TTL_GRID_S.size, G.AGE_EDGES_S.size - 1
+        return WaitStats(np.zeros((K, J)), np.zeros((K, J)), np.zeros((K, B)),
+                         np.zeros((K, B)), np.zeros((K, 3)))
+
+    def copy(self) -> "WaitStats":
+        """A fresh copy (the kernels update statistics in place)."""
+        return WaitStats(*(np.array(a, np.float64) for a in
+                           (self.H, self.O, self.R, self.X, self.NE)))
+
+    @property
+    def n_waits(self) -> np.ndarray:
+        """Ended waits per class (K,)."""
+        return self.NE[:, 0].copy()
+
+
+@dataclass(frozen=True)
+class SessionEvictorSpec:
+    """What the replay kernel (:func:`lpserve.policies._group_kernels.group_replay`) needs
+    to run one session-aware evictor.
+
+    Attributes:
+        name: registry name; mode: one of ``_group_kernels.MODE_*``.
+        amax_s: a wait longer than this (s) counts as no return.
+        refit: refresh the fits every this many ended waits.
+        horizon_s: reuse window of ``reuse-decay`` (s).
+        xi_tokens: uncached-prefill threshold of ``tail-lru`` (tokens).
+        target: share of the capacity the ``ttl-pin`` pins may fill on average.
+        ttl_s: a fixed TTL for every wait kind (s); < 0 learns it (``ttl-pin``).
+        min_n: ended waits of a class before it uses its own statistics.
+        alpha: weight of the newest gap in a thread's moving average (``ttl-pin``).
+        duel_s: ``ttl-pin`` pins only while a shadow ttl-pin cache has hit at least as much
+            as a shadow LRU cache, hits decayed with this time constant (s); 0 always
+            pins.
+        prior: :class:`WaitStats` to start from (e.g. :func:`fit_wait_stats` on sessions
+            held apart from the ones replayed); None starts with nothing learned.
+        online: these rules never read the future.
+    """
+
+    name: str
+    mode: int
+    amax_s: float = 3600.0
+    refit: int = 32
+    horizon_s: float = 60.0
+    xi_tokens: float = 8192.0
+    alpha: float = 0.5
+    duel_s: float = 600.0
+    ttl_s: float = -1.0
+    min_n: int = 20
+    prior: WaitStats | None = None
+    online: bool = True
+
+    def __post_init__(self) -> None:
+        for f in ("amax_s", "horizon_s"):
+            v = getattr(self, f)
+            if not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{self.name} evictor: {f} must be a finite number > 0, "
+                                 f"got {v!r}")
+        if not (np.isfinite(self.duel_s) and self.duel_s >= 0):
+            raise ValueError(f"{self.name} evictor: duel_s must be >= 0, got {self.duel_s!r}")
+        if not (np.isfinite(self.xi_tokens) and self.xi_tokens >= 0):
+            raise ValueError(f"{self.name} evictor: xi_tokens must be >= 0, got "
+                             f"{self.xi_tokens!r}")
+        for f in ("refit", "min_n"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"{self.name} evictor: {f} must be >= 1")
+        if not (0.0 < self.alpha <= 1.0):
+            raise ValueError(f"{self.name} evictor: alpha must be in (0, 1], got "
+                             f"{self.alpha!r}")
+        if self.prior is not None and not isinstance(self.prior, WaitStats):
+            raise TypeError(f"{self.name} evictor: prior must be a WaitStats, got "
+                            f"{type(self.prior).__name__}")
+
+    def params(self, block_tokens: int) -> np.ndarray:
+        """The kernel's float parameters (``_group_kernels.P_*``)."""
+        p = np.zeros(G.N_PARAMS)
+        p[G.P_AMAX], p[G.P_REFIT], p[G.P_HORIZON] = self.amax_s, self.refit, self.horizon_s
+        p[G.P_XI], p[G.P_ALPHA], p[G.P_TTL] = self.xi_tokens, self.alpha, self.ttl_s
+        p[G.P_MIN_N], p[G.P_BLOCK] = self.min_n, max(int(block_tokens), 1)
+        p[G.P_DUEL] = self.duel_s
+        return p
+
+    def with_(self, **overrides: Any) -> "SessionEvictorSpec":
+        """A copy with fields overridden (unknown names are an error)."""
+        known = {f.name for f in fields(self)}
+        bad = sorted(set(overrides) - known)
+        if bad:
+            raise TypeError(f"{self.name} evictor: unknown parameter(s) {bad}; known: "
+                            f"{sorted(known - {'name', 'mode', 'online'})}")
+        return SessionEvictorSpec(**{**self.__dict__, **overrides})
+
+
+SESSION_SPECS: dict[str, SessionEvictorSpec] = {
+    "ttl-pin": SessionEvictorSpec("ttl-pin", G.MODE_TTL),
+    "reuse-decay": SessionEvictorSpec("reuse-decay", G.MODE_DECAY),
+    "tail-lru": SessionEvictorSpec("tail-lru", G.MODE_TAIL),
+    "return-knapsack": SessionEvictorSpec("return-knapsack", G.MODE_INDEX),
+}
+
+
+def request_inputs(acc: Any) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """``(thread, n_threads, cls, prompt_tokens, context_tokens)`` per request of prepared
+    :class:`~lpserve.opt.cache_flow.BlockAccesses`: dense thread ids (-1 none), classes
+    ``wait_kind + 1`` and prompt + output tokens."""
+    n = acc.n_requests
+    none = np.full(n, -1, np.int64)
+    raw = none if acc.thread is None else np.asarray(acc.thread, np.int64)
+    thread = none.copy()
+    has = raw >= 0
+    uniq, dense = np.unique(raw[has], return_inverse=True)
+    thread[has] = dense
+    wk = none if acc.wait_kind is None else np.asarray(acc.wait_kind, np.int64)
+    prompt = (np.diff(acc.offsets) * acc.block_tokens if acc.prompt_tokens is None
+              else np.asarray(acc.prompt_tokens, np.int64))
+    out = np.zeros(n, np.int64) if acc.output_tokens is None else acc.output_tokens
+    return thread, int(uniq.size), (wk + 1).astype(np.int64), prompt, prompt + out
+
+
+def replay_session_hits(acc: Any, capacity_blocks: int, spec: SessionEvictorSpec, *,
+                        reference: bool = False) -> np.ndarray:
+    """Prefix hits per request (int64 (n,)) of ``spec`` on prepared
+    :class:`~lpserve.opt.cache_flow.BlockAccesses` with ``capacity_blocks`` blocks, by the
+    numba kernel (``reference=True``: its plain-Python twin)."""
+    st = (spec.prior or WaitStats.empty()).copy()
+    thread, n_threads, cls, prompt, context = request_inputs(acc)
+    fn = GR.group_replay_ref if reference else G.group_replay
+    return fn(acc.offsets, acc.key, acc.request, np.asarray(acc.value_s, np.float64),
+              acc.arrival_s, thread, n_threads, cls, prompt, context, acc.n_keys,
+              int(capacity_blocks), spec.mode, spec.params(acc.block_tokens), G.AGE_EDGES_S,
+              G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE)
+
+
+def fit_wait_stats(acc: Any, *, amax_s: float = 3600.0) -> WaitStats:
+    """The :class:`WaitStats` of every wait that ends within prepared
+    :class:`~lpserve.opt.cache_flow.BlockAccesses` (a return by the thread's next request,
+    or no return within ``amax_s``; waits still open at the end are left out), by the same
+    bookkeeping the evictors run online."""
+    st = WaitStats.empty()
+    spec = SessionEvictorSpec("fit", G.MODE_GLRU, amax_s=amax_s)
+    thread, n_threads, cls, prompt, context = request_inputs(acc)
+    G.group_replay(acc.offsets, acc.key, acc.request, np.asarray(acc.value_s, np.float64),
+                   acc.arrival_s, thread, n_threads, cls, prompt, context, acc.n_keys,
+                   max(acc.n_keys, 1), G.MODE_GLRU, spec.params(acc.block_tokens),
+                   G.AGE_EDGES_S, G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE)
+    return st
+
+
+# ===================================================================================== adapter
+class SessionEvictor(Evictor):
+    """The simulator's form of a session-aware evictor (the replay rule of ``spec``).
+
+    It observes every request's arrival and finish (``observes_requests``): a finish starts
+    its thread's wait (class ``wait_kind + 1``, the conversation's prompt blocks), the
+    thread's next arrival ends it (a return after the gap), ``amax_s`` without one ends it
+    as no return. Ages and gaps count from the finish (when the blocks were released),
+    where the replay, without service times, counts from the arrival. At an eviction the
+    evictable blocks form groups (same thread and release time), keyed as
+    :func:`lpserve.policies._group_kernels.group_key` does; a group's deepest block goes
+    first. Recompute values of ``return-knapsack`` come from the cluster's cost model
+    (``models/kv-caching-flow.md`` (10)). The ttl-pin duel runs its two shadow caches per
+    replica (capacity: the replica's KV blocks), each finished request touching its prompt
+    blocks there; while LRU's shadow leads, no block is pinned.
+    """
+
+    meta = Meta(online=True, engines=("lpserve",))
+    observes_requests = True
+
+    def __init__(self, spec: SessionEvictorSpec) -> None:
+        self.spec = spec
+        self.name = f"kv-{spec.name}"
+        self.reset(None, None)
+
+    def reset(self, cluster: Any, rng: Any) -> None:
+        """Forget everything learned in a previous run (keep the ``prior``)."""
+        self._st = (self.spec.prior or WaitStats.empty()).copy()
+        self._tg: dict[int, np.ndarray] = {}   # thread -> moving average gap per class
+        self._pending: dict[int, tuple] = {}   # thread -> (finish_s, class, blocks, tokens)
+        self._timeouts: list[tuple[float, int]] = []
+        self._info: dict[int, tuple] = {}      # thread -> (finish_s, expiry_s, return_s, need)
+        self._q = [0.0, 0.0]
+        self._n_new = 0
+        self._times: np.ndarray | None = None  # prefill seconds of k blocks from scratch
+        self._cost = None
+        self._shadows: dict[int, dict] = {}
+        self._pinning: dict[int, bool] = {}
+        if cluster is not None and self.spec.mode == G.MODE_INDEX:
+            from lpserve.cost import cost_model_for
+
+            self._cost = cost_model_for(cluster)
+        self._refit()
+
+    def _refit(self) -> None:
+        st, sp = self._st, self.spec
+        self._tau = (np.full(G.N_CLASSES, sp.ttl_s) if sp.ttl_s >= 0 else
+                     G.fit_ttl(st.H, st.O, float(sp.min_n), st.NE, G.TTL_GRID_S)[0])
+        self._pi, self._mu = G.fit_return(st.R, st.X, st.NE, G.AGE_EDGES_S, sp.amax_s,
+                                          float(sp.min_n))
+        self._n_new = 0
+
+    def _end_wait(self, th: int, gap: float, ev: RequestEvent | None) -> None:
+        t0, c, w, ctx = self._pending.pop(th)
+        st, sp = self._st, self.spec
+        G.record_wait(st.H, st.O, st.R, st.X, st.NE, c, gap, float(w), sp.amax_s,
+                      G.AGE_EDGES_S, G.TTL_GRID_S)
+        if gap <= sp.amax_s:
+            tg = self._tg.setdefault(th, np.zeros(G.N_CLASSES))
+            tg[c] = gap if tg[c] <= 0 else sp.alpha * gap + (1.0 - sp.alpha) * tg[c]
+        if ev is not None and ev.prompt_tokens >= ctx:
+            self._q[0] += ev.prompt_tokens - ctx
+            self._q[1] += 1.0
+        self._n_new += 1
+
+    def observe(self, event: RequestEvent) -> None:
+        """Learn from a request's arrival (a return) or finish (a wait begins)."""
+        now, th, sp = float(event.now_s), int(event.thread), self.spec
+        while self._timeouts and self._timeouts[0][0] + sp.amax_s < now:
+            t0, th0 = heapq.heappop(self._timeouts)
+            if th0 in self._pending and self._pending[th0][0] == t0:
+                self._end_wait(th0, np.inf, None)
+        if th < 0:
+            return
+        if event.kind == "arrive" and th in self._pending:
+            self._end_wait(th, now - self._pending[th][0], event)
+        elif event.kind == "finish":
+            c, bt = int(event.wait_kind) + 1, max(int(event.block_tokens), 1)
+            if th in self._pending:  # a second finish before a return: the first wait ends
+                self._end_wait(th, now - self._pending[th][0], None)
+            self._pending[th] = (now, c, event.prompt_tokens // bt, event.context_tokens)
+            heapq.heappush(self._timeouts, (now, th))
+            q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
+            need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
+            self._info[th] = (now, now + self._tau[c], now + self._predicted(th, c), need)
+            if sp.mode == G.MODE_TTL and sp.duel_s > 0:
+                self._duel(event, c, need)
+        if self._n_new >= sp.refit:
+            self._refit()
+
+    def _duel(self, ev: RequestEvent, c: int, need: int) -> None:
+        """Step the replica's shadow LRU and ttl-pin caches with a finished request and
+        update whether the replica pins (``_group_kernels.group_replay``'s duel)."""
+        sh = self._shadows.get(ev.replica)
+        if sh is None:
+            sh = self._shadows[ev.replica] = {
+                "lru": GR.RefCache(0, 0), "ttl": GR.RefCache(0, 0), "offsets": [0], "key": [],
+                "request": [], "arrival": [], "cls": [], "ids": {}, "score": [0.0, 0.0],
+                "t": float(ev.now_s)}
+        now, r, ids = float(ev.now_s), len(sh["arrival"]), sh["ids"]
+        keys = [ids.setdefault(k, len(ids)) for k in ev.block_keys]
+        sh["offsets"].append(sh["offsets"][-1] + len(keys))
+        sh["key"].extend(keys)
+        sh["request"].extend([r] * len(keys))
+        sh["arrival"].append(now)
+        sh["cls"].append(c)
+        th = int(ev.thread)
+        ret = now + self._predicted(th, c)
+        params = self.spec.params(int(ev.block_tokens))
+        args = (sh["offsets"], sh["key"], sh["request"], sh["arrival"], sh["cls"],
+                max(int(ev.total_blocks), 1))
+        hits = []
+        for name, mode, exp in (("lru", G.MODE_GLRU, now),
+                                ("ttl", G.MODE_TTL, now + self._tau[c])):
+            sh[name].grow(r + 1, len(ids))
+            hits.append(sh[name].step(mode, r, now, *args, exp, need, ret, self._st.NE,
+                                      self._pi, self._mu, G.AGE_EDGES_S, params))
+        f = np.exp(-(now - sh["t"]) / self.spec.duel_s)
+        sl, stt = sh["score"][0] * f + hits[0], sh["score"][1] * f + hits[1]
+        sh["score"], sh["t"] = [sl, stt], now
+        on = self._pinning.get(ev.replica, False)
+        self._pinning[ev.replica] = stt >= sl if on else stt > (1.0 + G.DUEL_MARGIN) * sl
+
+    def _predicted(self, th: int, c: int) -> float:
+        """Predicted gap (s) of thread ``th`` after a wait of class ``c``
+        (``_group_kernels.predicted_gap``)."""
+        tg = self._tg.get(th)
+        own = np.zeros(G.N_CLASSES) if tg is None else tg
+        return float(G.predicted_gap(self._st.NE, own.reshape(1, -1), 0, c))
+
+    def _values(self, depth: np.ndarray, bt: int) -> np.ndarray:
+        """Recompute seconds of blocks at ``depth`` (cost model), 1 each without one."""
+        if self._cost is None or bt <= 0:
+            return np.ones(depth.size)
+        top = int(depth.max(initial=0)) + 2
+        if self._times is None or self._times.size < top:
+            k = np.arange(max(top, 2 * (0 if self._times is None else self._times.size)))
+            self._times = self._cost.batch_times_s(
+                [{"prefill_tokens": [int(max(x * bt, 1))], "prefill_cached": [0]}
+                 for x in k.tolist()])
+        return np.maximum(self._times[depth + 1] - self._times[depth], 0.0)
+
+    def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
+        """``need_blocks`` positions of ``view``: groups in key order, deepest first."""
+        n, sp, st = len(view), self.spec, self._st
+        now = float(view.now_s)
+        t = np.asarray(view.last_access_s, np.float64)
+        depth = np.asarray(view.depth, np.int64)
+        th = np.full(n, -1, np.int64) if view.thread is None else np.asarray(view.thread)
+        cls = (np.zeros(n, np.int64) if view.wait_kind is None
+               else np.asarray(view.wait_kind, np.int64) + 1)
+        val = self._values(depth, int(view.block_tokens))
+        keys = np.stack([th, t.view(np.int64), cls])
+        _, first, gid = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+        gid = gid.reshape(-1)
+        prim = np.empty(first.size)
+        sec = np.empty(first.size)
+        gneed = np.zeros(first.size, np.int64)
+        gval = np.bincount(gid, weights=val) / np.bincount(gid)
+        params = sp.params(int(view.block_tokens))
+        pins = not (sp.mode == G.MODE_TTL and sp.duel_s > 0) or \
+            self._pinning.get(view.replica, False)
+        for k, j in enumerate(first.tolist()):
+            c, tg_, thj = int(cls[j]), float(t[j]), int(th[j])
+            info = self._info.get(thj)
+            if info is not None and info[0] == tg_:
+                expiry, ret, gneed[k] = info[1], info[2], info[3]
+            else:
+                expiry, ret = tg_ + self._tau[c], tg_ + self._predicted(-1, c)
+            v = ret if sp.mode == G.MODE_TTL else gval[k]
+            if not pins:
+                expiry = tg_
+            prim[k], sec[k], _ = G.group_key(sp.mode, c, tg_, now, expiry, 0, 0, v, st.NE,
+                                             self._pi, self._mu, G.AGE_EDGES_S, params)
+        p = prim[gid]
+        if sp.mode == G.MODE_TAIL:
+            p = np.where(depth >= gneed[gid], 0.0, 1.0)
+        order = np.lexsort((-depth, gid, sec[gid], p))
+        return order[:int(need_blocks)].astype(np.int64)
