@@ -105,6 +105,12 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "tiered-vtc": FR.fair_policy(FR.TieredShedding, "tiered-vtc"),
     # fluid-guided threshold admission (lpserve/policies/wait.py, lpserve/opt/fluid.py)
     "wait": SC.scheduled(WT.WAIT, "wait", engine_defaults=_MCSF_ENGINE),
+    # the KV-aware routers people deploy, behind the vllm engine (routers_deployed.py,
+    # routers_preble.py)
+    "vllm+dynamo-kv": B.routed("dynamo-kv"),
+    "vllm+llm-d": B.routed("llm-d"),
+    "vllm+sglang-cache-aware": B.routed("sglang-cache-aware"),
+    "vllm+preble": B.routed("preble"),
 }
 
 

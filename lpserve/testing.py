@@ -83,6 +83,7 @@ def _spied(policy: Any, log: list) -> Any:
 
     class SR(Router):
         name, meta = r.name, r.meta
+        reads_completions = getattr(r, "reads_completions", False)
 
         def reset(self, cluster, rng):
             r.reset(cluster, rng)
@@ -95,6 +96,7 @@ def _spied(policy: Any, log: list) -> Any:
 
     class SD(Router):
         name, meta = d.name, d.meta
+        reads_completions = getattr(d, "reads_completions", False)
 
         def reset(self, cluster, rng):
             d.reset(cluster, rng)

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from lpserve.commands.common import (
+    MIX_HELP,
     CLIError,
     add_json_flag,
+    cluster_from_args,
     emit_json,
     fmt_num,
     int_at_least,
@@ -78,6 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
     p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
     p.add_argument("--replicas", type=int_at_least(1), default=2, help="colocated replicas (default 2)")
+    p.add_argument("--mix", default=None, metavar="GPU:N[:TP],...", help=MIX_HELP)
     p.add_argument("--load", type=positive_number(), default=1.0, metavar="X",
                    help="rate scale of the table: arrival rate x X (default 1.0)")
     p.add_argument("--loads", default=DEFAULT_LOADS, metavar="X,Y,...",
@@ -168,7 +171,6 @@ def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
 # ------------------------------------------------------------------------ command
 def _gap(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
-    from lpserve.cluster import Cluster
     from lpserve.evaluate import METRIC_KEYS, BoundViolation, default_policies, resolve_bounds
     from lpserve.evaluate.compare import SOLVED_POLICIES
     from lpserve.instance import SLO, Instance
@@ -184,7 +186,7 @@ def _gap(args: argparse.Namespace) -> int:
         raise CLIError(f"--metric must be one of {', '.join(METRIC_KEYS)}, total_latency_s; "
                        f"got {args.metric!r}")
     workloads, note = _workloads(args)
-    cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
+    cluster = cluster_from_args(args)
     slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
     if args.policies:
         policies = list(args.policies)
@@ -265,7 +267,7 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, on_run)
 
 # ------------------------------------------------------------------------ output
 def _header(args: argparse.Namespace, cluster: Any, note: str) -> list[str]:
-    return [f"cluster {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}; "
+    return [f"cluster {cluster.describe()}; "
             f"SLO TTFT <= {args.slo_ttft:g} s, TPOT <= {args.slo_tpot:g} s; "
             f"rate scale x{args.load:g}",
             note]
@@ -375,7 +377,7 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
           ""]
     (out / "gap_table.md").write_text("\n".join(md))
     files.insert(0, str(out / "gap_table.md"))
-    setup = f"{cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
+    setup = cluster.describe()
     n_wl = same["workload"].nunique()
     figs = {
         "latency_cdf.png": plot_latency_cdf(
