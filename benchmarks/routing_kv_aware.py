@@ -28,6 +28,7 @@ on mean TTFT in every case.
 
     python benchmarks/routing_kv_aware.py                  # every case (long: see README)
     python benchmarks/routing_kv_aware.py --workloads mooncake --sizes 4 --clusters mixed
+    python benchmarks/routing_kv_aware.py --routers dynamo-kv,lp-locality,lp-locality-fluid
 """
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ SESSIONS = SHARED / "kv_cache_tester_sessions_part1.jsonl.gz"
 DEPLOYED = ("dynamo-kv", "llm-d", "sglang-cache-aware", "preble")
 ROUTERS = ("least-outstanding",) + DEPLOYED + ("lp-locality",)
 ENGINE = dict(max_num_batched_tokens=8192)
+#: the exported LP router's forms: the default live index, and the fluid router's form
+#: (outstanding-request backlog, static prefill rate, reference TPOT; ties JSQ)
+LP_FORMS = {"lp-locality": {},
+            "lp-locality-fluid": dict(backlog="requests", prefill="static", decode="reference")}
 LLM = "llama-3-8b"
 
 
@@ -163,13 +168,14 @@ def run_case(inst: lp.Instance, routers: tuple[str, ...]) -> list[dict]:
     sol = None
     rows = []
     for name in routers:
-        if name == "lp-locality":
+        if name in LP_FORMS:
             if sol is None:
                 sol = lp.solve("routing-locality", inst)
             if not sol.solved:
                 rows.append({"router": name, "error": f"LP {sol.status.value}: {sol.message}"})
                 continue
-            inner = export_locality(sol, inst, chunk_tokens=ENGINE["max_num_batched_tokens"])
+            inner = export_locality(sol, inst, chunk_tokens=ENGINE["max_num_batched_tokens"],
+                                    **LP_FORMS[name])
         else:
             inner = engine_policy("vllm-chunked", router=name).router
         timed = Timed(inner)

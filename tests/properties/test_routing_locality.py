@@ -88,6 +88,7 @@ def test_identical_replicas_no_cache_live_lp_router_is_least_work(state):
     assert live.route(v).tolist() == want
 
 
+@pytest.mark.slow
 def test_exported_lp_router_ties_jsq_on_identical_replicas():
     # the routing-locality LP of a light homogeneous instance: no row binds, every price
     # is 0, and its exported router (fluid-price form) routes as least-outstanding
@@ -128,9 +129,20 @@ def _min_cost_flow(C, cap, ok):
                if ok[i, j] and flow[("r", i)][("m", j)])
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000))
 def test_assignment_lp_with_locality_costs_is_integral(seed):
+    _integral_with_locality_costs(seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_assignment_lp_with_locality_costs_is_integral_many(seed):
+    _integral_with_locality_costs(seed)
+
+
+def _integral_with_locality_costs(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(5, 30))
     cl = lp.Cluster.mixed(llm="llama-3-8b", groups=[("h100-sxm", 1), ("a100-40gb", 2),
@@ -204,6 +216,7 @@ def test_routers_never_pick_a_replica_that_cannot_hold_the_request(seed):
             assert np.all(prompts <= maxp[got]), (r.name, prompts, maxp, got)
 
 
+@pytest.mark.slow
 def test_no_router_sends_a_prompt_where_the_engine_rejects_it():
     # a mixed cluster whose 40 GB replicas cannot hold the long prompts: in the simulator
     # no request is rejected for KV while an H100 could hold it
