@@ -2,21 +2,23 @@
 
 :class:`LocalityIndexRouter` sends each arriving request to
 
-    argmin_m  wait_m + T_m(P | h_m) + D tau_m + prices_m . use_m(P - h_m, D)
+    argmin_m  TTFT_m(P | h_m) + prices_m . use_m(P - h_m, D) + D (theta_m + decode prices)
 
-over the replicas that can hold the prompt, where ``h_m`` is the prompt's tokens cached
-on replica ``m`` (``RouterView.cached_tokens``, from KV events), ``T_m`` the replica's
-own prefill time of the uncached part (the quadratic fit of its cost model, so the
-attention over the cached prefix is priced), ``tau_m`` its TPOT, the prices the duals of
-the fluid LP's prefill, decode, GPU-time and KV rows, and ``wait_m`` the live backlog:
-the prompt tokens still to prefill there over its prefill rate (``backlog="tokens"``) or
-its outstanding requests times the GPU seconds of a mean request (``backlog="requests"``,
-the fluid router's (17)). Every term is a length-R array operation: O(R) per request.
+over the replicas that can hold the prompt: ``h_m`` the prompt's tokens cached on
+replica ``m`` (``RouterView.cached_tokens``, from KV events); ``TTFT_m`` the prompt tokens
+still to prefill there plus the uncached part of this prompt, at the replica's own chunk
+rate (with the quadratic attention term of its cost model, so the attention over the
+cached prefix is priced), slowed by the decodes that share each iteration (19);
+``theta_m`` the request's TPOT with the replica's current batch (20); the prices the
+duals of the fluid LP's prefill, decode, GPU-time and KV rows. It is the LP's objective,
+latency, for this one request at the live state, priced by the LP. The replica loop runs
+in numba (:mod:`lpserve.policies._routing_kernels`): O(R) per request.
 
-With identical replicas, no cached tokens and zero prices (no capacity row binds) the
-index is a constant plus ``wait_m``: ``backlog="requests"`` routes exactly as
-join-the-shortest-queue (least outstanding, ties to the lowest index) and
-``backlog="tokens"`` as join-the-least-work (``proofs/routing-locality-index.md``).
+With identical replicas, no cached tokens and zero prices the index is a constant plus
+the backlog term: in the fluid router's form (``backlog="requests"``,
+``prefill="static"``, ``decode="reference"``) it routes exactly as
+join-the-shortest-queue, in the default form with the same batch everywhere as
+join-the-least-work (``proofs/routing-locality-index.md``).
 """
 from __future__ import annotations
 
