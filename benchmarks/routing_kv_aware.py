@@ -149,6 +149,8 @@ class Timed(Router):
     def route(self, view):
         view.outstanding, view.cached_tokens, view.prefill_tokens, view.block_keys
         view.completions, view.prompt_tokens, view.session_id, view.predicted_hi
+        view.predicted_lo, view.running, view.waiting, view.used_blocks, view.total_blocks
+        view.max_prompt_tokens
         t0 = time.perf_counter_ns()
         out = self.inner.route(view)
         self.ns.append((time.perf_counter_ns() - t0) / len(view))
