@@ -81,8 +81,8 @@ def build_assignment(instance: Any, *, replica_costs: Sequence[Any] | None = Non
         cols, fit = [], []
         for j, c in enumerate(costs):
             if id(c) not in profs:
-                profs[id(c)] = replica_profile(c, c_max=c_max,
-                                               gpu_memory_fraction=instance.cluster.gpu_memory_fraction)
+                profs[id(c)] = replica_profile(
+                    c, c_max=c_max, gpu_memory_fraction=instance.cluster.gpu_memory_fraction)
             p = profs[id(c)]
             pre = p.prefill_s(s) if cached_tokens is None else \
                 p.prefill_cached_s(s, h[:, j])                                  # (1a)

@@ -4,8 +4,9 @@ Used in fast mode when the scheduler's rank is a fixed per-request key (it decla
 ``rank_key``, e.g. FCFS ranks by ``arrival_s``), speculation is off, prefix caching is
 off, preemption is by recompute (or by swap with no host memory to swap to) with no
 per-victim decider, the cluster is colocated and homogeneous, the router reads no
-completions and the trace has no ``parent`` dependencies. It has the same interface as :class:`~lpserve.sim.replica.Replica` and
-gives the same results as the reference mode, which plans every iteration in Python.
+completions and the trace has no ``parent`` dependencies. It has the same interface as
+:class:`~lpserve.sim.replica.Replica` and gives the same results as the reference mode,
+which plans every iteration in Python.
 """
 from __future__ import annotations
 
