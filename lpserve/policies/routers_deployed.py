@@ -85,9 +85,15 @@ class DynamoKV(Router):
             self.meta = Meta(stochastic=True)
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Keep ``rng`` for the softmax sampling (temperature > 0)."""
         self._rng = rng
 
     def route(self, view: RouterView) -> np.ndarray:
+        """One replica per arriving request, (n,) int64: the lowest logit
+        ``overlap_score_weight x prefill blocks (pending plus this prompt's uncached) +
+        decode blocks (active plus this prompt's new)`` over the replicas that can hold the
+        prompt, ties to the fewest cached blocks (softmax-sampled when the temperature is
+        positive); each choice adds its blocks for the next request of the call."""
         n = len(view)
         bs = float(view.block_tokens)
         hit = _require(view, "cached_tokens", self.name).astype(np.float64)
@@ -169,10 +175,15 @@ class LlmdScheduler(Router):
         self._session: dict[int, int] = {}
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Keep ``rng`` (uniform choice among equal top scores) and forget the session
+        affinity map."""
         self._rng = rng
         self._session = {}
 
     def route(self, view: RouterView) -> np.ndarray:
+        """One replica per arriving request, (n,) int64: the highest weighted sum of the
+        scorers (prefix, KV utilization, queue, running, session affinity) over the replicas
+        that can hold the prompt; each choice updates the queue and KV of the next."""
         n, R = len(view), view.n_replicas
         bs = float(view.block_tokens)
         hit = _require(view, "cached_tokens", self.name)
@@ -246,6 +257,7 @@ class SGLangCacheAware(Router):
         self._next_evict_s = self.eviction_interval_s
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget the approximate per-replica trees and restart the eviction clock."""
         self._trees = []
         self._next_evict_s = self.eviction_interval_s
 
@@ -256,6 +268,11 @@ class SGLangCacheAware(Router):
                 tree.popitem(last=False)
 
     def route(self, view: RouterView) -> np.ndarray:
+        """One replica per arriving request, (n,) int64, over the replicas that can hold
+        the prompt: the fewest outstanding requests when the load is imbalanced (both
+        thresholds exceeded) or no tree matches more than ``cache_threshold`` of the
+        prompt's blocks; else the longest match (ties to the least loaded). The prompt's
+        blocks then join the chosen replica's tree."""
         R, n = view.n_replicas, len(view)
         if len(self._trees) != R:
             self._trees = [OrderedDict() for _ in range(R)]

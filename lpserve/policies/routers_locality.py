@@ -156,6 +156,9 @@ class LocalityIndexRouter(Router):
         return v
 
     def route(self, view: RouterView) -> np.ndarray:
+        """One replica per arriving request, (n,) int64: ``argmin_m`` of (18) over the
+        replicas that can hold the prompt (:func:`~lpserve.policies._routing_kernels.
+        locality_route`)."""
         if view.n_replicas != self.R:
             raise ValueError(f"router {self.name!r} was built for {self.R} replicas, the view "
                              f"has {view.n_replicas}")

@@ -86,6 +86,8 @@ class Preble(Router):
         self._R = 0
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Take the cluster's first cost model (``T_pre`` of the load cost: Preble uses one
+        profile); the tree and windows start afresh on the next ``route``."""
         from lpserve.cost import cost_models_for
 
         self._cost = cost_models_for(cluster)[0]
@@ -220,6 +222,10 @@ class Preble(Router):
 
     # ------------------------------------------------------------------ routing
     def route(self, view: RouterView) -> np.ndarray:
+        """One replica per arriving request, (n,) int64: the prompt joins the global tree;
+        exploit (candidates: the replicas its nearest allocated ancestor is on) or explore
+        (all replicas), the least load cost among the candidates that can hold it, then
+        rebalancing (module docstring, 2-4)."""
         R, n = view.n_replicas, len(view)
         if self._R != R:
             self._start(R)
