@@ -42,3 +42,6 @@ def test_simulate_on_a_mixed_cluster(capsys):
                                         {"gpu": "a100-40gb", "count": 1, "tp": 2}]
     assert main(["simulate", "--policy", "vllm", "--mix", "a100-80gb", "--json"]) == 2
     assert "GPU:COUNT" in json.loads(capsys.readouterr().out)["error"]
+    assert main(["simulate", "--policy", "vllm", "--mix", "a100-80gb:2", "--replicas", "3",
+                 "--json"]) == 2
+    assert "--replicas 3 conflicts with --mix" in json.loads(capsys.readouterr().out)["error"]
