@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "bundled_trace": "lpserve.trace.loaders",
     "generate": "lpserve.trace.generate",
     "Cluster": "lpserve.cluster",
+    "ReplicaGroup": "lpserve.cluster",
     # layer 1
     "cost_model": "lpserve.cost",
     "CostModel": "lpserve.cost",

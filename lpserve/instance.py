@@ -70,7 +70,8 @@ class Instance:
         horizon_s: simulated time after which no iteration starts; unfinished requests
             are reported (``None``: run until every request finishes or is rejected).
         cost: a cost model object (``lpserve.cost_model(...)``, ``UnitRoundCost``,
-            ``TableCost``); ``None`` builds one from the cluster's GPU, LLM and TP.
+            ``TableCost``), or a tuple of one per replica (heterogeneous clusters);
+            ``None`` builds each replica's from its GPU, LLM and TP.
         tiers: service tiers (:class:`Tier`), each with its own SLO for its tenants; the
             summary reports SLO attainment per tier. Tenants in none use ``slo``.
     """
@@ -106,6 +107,11 @@ class Instance:
                                      f"{seen[u]!r} and {t.name!r}")
                 seen[u] = t.name
         object.__setattr__(self, "tiers", tiers)
+        if isinstance(self.cost, (tuple, list)):
+            if len(self.cost) != self.cluster.n_replicas:
+                raise ValueError(f"Instance.cost: {len(self.cost)} cost models for "
+                                 f"{self.cluster.n_replicas} replicas")
+            object.__setattr__(self, "cost", tuple(self.cost))
 
     def request_slos(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per request: TTFT and TPOT objectives (s, float64) and tier name (object),
@@ -131,13 +137,37 @@ class Instance:
                 e2e[np.isin(ten, np.asarray(t.tenants, np.int64))] = t.slo.e2e_s
         return e2e
 
+    @property
+    def heterogeneous(self) -> bool:
+        """True when the replicas have different cost models."""
+        if isinstance(self.cost, tuple):
+            return len({id(c) for c in self.cost}) > 1
+        return self.cost is None and self.cluster.heterogeneous
+
     def cost_model(self) -> Any:
-        """The instance's cost model (built from the cluster when ``cost`` is None)."""
+        """The cost model every replica shares (built from the cluster when ``cost`` is
+        None); raises for a heterogeneous instance (use :meth:`replica_cost_models`)."""
+        if self.heterogeneous:
+            raise ValueError(f"instance on {self.cluster.describe()}: the replicas have "
+                             "different cost models; use replica_cost_models()")
+        if isinstance(self.cost, tuple):
+            return self.cost[0]
         if self.cost is not None:
             return self.cost
         from lpserve.cost import cost_model
 
         return cost_model(gpu=self.cluster.gpu, llm=self.cluster.llm, tp=self.cluster.tp)
+
+    def replica_cost_models(self) -> list[Any]:
+        """One cost model per replica, in replica order (length ``cluster.n_replicas``);
+        replicas of one type share one object."""
+        if isinstance(self.cost, tuple):
+            return list(self.cost)
+        if self.cost is not None or not self.cluster.heterogeneous:
+            return [self.cost_model()] * self.cluster.n_replicas
+        from lpserve.cost import cost_models_for
+
+        return cost_models_for(self.cluster)
 
     def with_(self, **changes: Any) -> "Instance":
         """A copy with some fields changed (``dataclasses.replace``; validated again by
@@ -176,14 +206,16 @@ class Instance:
         if np.isfinite(self.slo.e2e_s):  # likewise: only a set deadline is hashed
             meta["slo_e2e_s"] = self.slo.e2e_s
         h.update(json.dumps(meta, sort_keys=True, default=str).encode())
-        if self.cost is not None:
-            h.update(str(getattr(self.cost, "kind", type(self.cost).__name__)).encode())
-            params = getattr(self.cost, "params", None)
+        for cost in (self.cost if isinstance(self.cost, tuple) else (self.cost,)):
+            if cost is None:
+                continue
+            h.update(str(getattr(cost, "kind", type(cost).__name__)).encode())
+            params = getattr(cost, "params", None)
             if params is not None:
                 h.update(np.ascontiguousarray(params, dtype=np.float64).tobytes())
             # swap bandwidth is not in params; hashed only when overridden, so digests of
             # instances at the default stay as they were
-            pcie = getattr(self.cost, "pcie_efficiency", 1.0)
+            pcie = getattr(cost, "pcie_efficiency", 1.0)
             if pcie != 1.0:
                 h.update(f"pcie_efficiency={float(pcie)!r}".encode())
         return h.hexdigest()

@@ -114,6 +114,12 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     # session-aware KV eviction (lpserve/policies/evictors_sessions.py)
     **{f"vllm-chunked+{k}": B.evicting(k)
        for k in ("ttl-pin", "reuse-decay", "tail-lru", "return-knapsack")},
+    # the KV-aware routers people deploy, behind the vllm engine (routers_deployed.py,
+    # routers_preble.py)
+    "vllm+dynamo-kv": B.routed("dynamo-kv"),
+    "vllm+llm-d": B.routed("llm-d"),
+    "vllm+sglang-cache-aware": B.routed("sglang-cache-aware"),
+    "vllm+preble": B.routed("preble"),
 }
 
 

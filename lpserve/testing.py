@@ -87,6 +87,7 @@ def _spied(policy: Any, log: list) -> Any:
 
     class SR(Router):
         name, meta = r.name, r.meta
+        reads_completions = getattr(r, "reads_completions", False)
 
         def bind(self, cluster, slo, tiers=()):
             r.bind(cluster, slo, tiers)
@@ -102,6 +103,7 @@ def _spied(policy: Any, log: list) -> Any:
 
     class SD(Router):
         name, meta = d.name, d.meta
+        reads_completions = getattr(d, "reads_completions", False)
 
         def bind(self, cluster, slo, tiers=()):
             d.bind(cluster, slo, tiers)

@@ -324,7 +324,7 @@ class LpserveGlobalScheduler(BaseGlobalScheduler):
             prompt_tokens=[r.num_prefill_tokens for r in reqs],
             tenant=np.full(n, -1), session_id=np.full(n, -1), predicted_lo=None,
             predicted_hi=None, output_tokens=None, block_keys=tuple(),
-            replica_state=self._replica_state)
+            replica_state=self._replica_state, cached_tokens=np.zeros((n, len(self._ids))))
         out = _order.checked_routes(self.router, view, self.policy_name)
         return [(self._ids[int(k)], r) for k, r in zip(out, reqs)]
 

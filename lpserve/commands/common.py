@@ -96,6 +96,34 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+MIX_HELP = ("a heterogeneous cluster: GPU:COUNT[:TP] groups, comma-separated, e.g. "
+            "h100-sxm:2,a100-80gb:4 (replaces --gpu, --tp and --replicas)")
+
+
+def cluster_from_args(args: argparse.Namespace, **fields: Any) -> Any:
+    """The :class:`~lpserve.cluster.Cluster` of ``--gpu/--llm/--tp/--replicas``, or of
+    ``--mix GPU:COUNT[:TP],...`` when given; ``fields`` are further Cluster fields."""
+    from lpserve.cluster import Cluster
+
+    mix = getattr(args, "mix", None)
+    if not mix:
+        return Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas,
+                       **fields)
+    groups = []
+    for part in (x.strip() for x in mix.split(",") if x.strip()):
+        bits = part.split(":")
+        try:
+            if not 2 <= len(bits) <= 3:
+                raise ValueError
+            groups.append((bits[0], int(bits[1]), int(bits[2]) if len(bits) == 3 else 1))
+        except ValueError:
+            raise CLIError(f"--mix: each group is GPU:COUNT[:TP], got {part!r}") from None
+    try:
+        return Cluster.mixed(llm=args.llm, groups=groups, **fields)
+    except ValueError as exc:
+        raise CLIError(f"--mix {mix!r}: {exc}") from None
+
+
 def emit_json(obj: dict[str, Any]) -> None:
     """Print ``obj`` as one JSON object (NaN and inf become null)."""
     sys.stdout.write(json.dumps(_jsonable(obj), allow_nan=False) + "\n")

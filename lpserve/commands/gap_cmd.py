@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from lpserve.commands.common import (
+    MIX_HELP,
     CLIError,
     add_json_flag,
+    cluster_from_args,
     emit_json,
     fmt_num,
     int_at_least,
@@ -86,6 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm", default="llama-2-7b", help="catalog LLM (default llama-2-7b)")
     p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
     p.add_argument("--replicas", type=int_at_least(1), default=2, help="colocated replicas (default 2)")
+    p.add_argument("--mix", default=None, metavar="GPU:N[:TP],...", help=MIX_HELP)
     p.add_argument("--load", type=positive_number(), default=1.0, metavar="X",
                    help="load of the table: a rate scale, arrival rate x X (default 1.0), or a "
                    "utilisation with --load-unit utilization")
@@ -199,7 +202,6 @@ def _workloads(args: argparse.Namespace) -> tuple[list[tuple[str, Any]], str]:
 # ------------------------------------------------------------------------ command
 def _gap(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
-    from lpserve.cluster import Cluster
     from lpserve.evaluate import METRIC_KEYS, BoundViolation, default_policies, resolve_bounds
     from lpserve.evaluate.compare import SOLVED_POLICIES
     from lpserve.instance import SLO, Instance
@@ -215,7 +217,7 @@ def _gap(args: argparse.Namespace) -> int:
         raise CLIError(f"--metric must be one of {', '.join(METRIC_KEYS)}, total_latency_s; "
                        f"got {args.metric!r}")
     workloads, note = _workloads(args)
-    cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas)
+    cluster = cluster_from_args(args)
     slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
     if args.policies:
         policies = list(args.policies)
@@ -308,7 +310,7 @@ def _run_cases(cases, main_case, policies, bounds, claimed, seeds, args, run):
 
 # ------------------------------------------------------------------------ output
 def _header(args: argparse.Namespace, cluster: Any, note: str) -> list[str]:
-    return [f"cluster {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}; "
+    return [f"cluster {cluster.describe()}; "
             f"SLO TTFT <= {args.slo_ttft:g} s, TPOT <= {args.slo_tpot:g} s; "
             f"table at {load_name(args.load_unit, args.load)}",
             *note.split("\n")]
@@ -430,7 +432,7 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
           ""]
     (out / "gap_table.md").write_text("\n".join(md))
     files.insert(0, str(out / "gap_table.md"))
-    setup = f"{cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
+    setup = cluster.describe()
     n_wl = same["workload"].nunique()
     figs = {
         "latency_cdf.png": plot_latency_cdf(

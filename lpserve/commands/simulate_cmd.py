@@ -6,8 +6,10 @@ import sys
 from typing import Any
 
 from lpserve.commands.common import (
+    MIX_HELP,
     CLIError,
     add_json_flag,
+    cluster_from_args,
     emit_json,
     fmt_num,
     int_at_least,
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int_at_least(1), default=1, help="tensor-parallel degree per replica")
     p.add_argument("--replicas", type=int_at_least(1), default=None,
                    help="colocated replicas (default 1; not with --prefill/--decode-replicas)")
+    p.add_argument("--mix", default=None, metavar="GPU:N[:TP],...", help=MIX_HELP)
     p.add_argument("--prefill-replicas", type=int_at_least(0), default=0,
                    help="prefill replicas (disaggregated; needs --decode-replicas)")
     p.add_argument("--decode-replicas", type=int_at_least(0), default=0, help="decode replicas")
@@ -81,23 +84,33 @@ def _simulate(args: argparse.Namespace) -> int:
     if disagg and not (args.prefill_replicas > 0 and args.decode_replicas > 0):
         raise CLIError(f"--prefill-replicas {args.prefill_replicas} and --decode-replicas "
                        f"{args.decode_replicas}: a disaggregated cluster needs both >= 1")
-    cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp,
-                         replicas=1 if disagg else (args.replicas or 1),
-                         prefill_replicas=args.prefill_replicas,
-                         decode_replicas=args.decode_replicas)
+    if disagg and args.mix:
+        raise CLIError("--mix (heterogeneous replicas) is colocated only; drop "
+                       "--prefill-replicas/--decode-replicas")
+    if args.mix and args.replicas is not None:
+        raise CLIError(f"--replicas {args.replicas} conflicts with --mix {args.mix!r}: the "
+                       "groups give the replica counts")
+    if disagg:
+        cluster = Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=1,
+                          prefill_replicas=args.prefill_replicas,
+                          decode_replicas=args.decode_replicas)
+    else:
+        if args.replicas is None:
+            args.replicas = 1
+        cluster = cluster_from_args(args)
     inst = Instance(trace=trace, cluster=cluster,
-                       slo=SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot),
-                       horizon_s=args.horizon)
+                    slo=SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot),
+                    horizon_s=args.horizon)
     inst, policy, extra = _prepare(args, inst)
     res = _run(args, inst, policy)
     s = res.summary()
     s.update(policy=args.policy, trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu,
-             llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, seed=args.seed,
-             digest=res.digest(), **extra)
+             llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, cluster=cluster.as_dict(),
+             seed=args.seed, digest=res.digest(), **extra)
     if args.json:
         emit_json(s)
         return 0
-    print(f"policy {args.policy} on {cluster.n_replicas} x {args.gpu} / {args.llm} tp={args.tp}"
+    print(f"policy {args.policy} on {cluster.describe()}"
           f"   trace {s['trace']} (rate x{s['rate_scale']:.4g}, utilisation "
           f"{s['utilization']:.3g} of the fluid capacity {s['capacity_rps']:.3g} req/s)")
     for key in ("engine", "predictor"):

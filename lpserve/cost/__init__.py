@@ -36,10 +36,10 @@ from lpserve.cost.table import TableCost, UnitRoundCost
 
 __all__ = [
     "AnalyticCost", "CostModel", "GPUSpec", "LLMSpec", "TableCost", "UnitRoundCost",
-    "calibration_for", "calibrations", "cost_model", "cost_model_for", "engine_names", "fit",
-    "get_engine", "get_gpu", "get_link", "get_llm", "gpu_names", "iteration_time",
-    "iteration_time_ref", "llm_from_hf_config", "llm_names", "load_calibration_file",
-    "load_catalog_file",
+    "calibration_for", "calibrations", "cost_model", "cost_model_for", "cost_models_for",
+    "engine_names", "fit", "get_engine", "get_gpu", "get_link", "get_llm", "gpu_names",
+    "iteration_time", "iteration_time_ref", "llm_from_hf_config", "llm_names",
+    "load_calibration_file", "load_catalog_file",
     "register_gpu", "register_llm", "validation_table",
 ]
 
@@ -56,8 +56,24 @@ def cost_model(gpu: str | GPUSpec = "a100-80gb", llm: str | LLMSpec = "llama-2-7
 
 
 def cost_model_for(cluster: Any, **overrides: Any) -> AnalyticCost:
-    """The cost model of one replica of ``cluster`` (an :class:`lpserve.Cluster`)."""
+    """The cost model of one replica of a homogeneous ``cluster`` (an
+    :class:`lpserve.Cluster`); a heterogeneous one raises (use :func:`cost_models_for`)."""
+    if cluster.heterogeneous:
+        raise ValueError(f"cluster {cluster.describe()} is heterogeneous: its replicas have "
+                         "different cost models; use cost_models_for(cluster)")
     return AnalyticCost(gpu=cluster.gpu, llm=cluster.llm, tp=cluster.tp, **overrides)
+
+
+def cost_models_for(cluster: Any, **overrides: Any) -> list[AnalyticCost]:
+    """One cost model per replica of ``cluster``, in replica order (replicas of the same
+    GPU type and TP share one object)."""
+    made: dict[tuple[str, int], AnalyticCost] = {}
+    out = []
+    for gpu, tp in cluster.replica_types():
+        if (gpu, tp) not in made:
+            made[(gpu, tp)] = AnalyticCost(gpu=gpu, llm=cluster.llm, tp=tp, **overrides)
+        out.append(made[(gpu, tp)])
+    return out
 
 
 def fit(*args: Any, **kwargs: Any):

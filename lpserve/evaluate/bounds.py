@@ -170,8 +170,10 @@ class CostModelBound:
 
         trace = instance.trace
         n = len(trace)
-        cost = instance.cost_model()
-        cap = float(cost.kv_capacity_tokens(instance.cluster.gpu_memory_fraction))
+        # a heterogeneous cluster: the largest replica's KV, each prompt's fastest prefill
+        costs = list({id(c): c for c in instance.replica_cost_models()}.values())
+        cap = max(float(c.kv_capacity_tokens(instance.cluster.gpu_memory_fraction))
+                  for c in costs)
         peak = np.asarray(trace.prompt_tokens, np.int64) + np.asarray(trace.output_tokens,
                                                                        np.int64)
         fits = peak <= cap
@@ -186,7 +188,8 @@ class CostModelBound:
             raise RuntimeError(f"cost-bound did not solve: {sol.status.value} ({sol.message})")
         s = np.asarray(sub.trace.prompt_tokens, np.int64)
         o = np.asarray(sub.trace.output_tokens, np.int64)
-        pre = prefill_lower_bound_s(cost, s - model.cached_tokens)
+        pre = np.min([prefill_lower_bound_s(c, s - model.cached_tokens) for c in costs],
+                     axis=0)
         dec = np.maximum(model.alone_s - pre, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(o > 1, dec / np.maximum(o - 1, 1), np.nan)

@@ -41,6 +41,8 @@ SOLVED_POLICIES = {
                 "(models/routing-lp.md (17))",
     "lp-split": "vLLM engine behind the routing-fluid LP's randomized class split "
                 "(models/routing-lp.md (16))",
+    "lp-locality": "vLLM engine behind the routing-locality LP's dual-index router: live "
+                   "cached tokens, each replica's own speed (models/routing-lp.md (18))",
 }
 #: registered policies that declare claims join the default set, at most MAX_DISCOVERED:
 #: these first when registered (memory-checked shortest first with predicted lengths, and
@@ -55,14 +57,24 @@ class PolicyUnavailable(RuntimeError):
 
 
 def solved_policy(name: str, instance: Any) -> Any:
-    """A policy of :data:`SOLVED_POLICIES`: solve ``routing-fluid`` on ``instance`` and
-    export its router behind the ``vllm`` engine."""
+    """A policy of :data:`SOLVED_POLICIES`: solve ``routing-fluid`` (``routing-locality``
+    for ``lp-locality``) on ``instance`` and export its router behind the ``vllm`` engine."""
     from lpserve.opt import solve
     from lpserve.opt.routing_lp import export_fluid
     from lpserve.registry import make_policy
 
     if name not in SOLVED_POLICIES:
         raise KeyError(f"unknown solved policy {name!r}; known: {', '.join(SOLVED_POLICIES)}")
+    if name == "lp-locality":
+        from lpserve.opt.routing_locality import export_locality
+
+        sol = solve("routing-locality", instance)
+        if not sol.solved:
+            raise PolicyUnavailable(f"{name}: routing-locality LP did not solve "
+                                    f"({sol.message or sol.status.value})")
+        pol = make_policy("vllm")
+        return pol.with_(router=export_locality(
+            sol, instance, chunk_tokens=pol.engine.max_num_batched_tokens), name=name)
     sol = solve("routing-fluid", instance)
     if not sol.solved:
         raise PolicyUnavailable(f"{name}: routing-fluid LP did not solve "

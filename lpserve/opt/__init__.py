@@ -19,8 +19,9 @@ FORMULATIONS: dict[str, str] = {
     "schedule-lp": "lpserve.opt.schedule_ip:SCHEDULE_LP",
     "schedule-area": "lpserve.opt.lower_bounds:SCHEDULE_AREA",
     "cost-bound": "lpserve.opt.lower_bounds:COST_BOUND",
-    "routing-assignment": "lpserve.opt.routing_lp:ROUTING_ASSIGNMENT",
+    "routing-assignment": "lpserve.opt.routing_assignment:ROUTING_ASSIGNMENT",
     "routing-fluid": "lpserve.opt.routing_lp:ROUTING_FLUID",
+    "routing-locality": "lpserve.opt.routing_locality:ROUTING_LOCALITY",
 }
 
 __all__ = ["FORMULATIONS", "Formulation", "Solution", "SolutionError", "Status",

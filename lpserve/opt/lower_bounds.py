@@ -226,8 +226,8 @@ def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = Non
     """Ingredients of the cost-model bound for ``instance``.
 
     Args:
-        replica_costs: one cost model per replica (heterogeneous clusters); default: the
-            instance's cost model for each of ``cluster.n_replicas`` replicas.
+        replica_costs: one cost model per replica; default: the instance's
+            (``Instance.replica_cost_models``, heterogeneous clusters included).
         max_grid_points: decode times are evaluated on at most this many contexts and
             lower-bounded in between (monotonicity).
         sharing: ``(cached, discount)`` of :func:`prefix_sharing`, shape (n,) each, when
@@ -238,7 +238,7 @@ def build_cost_bound(instance: Any, *, replica_costs: Sequence[Any] | None = Non
     t0 = time.perf_counter()
     trace = instance.trace
     costs = list(replica_costs) if replica_costs is not None else \
-        [instance.cost_model()] * instance.cluster.n_replicas
+        instance.replica_cost_models()
     if not costs:
         raise ValueError("replica_costs must hold at least one cost model, got []")
     a = np.asarray(trace.arrival_s, dtype=np.float64)

@@ -1,12 +1,7 @@
 """Routing formulations (``models/routing-lp.md``).
 
-* **Assignment** (``routing-assignment``, (1)–(4)): ``min sum_ij c_ij x_ij`` s.t. every
-  request is routed once and replica ``j`` takes at most ``cap_j`` requests. The
-  constraint matrix is a bipartite incidence matrix, hence totally unimodular: a basic
-  optimal solution (HiGHS simplex) is integral, so rounding is the identity
-  (``proofs/assignment-integrality.md``). ``c_ij`` is the expected latency of request
-  ``i`` alone on replica ``j`` from the cost model, with the output length uniform on its
-  predicted interval (true length when the trace has no prediction).
+* **Assignment** (``routing-assignment``, (1)–(4a)): in
+  :mod:`lpserve.opt.routing_assignment`, re-exported here.
 * **Fluid** (``routing-fluid``, (5)–(13)): request classes (prompt bucket x predicted output
   bucket x prefix group) with arrival rates; per-replica prefill-token, decode-token,
   GPU time-share and KV-memory (Little's law) constraints on heterogeneous replicas; prefix
@@ -25,248 +20,20 @@ from typing import Any, Sequence
 import numpy as np
 
 from lpserve.opt.budget import Deadline, as_deadline, run_highs
+from lpserve.opt.routing_assignment import (  # noqa: F401  (re-exported)
+    ROUTING_ASSIGNMENT,
+    AssignmentModel,
+    build_assignment,
+    certify_assignment,
+    export_assignment,
+    solve_assignment,
+)
+from lpserve.opt.routing_profile import (
+    output_interval,
+    replica_profile,
+)
+from lpserve.opt.routing_profile import replica_costs as per_replica_costs
 from lpserve.opt.solution import Formulation, Solution, Status, highs_status
-
-
-# ======================================================================= cost-model tables
-@dataclass(frozen=True, eq=False)
-class ReplicaProfile:
-    """What the routing models need from one replica's cost model.
-
-    Attributes:
-        prefill_grid_tokens, prefill_grid_s: prefill time (s) of one prompt per grid length (g,).
-        decode_prefix_s: prefix sums of single-request decode iteration time over context
-            c = 0..c_max, shape (c_max + 2,).
-        tpot_s: decode iteration time at the reference batch (s).
-        prefill_tokens_per_s: mu^P, prefill throughput at the reference chunk.
-        decode_tokens_per_s: mu^D, decode throughput at the reference batch.
-        kv_tokens: K, KV capacity (tokens).
-    """
-
-    prefill_grid_tokens: np.ndarray
-    prefill_grid_s: np.ndarray
-    decode_prefix_s: np.ndarray
-    tpot_s: float
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-    kv_tokens: float
-
-    def prefill_s(self, tokens: np.ndarray) -> np.ndarray:
-        """Prefill seconds of one prompt per length in ``tokens`` (same shape), interpolated."""
-        return np.interp(tokens, self.prefill_grid_tokens, self.prefill_grid_s)
-
-    def expected_decode_s(self, prompt: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """E[sum_{c=s}^{s+o-2} t(c)] for o uniform on lo..hi (alone on the replica), (n,)."""
-        T1 = self.decode_prefix_s
-        S1 = np.concatenate([[0.0], np.cumsum(T1)])          # S1[m] = sum_{q<m} T1[q]
-        cmax = T1.size - 1
-        top = np.minimum(prompt + hi, cmax)                   # T1 index s + o - 1, o = hi
-        bot = np.minimum(prompt + lo - 1, cmax)               # o = lo
-        mean_T1 = (S1[top] - S1[bot]) / np.maximum(hi - lo + 1, 1)
-        return mean_T1 - T1[np.minimum(prompt, cmax)]
-
-
-def replica_profile(cost: Any, *, c_max: int, gpu_memory_fraction: float = 0.9,
-                    ref_batch: int = 64, ref_context: int = 1024,
-                    ref_chunk_tokens: int = 2048) -> ReplicaProfile:
-    """Tabulate ``cost`` for routing: prefill on a log grid up to ``c_max``, single-request
-    decode prefix sums up to ``c_max`` (on a grid of at most 4096 points), throughputs at
-    a reference batch of ``ref_batch`` decodes of ``ref_context`` tokens and a prefill
-    chunk of ``ref_chunk_tokens``."""
-    c_max = max(int(c_max), 2)
-    grid = np.unique(np.concatenate([np.geomspace(1, c_max + 1, 96).astype(np.int64),
-                                     [1, c_max + 1]]))
-    pre = cost.batch_times_s([{"prefill_tokens": [int(g)]} for g in grid])
-    step = max(1, -(-(c_max + 2) // 4096))
-    pts = np.arange(0, c_max + 2, step)
-    t_pts = cost.batch_times_s([{"decode_context": [int(c)]} for c in pts])
-    t = np.interp(np.arange(c_max + 1), pts, t_pts)
-    T1 = np.concatenate([[0.0], np.cumsum(t)])
-    tpot = float(cost.batch_time_s(decode_context=[ref_context] * ref_batch))
-    t_chunk = float(cost.batch_time_s(prefill_tokens=[ref_chunk_tokens]))
-    return ReplicaProfile(grid.astype(np.float64), pre, T1, tpot, ref_chunk_tokens / t_chunk,
-                          ref_batch / tpot, float(cost.kv_capacity_tokens(gpu_memory_fraction)))
-
-
-def _replica_costs(instance: Any, replica_costs: Sequence[Any] | None) -> list[Any]:
-    if replica_costs is None:
-        return [instance.cost_model()] * instance.cluster.n_replicas
-    costs = list(replica_costs)
-    if not costs:
-        raise ValueError("replica_costs must hold at least one cost model, got []")
-    return costs
-
-
-def _output_interval(trace: Any) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(lo, hi, clairvoyant): the predicted interval, or the true length when absent."""
-    lo, hi = getattr(trace, "predicted_lo", None), getattr(trace, "predicted_hi", None)
-    if lo is not None and hi is not None:
-        lo = np.maximum(np.asarray(lo, np.int64), 1)
-        return lo, np.maximum(np.asarray(hi, np.int64), lo), False
-    o = np.asarray(trace.output_tokens, np.int64)
-    return o, o, True
-
-
-# ============================================================================ assignment
-@dataclass(frozen=True, eq=False)
-class AssignmentModel:
-    """``cost_s`` c_ij (n, R) expected latency (s); ``capacity`` cap_j (R,) requests;
-    ``clairvoyant``: c used true output lengths (no predictions in the trace)."""
-
-    cost_s: np.ndarray
-    capacity: np.ndarray
-    clairvoyant: bool
-    digest: str = ""
-    build_s: float = 0.0
-
-
-def build_assignment(instance: Any, *, replica_costs: Sequence[Any] | None = None,
-                     capacity: Sequence[int] | None = None, slack: float = 1.05,
-                     backlog_s: Sequence[float] | None = None,
-                     cost_s: np.ndarray | None = None) -> AssignmentModel:
-    """Assignment model of ``instance``.
-
-    Args:
-        replica_costs: one cost model per replica (default: the cluster's, replicated).
-        capacity: cap_j, most requests replica j may take; default: ``slack`` times its
-            share of n in proportion to its speed (1 / mean c_ij), rounded up.
-        backlog_s: seconds of work already queued on each replica, added to c_ij.
-        cost_s: an explicit (n, R) cost matrix (seconds) instead of the cost model.
-    """
-    t0 = time.perf_counter()
-    tr = instance.trace
-    n = len(tr.arrival_s)
-    lo, hi, clair = _output_interval(tr)
-    if cost_s is None:
-        costs = _replica_costs(instance, replica_costs)
-        s = np.asarray(tr.prompt_tokens, np.int64)
-        c_max = int((s + hi).max()) if n else 2
-        profs: dict[int, ReplicaProfile] = {}
-        cols = []
-        for c in costs:
-            if id(c) not in profs:
-                profs[id(c)] = replica_profile(c, c_max=c_max,
-                                               gpu_memory_fraction=instance.cluster.gpu_memory_fraction)
-            p = profs[id(c)]
-            cols.append(p.prefill_s(s) + p.expected_decode_s(s, lo, hi))     # (1)
-        C = np.stack(cols, axis=1) if n else np.zeros((0, len(costs)))
-    else:
-        C = np.asarray(cost_s, dtype=np.float64)
-        if C.ndim != 2 or C.shape[0] != n or not np.all(np.isfinite(C)):
-            raise ValueError(f"cost_s must be a finite ({n}, R) array, got shape {C.shape}")
-    R = C.shape[1]
-    if backlog_s is not None:
-        b = np.asarray(backlog_s, dtype=np.float64)
-        if b.shape != (R,) or np.any(b < 0):
-            raise ValueError(f"backlog_s must be {R} non-negative seconds, got {backlog_s!r}")
-        C = C + b[None, :]
-    if capacity is None:
-        if not slack >= 1.0:
-            raise ValueError(f"slack must be >= 1, got {slack!r}")
-        speed = 1.0 / np.maximum(C.mean(axis=0), 1e-12) if n else np.ones(R)
-        cap = np.ceil(slack * n * speed / speed.sum()).astype(np.int64)
-    else:
-        cap = np.asarray(capacity, dtype=np.int64)
-        if cap.shape != (R,) or np.any(cap < 0):
-            raise ValueError(f"capacity must be {R} non-negative integers, got {capacity!r}")
-    return AssignmentModel(C, cap, clair, instance.digest(), time.perf_counter() - t0)
-
-
-def solve_assignment(model: AssignmentModel, solver: str = "highs",
-                     time_limit_s: float | None = None,
-                     deadline: Deadline | None = None) -> Solution:
-    """Solve (1)–(4) with HiGHS (interior point + crossover); the basic optimum is integral
-    (TU), so the rounding ``argmax_j x_ij`` is the identity (checked in :func:`certify_assignment`).
-    ``deadline`` (from ``lp.solve``) wins over ``time_limit_s``; at the limit: ``LIMIT``."""
-    if solver not in ("highs", "cvxpy"):
-        raise ValueError(f"solver must be 'highs' or 'cvxpy', got {solver!r}")
-    t0 = time.perf_counter()
-    C, cap = model.cost_s, model.capacity
-    n, R = C.shape
-    if cap.sum() < n:
-        return Solution("routing-assignment", Status.INFEASIBLE, wall_s=model.build_s,
-                        digest=model.digest, objective_units="s",
-                        message=f"capacity sums to {int(cap.sum())} < {n} requests "
-                                f"(capacity={cap.tolist()})")
-    if n == 0:
-        return Solution("routing-assignment", Status.OPTIMAL, 0.0, 0.0, model.build_s,
-                        model.digest, primal={"replica": np.zeros(0, np.int64)},
-                        objective_units="s")
-    if solver == "cvxpy":
-        return _solve_assignment_cvxpy(model, t0)
-    nc = n * R
-    a_start = np.arange(0, 2 * nc + 1, 2, dtype=np.int64)
-    a_index = np.empty(2 * nc, dtype=np.int64)
-    a_index[0::2] = np.repeat(np.arange(n), R)                        # (2) demand rows
-    a_index[1::2] = n + np.tile(np.arange(R), n)                      # (3) capacity rows
-    run = run_highs(dict(col_cost=C.ravel(), col_lower=np.zeros(nc), col_upper=np.ones(nc),
-                         row_lower=np.concatenate([np.ones(n), np.full(R, -np.inf)]),
-                         row_upper=np.concatenate([np.ones(n), cap.astype(np.float64)]),
-                         a_start=a_start, a_index=a_index, a_value=np.ones(2 * nc)),
-                    deadline=as_deadline(deadline, time_limit_s),
-                    # interior point + crossover ends at a vertex (integral, by TU), and is
-                    # 2-3x faster than dual simplex on 10^5 columns (benchmarks/)
-                    options={"solver": "ipm", "run_crossover": "on"})
-    status, obj, bound, text = highs_status(run, has_integers=False)
-    primal, dual = {}, {}
-    if status == Status.OPTIMAL:
-        x = run.col_value.reshape(n, R)
-        rd = run.row_dual
-        primal = {"x": x, "replica": x.argmax(axis=1).astype(np.int64)}
-        dual = {"demand": rd[:n].copy(), "capacity": np.maximum(-rd[n:], 0.0)}
-    return Solution("routing-assignment", status, obj, bound,
-                    model.build_s + time.perf_counter() - t0, model.digest, primal, dual,
-                    message=text, objective_units="s",
-                    info={"n_requests": n, "n_replicas": R, "solver": "highs",
-                          "clairvoyant_costs": model.clairvoyant})
-
-
-def _solve_assignment_cvxpy(model: AssignmentModel, t0: float) -> Solution:
-    import cvxpy as cp
-
-    C, cap = model.cost_s, model.capacity
-    n, R = C.shape
-    x = cp.Variable((n, R), nonneg=True)
-    demand = cp.sum(x, axis=1) == 1
-    capc = cp.sum(x, axis=0) <= cap
-    prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(C, x))), [demand, capc])
-    t_build = time.perf_counter() - t0
-    prob.solve(solver=cp.HIGHS, highs_options={"solver": "ipm", "run_crossover": "on"})
-    ok = prob.status == cp.OPTIMAL
-    xv = np.asarray(x.value) if ok else None
-    st = prob.solver_stats
-    return Solution("routing-assignment", Status.OPTIMAL if ok else Status.ERROR,
-                    float(prob.value) if ok else math.nan, float(prob.value) if ok else math.nan,
-                    model.build_s + time.perf_counter() - t0, model.digest,
-                    {"x": xv, "replica": xv.argmax(axis=1).astype(np.int64)} if ok else {},
-                    {"demand": -np.asarray(demand.dual_value), "capacity":
-                     np.maximum(np.asarray(capc.dual_value), 0.0)} if ok else {},
-                    message=str(prob.status), objective_units="s",
-                    info={"n_requests": n, "n_replicas": R, "solver": "cvxpy+highs",
-                          "cvxpy_build_s": t_build,
-                          "solver_s": float(st.solve_time or math.nan)})
-
-
-def certify_assignment(model: AssignmentModel, solution: Solution) -> dict[str, float]:
-    """Residuals: integrality of x, demand, capacity, and the cost of the rounded
-    assignment minus the LP objective (0 for a basic optimum)."""
-    if not solution.solved:
-        return {"integrality": 0.0, "demand": 0.0, "capacity": 0.0, "rounding_loss_s": 0.0}
-    x, r = solution.primal["x"], solution.primal["replica"]
-    n, R = model.cost_s.shape
-    counts = np.bincount(r, minlength=R)
-    return {"integrality": float(np.abs(x - np.round(x)).max()),
-            "demand": float(np.abs(x.sum(axis=1) - 1).max()),
-            "capacity": float(max(0, (counts - model.capacity).max())),
-            "rounding_loss_s": float(model.cost_s[np.arange(n), r].sum() - solution.objective)}
-
-
-def export_assignment(solution: Solution, instance: Any) -> Any:
-    """The integral assignment as an offline table router."""
-    from lpserve.policies.routers_lp import AssignmentRouter
-
-    solution.require_solved(instance.digest())
-    return AssignmentRouter(solution.primal["replica"])
 
 
 # ================================================================================= fluid
@@ -284,6 +51,8 @@ class FluidModel:
         prefill_tokens_per_s, decode_tokens_per_s, kv_tokens, tpot_s (R,); utilization rho.
         prompt_edges, output_edges: bucket edges (tokens); group_keys: tenant id of each
             group (-1 for "all others").
+        prefill_s: t_cm (C, R) mean prefill seconds of the class's prompts on each replica
+            (``exact_prefill``; None: the GPU row (11) prices prefill at mu^P, (11a)).
     """
 
     rate_per_s: np.ndarray
@@ -306,6 +75,17 @@ class FluidModel:
     group_keys: np.ndarray
     digest: str = ""
     build_s: float = 0.0
+    prefill_s: np.ndarray | None = None
+
+    def gpu_coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """(C, R) GPU seconds per request of class c on m, and the seconds a cached
+        request saves: ``P_c / mu^P_m + D_c / mu^D_m`` and ``S_c / mu^P_m`` (11), or with
+        ``prefill_s``: ``t_cm + D_c / mu^D_m`` and ``delta_cm`` (11a)."""
+        dec = self.output_tokens[:, None] / self.decode_tokens_per_s[None, :]
+        if self.prefill_s is None:
+            return (self.prompt_tokens[:, None] / self.prefill_tokens_per_s[None, :] + dec,
+                    self.prefix_tokens[:, None] / self.prefill_tokens_per_s[None, :])
+        return self.prefill_s + dec, self.cache_saving_s
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -322,14 +102,23 @@ def _edges(x: np.ndarray, buckets: int) -> np.ndarray:
 def build_fluid(instance: Any, *, replica_costs: Sequence[Any] | None = None,
                 n_prompt_buckets: int = 4, n_output_buckets: int = 4, max_groups: int = 8,
                 utilization: float = 0.9, duration_s: float | None = None,
-                rate_scale: float = 1.0) -> FluidModel:
+                rate_scale: float = 1.0,
+                groups: tuple[np.ndarray, np.ndarray] | None = None,
+                exact_prefill: bool = False) -> FluidModel:
     """Classes and replica rates of ``instance`` (``models/routing-lp.md`` (5)).
 
     Classes are prompt-length bucket x predicted-output bucket (quantile edges) x prefix
     group (the ``max_groups - 1`` most frequent tenants, the rest pooled; one group when
-    the trace has no tenants). ``rate_per_s`` = class count / ``duration_s`` (default: the
-    trace's arrival span) x ``rate_scale``. ``utilization`` is rho, the largest allowed
-    share of each replica's prefill, decode and GPU time.
+    the trace has no tenants; or ``groups = (keys (G,), group of each request (n,))``,
+    e.g. the prefix groups of :func:`lpserve.opt.routing_locality.prefix_groups`).
+    ``rate_per_s`` = class count / ``duration_s`` (default: the trace's arrival span) x
+    ``rate_scale``. ``utilization`` is rho, the largest allowed share of each replica's
+    prefill, decode and GPU time. Replicas are priced by their own cost models
+    (``replica_costs``, default the instance's: heterogeneous clusters included).
+    ``exact_prefill`` prices each class's prefill by the mean of its prompts' own prefill
+    times (and the saving of their reusable prefixes) on each replica instead of the
+    class mean prompt at the reference chunk rate: (6a), (11a); long prompts' attention
+    is then counted.
     """
     from lpserve.opt.lower_bounds import reusable_prefix_tokens
 
@@ -342,14 +131,20 @@ def build_fluid(instance: Any, *, replica_costs: Sequence[Any] | None = None,
     n = len(tr.arrival_s)
     if n == 0:
         raise ValueError("routing-fluid: the trace has no requests")
-    costs = _replica_costs(instance, replica_costs)
+    costs = per_replica_costs(instance, replica_costs)
     s = np.asarray(tr.prompt_tokens, np.int64)
-    lo, hi, _ = _output_interval(tr)
+    lo, hi, _ = output_interval(tr)
     d = (lo + hi) / 2.0
     pref = reusable_prefix_tokens(tr).astype(np.float64)
     pe, oe = _edges(s.astype(float), n_prompt_buckets), _edges(d, n_output_buckets)
     tenant = getattr(tr, "tenant", None)
-    if tenant is not None and np.any(np.asarray(tenant) >= 0):
+    if groups is not None:
+        keys, g = (np.asarray(x, np.int64) for x in groups)
+        if g.shape != (n,) or keys.ndim != 1 or g.min(initial=0) < 0 or \
+                g.max(initial=0) >= max(keys.size, 1):
+            raise ValueError(f"groups must be (keys (G,), group index (n={n},) in [0, G)), got "
+                             f"shapes {keys.shape}, {g.shape}")
+    elif tenant is not None and np.any(np.asarray(tenant) >= 0):
         ten = np.asarray(tenant, np.int64)
         vals, cnt = np.unique(ten, return_counts=True)
         top = vals[np.argsort(-cnt, kind="stable")][:max(1, max_groups - 1)]
@@ -377,8 +172,16 @@ def build_fluid(instance: Any, *, replica_costs: Sequence[Any] | None = None,
                                            gpu_memory_fraction=instance.cluster.gpu_memory_fraction)
     pr = [profs[id(c)] for c in costs]
     tpot = np.array([p.tpot_s for p in pr])
-    lat = np.stack([p.prefill_s(P) + D * p.tpot_s for p in pr], axis=1)          # (6)
-    sav = np.stack([p.prefill_s(P) - p.prefill_s(np.maximum(P - S, 1)) for p in pr], axis=1)
+    t_c = None
+    if exact_prefill:                                                           # (6a)
+        t_c = np.stack([mean(p.prefill_s(s)) for p in pr], axis=1)
+        sav = np.stack([mean(p.prefill_s(s) - p.prefill_cached_s(s, pref)) for p in pr],
+                       axis=1)
+        lat = t_c + D[:, None] * tpot[None, :]
+    else:
+        lat = np.stack([p.prefill_s(P) + D * p.tpot_s for p in pr], axis=1)      # (6)
+        sav = np.stack([p.prefill_s(P) - p.prefill_s(np.maximum(P - S, 1)) for p in pr],
+                       axis=1)
     kvh = ((P + D / 2.0) * D)[:, None] * tpot[None, :]                          # (10)
     fit = np.array([np.polyfit(p.prefill_grid_tokens, p.prefill_grid_s, 1)[::-1] for p in pr])
     return FluidModel(cnt / span * rate_scale, P, D, S, gc.astype(np.int64), SG, lat, sav, kvh,
@@ -386,7 +189,7 @@ def build_fluid(instance: Any, *, replica_costs: Sequence[Any] | None = None,
                       np.array([p.decode_tokens_per_s for p in pr]),
                       np.array([p.kv_tokens for p in pr]), tpot, fit, float(utilization),
                       pe, oe, np.asarray(keys, np.int64), instance.digest(),
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, t_c)
 
 
 def _fluid_rows(m: FluidModel):
@@ -414,11 +217,9 @@ def _fluid_rows(m: FluidModel):
         m.utilization * m.prefill_tokens_per_s)                                         # (8)
     fam("decode", R, rr, a(cc, rr), m.output_tokens[cc], -np.inf,
         m.utilization * m.decode_tokens_per_s)                                          # (9)
-    gpu_a = m.prompt_tokens[cc] / m.prefill_tokens_per_s[rr] \
-        + m.output_tokens[cc] / m.decode_tokens_per_s[rr]
+    gpu_a, gpu_u = m.gpu_coefficients()
     fam("gpu", R, np.concatenate([rr, rr]), np.concatenate([a(cc, rr), u(cc, rr)]),
-        np.concatenate([gpu_a, -m.prefix_tokens[cc] / m.prefill_tokens_per_s[rr]]),
-        -np.inf, m.utilization)                                                         # (11)
+        np.concatenate([gpu_a[cc, rr], -gpu_u[cc, rr]]), -np.inf, m.utilization)        # (11)
     gq, gr = np.meshgrid(np.arange(G), np.arange(R), indexing="ij")
     fam("kv", R, np.concatenate([rr, gr.ravel()]), np.concatenate([a(cc, rr), z(gq.ravel(), gr.ravel())]),
         np.concatenate([m.kv_token_s[cc, rr], m.group_prefix_tokens[gq.ravel()]]),
@@ -498,12 +299,20 @@ def _fluid_diagnosis(m: FluidModel) -> str:
     """Name the resource whose aggregate demand is largest relative to its supply."""
     need = {"decode": float(m.rate_per_s @ m.output_tokens),
             "prefill": float(m.rate_per_s @ np.maximum(m.prompt_tokens - m.prefix_tokens, 0)),
-            "kv": float(m.rate_per_s @ m.kv_token_s.min(axis=1))}
+            "kv": float(m.rate_per_s @ m.kv_token_s.min(axis=1)),
+            # GPU seconds per second at each class's cheapest replica, cached where it can be
+            "gpu": float(m.rate_per_s @ (m.gpu_coefficients()[0]
+                                         - m.gpu_coefficients()[1]).min(axis=1))}
     have = {"decode": float(m.utilization * m.decode_tokens_per_s.sum()),
             "prefill": float(m.utilization * m.prefill_tokens_per_s.sum()),
-            "kv": float(m.kv_tokens.sum())}
-    unit = {"decode": "decode tokens/s", "prefill": "prefill tokens/s", "kv": "KV tokens"}
-    worst = max(need, key=lambda k: need[k] / have[k])
+            "kv": float(m.kv_tokens.sum()),
+            "gpu": float(m.utilization * m.tpot_s.size)}
+    unit = {"decode": "decode tokens/s", "prefill": "prefill tokens/s", "kv": "KV tokens",
+            "gpu": "GPU-seconds/s"}
+    tok = [k for k in need if k != "gpu"]
+    worst = max(tok, key=lambda k: need[k] / have[k])
+    if need[worst] < have[worst] and need["gpu"] >= have["gpu"]:
+        worst = "gpu"  # each resource suffices alone; their shares of GPU time do not
     return (f"infeasible: demand needs {need[worst]:.4g} {unit[worst]}, replicas give at "
             f"most {have[worst]:.4g} (utilization {m.utilization}); ratios "
             + ", ".join(f"{k} {need[k] / have[k]:.3g}" for k in need))
@@ -521,9 +330,8 @@ def solve_fluid_convex(model: FluidModel, congestion_weight: float = 1.0) -> Sol
     u = cp.Variable((C, R), nonneg=True)
     z = cp.Variable((G, R), nonneg=True)
     P, D, S = model.prompt_tokens, model.output_tokens, model.prefix_tokens
-    gpu = (cp.sum(cp.multiply(a, (P[:, None] / model.prefill_tokens_per_s[None, :]
-                                  + D[:, None] / model.decode_tokens_per_s[None, :])), axis=0)
-           - cp.sum(cp.multiply(u, S[:, None] / model.prefill_tokens_per_s[None, :]), axis=0))
+    gpu_a, gpu_u = model.gpu_coefficients()
+    gpu = cp.sum(cp.multiply(a, gpu_a), axis=0) - cp.sum(cp.multiply(u, gpu_u), axis=0)
     onehot = np.eye(G)[model.group]                                   # (C, G)
     cons = {
         "demand": cp.sum(a, axis=1) == model.rate_per_s,
@@ -594,7 +402,5 @@ def export_fluid(solution: Solution, instance: Any, kind: str = "index") -> Any:
     raise ValueError(f"kind must be 'index' or 'split', got {kind!r}")
 
 
-ROUTING_ASSIGNMENT = Formulation("routing-assignment", build_assignment, solve_assignment,
-                                 certify_assignment, export_assignment)
 ROUTING_FLUID = Formulation("routing-fluid", build_fluid, solve_fluid, certify_fluid,
                             export_fluid)

@@ -36,6 +36,8 @@ from dataclasses import fields
 from typing import Any
 
 from lpserve.policies import routers as R
+from lpserve.policies import routers_deployed as RD
+from lpserve.policies import routers_preble as RP
 from lpserve.policy import FCFS, LRU, EngineConfig, Evictor, HardwareDefaults, Policy, Router
 
 #: the names of every EngineConfig field (a factory keyword argument that configures the engine)
@@ -49,6 +51,11 @@ ROUTERS = {
     "power-of-two": R.PowerOfTwo,
     "prefix-affinity": R.PrefixAffinity,
     "autellix-lb": R.ProgramAffinity,
+    # the KV-aware routers people deploy (routers_deployed.py, routers_preble.py)
+    "dynamo-kv": RD.DynamoKV,
+    "llm-d": RD.LlmdScheduler,
+    "sglang-cache-aware": RD.SGLangCacheAware,
+    "preble": RP.Preble,
 }
 
 ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {

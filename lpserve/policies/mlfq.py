@@ -122,13 +122,19 @@ class MLFQ(TickCached):
         self._pf = self.prefill_s_per_token
         self._dec = self.decode_iteration_s
         if self._pf is None or self._dec is None:
-            from lpserve.cost import cost_model_for
+            from lpserve.cost import cost_models_for
 
-            cost = cost_model_for(cluster)
+            # a heterogeneous cluster: the mean over its replicas (levels classify service)
+            costs = cost_models_for(cluster)
+
+            def mean(f):
+                vals = [float(f(c)) for c in costs]
+                return vals[0] if len(set(vals)) == 1 else float(np.mean(vals))
+
             if self._pf is None:
-                self._pf = cost.batch_time_s(prefill_tokens=[1024]) / 1024.0
+                self._pf = mean(lambda c: c.batch_time_s(prefill_tokens=[1024])) / 1024.0
             if self._dec is None:
-                self._dec = cost.batch_time_s(decode_context=[1024])
+                self._dec = mean(lambda c: c.batch_time_s(decode_context=[1024]))
         self._base = float(self._dec if self.base_quantum_s is None else self.base_quantum_s)
 
     def _entry_service_s(self, view: SchedulerView, k: int) -> float:

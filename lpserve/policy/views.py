@@ -161,10 +161,32 @@ class RouterView:
 
     Replica arrays have shape ``(n_replicas,)`` and are computed on first access (the
     simulator brings every replica up to ``now_s`` for them): ``outstanding`` (requests
-    routed and not finished), ``waiting``, ``running``, ``used_blocks``, ``total_blocks``.
+    routed and not finished), ``waiting``, ``running``, ``used_blocks``, ``total_blocks``,
+    and ``max_prompt_tokens``, the longest prompt each replica can hold (its KV blocks
+    less the engine's watermark; ``total_blocks x block_tokens - 1`` when the caller
+    gives no such field). ``key_tokens`` is the tokens per block of ``block_keys`` (the
+    trace's block size; 0 without block ids).
+
+    What a KV-aware router learns from the engines' KV events and its own bookkeeping,
+    each computed on first access and ``None`` where the caller did not provide it:
+
+    * ``cached_tokens`` ``(n_arriving, n_replicas)``: prompt tokens of each arriving request
+      whose KV blocks sit in each replica's prefix cache (the longest cached prefix, in
+      whole blocks), as KV events report it; the cost is one lookup per block of the
+      arriving prompts, never a scan of the cache.
+    * ``prefill_tokens`` ``(n_replicas,)``: prompt tokens still to prefill over the
+      requests routed to each replica (a waiting request counts its prompt minus the
+      cached tokens it had there when routed, if the router read them).
+    * ``cached_blocks`` ``(n_replicas,)``: blocks in each replica's prefix cache (in use
+      or evictable).
+    * ``completions``: the requests that finished since the router's previous call (at or
+      before ``now_s``), a dict of arrays ``request``, ``replica``, ``ttft_s``, ``tpot_s``
+      (NaN for one output token), ``output_tokens``; filled only for routers whose
+      ``reads_completions`` attribute is True (responses pass through the router).
     """
 
     _REPLICA_FIELDS = ("outstanding", "waiting", "running", "used_blocks", "total_blocks")
+    _LOAD_FIELDS = ("prefill_tokens", "cached_blocks")
 
     def __init__(self, *, now_s: float, n_replicas: int, phase: str, request: np.ndarray,
                  arrival_s: np.ndarray, prompt_tokens: np.ndarray, tenant: np.ndarray,
@@ -172,9 +194,16 @@ class RouterView:
                  predicted_hi: np.ndarray | None, output_tokens: np.ndarray | None,
                  block_keys: tuple[np.ndarray, ...] | Callable[[], tuple[np.ndarray, ...]],
                  replica_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray],
-                 block_tokens: int = 16, program_id: np.ndarray | None = None):
+                 block_tokens: int = 16,
+                 cached_tokens: Callable[[], np.ndarray] | np.ndarray | None = None,
+                 load_state: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray]
+                 | None = None,
+                 completions: Callable[[], dict[str, np.ndarray]] | dict[str, np.ndarray]
+                 | None = None, key_tokens: int = 0,
+                 program_id: np.ndarray | None = None):
         self.now_s = float(now_s)
         self.block_tokens = int(block_tokens)
+        self.key_tokens = int(key_tokens)
         self.n_replicas = int(n_replicas)
         self.phase = phase
         # request arrays are wrapped read-only on first access (most routers read few)
@@ -187,6 +216,9 @@ class RouterView:
         self._keys = block_keys
         self._state_fn = replica_state
         self._state: dict[str, np.ndarray] | None = None
+        self._cached_src = cached_tokens
+        self._load_src = load_state
+        self._done_src = completions
 
     @property
     def block_keys(self) -> tuple[np.ndarray, ...]:
@@ -219,12 +251,67 @@ class RouterView:
         if self._state is None:
             raw = self._state_fn() if callable(self._state_fn) else self._state_fn
             self._state = {k: readonly(raw[k], np.int64) for k in self._REPLICA_FIELDS}
+            mp = raw.get("max_prompt_tokens")
+            self._state["max_prompt_tokens"] = readonly(
+                self._state["total_blocks"] * self.block_tokens - 1 if mp is None else mp,
+                np.int64)
             self._state_fn = None  # never keep the simulator alive through a stored view
         return self._state[name]
+
+    def _lazy(self, key: str) -> Any:
+        """The provided value of ``key`` (a callable is called once), made read-only."""
+        done = self.__dict__.setdefault("_resolved", {})
+        if key not in done:
+            src = getattr(self, key)
+            raw = src() if callable(src) else src
+            setattr(self, key, None)  # never keep the simulator alive through a view
+            if raw is None:
+                val = None
+            elif isinstance(raw, dict):
+                val = {k: readonly(v) for k, v in raw.items()}
+            else:
+                val = readonly(raw, np.int64)
+            done[key] = val
+        return done[key]
+
+    @property
+    def cached_tokens(self) -> np.ndarray | None:
+        """``(n_arriving, n_replicas)`` int64: cached prompt tokens of each arriving request
+        on each replica (None if not provided)."""
+        v = self._lazy("_cached_src")
+        if v is not None and v.shape != (self._n, self.n_replicas):
+            raise ValueError(f"RouterView.cached_tokens must have shape "
+                             f"({self._n}, {self.n_replicas}), got {v.shape}")
+        return v
+
+    def _load(self, name: str) -> np.ndarray | None:
+        v = self._lazy("_load_src")
+        if v is None:
+            return None
+        if v[name].dtype != np.int64:
+            v[name] = readonly(v[name], np.int64)
+        return v[name]
+
+    prefill_tokens = property(lambda self: self._load("prefill_tokens"),
+                              doc="(n_replicas,) int64 prompt tokens still to prefill, or None")
+    cached_blocks = property(lambda self: self._load("cached_blocks"),
+                             doc="(n_replicas,) int64 blocks in each prefix cache, or None")
+
+    @property
+    def completions(self) -> dict[str, np.ndarray] | None:
+        """Requests finished since the previous call (``request``, ``replica``, ``ttft_s``,
+        ``tpot_s``, ``output_tokens`` arrays of one length), or None if not provided."""
+        return self._lazy("_done_src")
 
     outstanding = property(lambda self: self._replica("outstanding"))
     waiting = property(lambda self: self._replica("waiting"))
     running = property(lambda self: self._replica("running"))
     used_blocks = property(lambda self: self._replica("used_blocks"))
     total_blocks = property(lambda self: self._replica("total_blocks"))
+    max_prompt_tokens = property(lambda self: self._replica("max_prompt_tokens"))
+
+    def fits(self) -> np.ndarray:
+        """``(n_arriving, n_replicas)`` bool: whether each replica can hold each arriving
+        prompt (``prompt_tokens <= max_prompt_tokens``)."""
+        return self.prompt_tokens[:, None] <= self.max_prompt_tokens[None, :]
 

@@ -37,7 +37,8 @@ class Result:
         instance_digest: :meth:`Instance.digest` of the input.
         policy: the policy's name; seed: the seed.
         stats: per-run counters (``iterations``, ``decode_iterations``, ``swaps``,
-            ``kv_utilization``, ``total_blocks``, ``wall_s``); for preemption
+            ``kv_utilization``, ``total_blocks`` (of the first replica),
+            ``replica_total_blocks`` (of each), ``wall_s``); for preemption
             (models/kv-compression-swap.md): ``compressed_swaps`` (of ``swaps``),
             ``compressed_tokens`` (context tokens swapped compressed),
             ``compression_quality_loss`` (``compression_accuracy_cost`` x those tokens),
@@ -223,7 +224,7 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
     }
     reps = sim.replicas()
     span = max((r.now for r in reps), default=0.0) - (float(S.arrival[0]) if S.n else 0.0)
-    util = (sum(r.used_block_s for r in reps) / (sim.total_blocks * len(reps) * span)
+    util = (sum(r.used_block_s for r in reps) / (sum(r.bm.total for r in reps) * span)
             if span > 0 else float("nan"))
     stats = {
         "iterations": int(sum(r.n_iters for r in reps)),
@@ -239,6 +240,7 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         "busy_s": (float("nan") if sim.compiled
                    else float(sum(r.busy_s for r in reps))),
         "total_blocks": sim.total_blocks,
+        "replica_total_blocks": [int(r.bm.total) for r in reps],
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,
         "wall_s": info["wall_s"],

@@ -3,9 +3,10 @@
 Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
 ``rank_key``, e.g. FCFS ranks by ``arrival_s``), speculation is off, prefix caching is
 off, preemption is by recompute (or by swap with no host memory to swap to) with no
-per-victim decider, the cluster is colocated and the trace has no ``parent``
-dependencies. It has the same interface as :class:`~lpserve.sim.replica.Replica` and
-gives the same results as the reference mode, which plans every iteration in Python.
+per-victim decider, the cluster is colocated and homogeneous, the router reads no
+completions and the trace has no ``parent`` dependencies. It has the same interface as
+:class:`~lpserve.sim.replica.Replica` and gives the same results as the reference mode,
+which plans every iteration in Python.
 """
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ _REASONS = {K.R_CTX_KV: "context_exceeds_kv", K.R_CTX_BUDGET: "context_exceeds_t
 
 
 def eligible(policy: Any, reference: bool, disaggregated: bool, dependencies: bool,
-             host_blocks: int) -> bool:
-    """Whether a run of ``policy`` can use compiled replicas."""
+             host_blocks: int, heterogeneous: bool = False) -> bool:
+    """Whether a run of ``policy`` can use compiled replicas (not on a heterogeneous
+    cluster, whose replicas have their own cost parameters and KV blocks, nor behind a
+    router that reads completions, which compiled replicas do not report)."""
     eng = policy.engine
-    return (not reference and not disaggregated and not dependencies
+    return (not reference and not disaggregated and not dependencies and not heterogeneous
+            and not getattr(policy.router, "reads_completions", False)
             and eng.speculation is None and eng.budget_controller is None
             and not eng.priority_preemption and policy.rebalancer is None
             and getattr(policy.scheduler, "rank_key", None) in RANK_KEYS

@@ -65,7 +65,7 @@ class Simulation:
             pred_lo = np.ones(len(tr), np.int64)
             pred_hi = np.ones(len(tr), np.int64)
             self._observed = np.zeros(len(tr), bool)
-        self.cost = instance.cost_model()
+        self.cost = instance.replica_cost_models()[0]
         params = np.ascontiguousarray(self.cost.params, dtype=np.float64)
         cl = instance.cluster
         self.cluster = cl
@@ -86,6 +86,9 @@ class Simulation:
             raise ValueError(f"cluster {cl.gpu}/{cl.llm} tp={cl.tp}: no room for KV blocks "
                              f"(kv_capacity_blocks = {total})")
         self.total_blocks, self.host_blocks = total, host
+        # a heterogeneous cluster: each replica priced by its own cost model, with its own
+        # KV blocks (replica_kw); the run context keeps the first replica's as defaults
+        replica_kw = self._replica_kw(instance, policy, bt) if instance.heterogeneous else None
         self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
         self.deps = Dependencies(tr) if has_dependencies(tr) else None
         if policy.rebalancer is not None and self.deps is not None:
@@ -101,7 +104,8 @@ class Simulation:
             pred_hi=pred_hi, events=self.events, check=checker, spec=spec)
         self.spec = spec
         self.compiled = compiled.eligible(policy, self.reference, cl.disaggregated,
-                                          self.deps is not None, host)
+                                          self.deps is not None, host,
+                                          heterogeneous=replica_kw is not None)
         if self.compiled:
             self.front = [compiled.CompiledReplica(self.ctx, k) for k in range(cl.replicas)]
             self.back = []
@@ -109,13 +113,48 @@ class Simulation:
             self.front = [Replica(self.ctx, k, "prefill") for k in range(cl.prefill_replicas)]
             self.back = [Replica(self.ctx, k, "decode") for k in range(cl.decode_replicas)]
         else:
-            self.front = [Replica(self.ctx, k, "colocated") for k in range(cl.replicas)]
+            self.front = [Replica(self.ctx, k, "colocated",
+                                  **(replica_kw[k] if replica_kw else {}))
+                          for k in range(cl.replicas)]
             self.back = []
+        # what KV-aware routers read (RouterView.cached_tokens / prefill_tokens /
+        # completions): the cached tokens each routed request had where it went, and per
+        # routing role the completions not shown yet
+        self._routed_hit = np.zeros(S.n, np.int64)
+        self._done_cursor: dict[str, int] = {}
+        self._done_pending: dict[str, list[tuple[float, int]]] = {}
+        self._done_roles = [role for role in ("router", "decode_router")
+                            if getattr(getattr(policy, role), "reads_completions", False)]
+        self.events.track_router = bool(self._done_roles)
         self.migrator = None
         if policy.rebalancer is not None:
             self.migrator = Migrator(self.ctx, self.back if self.back else self.front)
         self._routed_s = -math.inf  # time of the last routed event (dependency releases)
         self._program = tr.program_id  # the routers' view of agentic programs
+
+    @staticmethod
+    def _replica_kw(instance: Instance, policy: Policy, bt: int) -> list[dict[str, Any]]:
+        """Per replica of a heterogeneous cluster: its cost model, float64 parameters and
+        KV blocks (``Replica(..., cost=, params=, total_blocks=)``)."""
+        cl = instance.cluster
+        for what, on in (("speculative decoding", policy.engine.speculation is not None),
+                         ("a rebalancer", policy.rebalancer is not None),
+                         ("disaggregated pools", cl.disaggregated)):
+            if on:
+                raise ValueError(f"policy {policy.name!r} on {cl.describe()}: {what} is not "
+                                 "simulated on a heterogeneous cluster")
+        out, made = [], {}
+        for k, cost in enumerate(instance.replica_cost_models()):
+            if id(cost) not in made:
+                blocks = int(cost.kv_capacity_blocks(block_tokens=bt,
+                                                     gpu_memory_fraction=cl.gpu_memory_fraction))
+                if blocks < 1:
+                    raise ValueError(f"replica {k} of {cl.describe()}: no room for KV blocks "
+                                     f"(kv_capacity_blocks = {blocks})")
+                made[id(cost)] = {"cost": cost, "total_blocks": blocks, "params":
+                                  np.ascontiguousarray(cost.params, dtype=np.float64)}
+            out.append(made[id(cost)])
+        return out
 
     # ------------------------------------------------------------------ routing
     def _route(self, pool: list[Any], req: list[int], t: float, phase: str) -> list[int]:
@@ -132,11 +171,42 @@ class Simulation:
                 "running": np.array([len(r.running) for r in pool]),
                 "used_blocks": np.array([r.bm.used for r in pool]),
                 "total_blocks": np.array([r.bm.total for r in pool]),
+                # the longest prompt a replica admits (State.reject_reason: p + 1 tokens
+                # within total - watermark blocks)
+                "max_prompt_tokens": np.array([(r.bm.total - r.wm_blocks) * r.bt - 1
+                                               for r in pool]),
             }
+
+        hit: list[np.ndarray] = []
+
+        def cached_tokens() -> np.ndarray:
+            # the longest cached prefix of each arriving prompt on each replica (what KV
+            # events report); one lookup per matched block plus one, never a cache scan
+            for r in pool:  # the caches as of t
+                r.advance(t)
+            bt = self.ctx.block_tokens
+            out = np.zeros((len(req), len(pool)), np.int64)
+            for q, i in enumerate(req):
+                keys = S.block_keys(i, bt)
+                if keys:
+                    for k, r in enumerate(pool):
+                        match = getattr(r.bm, "match", None)
+                        out[q, k] = 0 if match is None else len(match(keys)) * bt
+            hit.append(out)
+            return out
+
+        def load_state() -> dict[str, np.ndarray]:
+            for r in pool:
+                r.advance(t)
+            return {"prefill_tokens": np.array([self._prefill_left(r) for r in pool], np.int64),
+                    "cached_blocks": np.array([getattr(r.bm, "evictable", 0)
+                                               + getattr(r.bm, "hashed_used", 0)
+                                               for r in pool], np.int64)}
 
         contiguous = req[-1] - req[0] == len(req) - 1
         idx = slice(req[0], req[-1] + 1) if contiguous else np.asarray(req, np.int64)
         ctx = self.ctx
+        reads_done = getattr(router, "reads_completions", False)
         view = RouterView(
             now_s=t, n_replicas=len(pool), phase=phase,
             request=np.arange(req[0], req[-1] + 1) if contiguous else idx,
@@ -147,12 +217,66 @@ class Simulation:
             predicted_hi=None if ctx.pred_hi is None else ctx.pred_hi[idx],
             output_tokens=S.out[idx] if self.policy.meta.clairvoyant else None,
             block_keys=lambda: tuple(S.trace_keys(i) for i in req),
-            replica_state=replica_state, block_tokens=ctx.block_tokens)
+            replica_state=replica_state, block_tokens=ctx.block_tokens,
+            key_tokens=int(S.trace.block_tokens or 0),
+            cached_tokens=cached_tokens, load_state=load_state,
+            completions=(lambda: self._completions(pool, t, role, phase)) if reads_done
+            else None)
         out = router.route(view)
         if type(out) is np.ndarray and out.shape == (1,) and out.dtype.kind in "iu" and \
                 0 <= out[0] < len(pool):  # the common case, checked without a copy
-            return [int(out[0])]
-        return check_routes(out, len(req), len(pool), ctx.who(role)).tolist()
+            routes = [int(out[0])]
+        else:
+            routes = check_routes(out, len(req), len(pool), ctx.who(role)).tolist()
+        if hit:  # the router read cached_tokens: remember each request's hit where it went
+            self._routed_hit[req] = hit[0][np.arange(len(req)), routes]
+        return routes
+
+    def _prefill_left(self, r: Any) -> int:
+        """Prompt (and recompute) tokens still to prefill on replica ``r``: each waiting
+        request's uncomputed context less the cached tokens it had there when routed (if
+        its router read them), each running request's unfinished prefill."""
+        S = self.state
+        total = 0
+        w = r.waiting
+        if w:
+            wi = np.asarray(w, np.int64)
+            left = S.prompt[wi] + S.gen[wi] - S.computed[wi]
+            fresh = S.computed[wi] == 0
+            left[fresh] -= self._routed_hit[wi[fresh]]
+            total += int(np.maximum(left, 0).sum())
+        run = r.running
+        if run:
+            ri = np.asarray(run, np.int64)
+            left = S.prompt[ri] + S.gen[ri] - S.computed[ri]
+            total += int(left[left > 1].sum())
+        return total
+
+    def _completions(self, pool: list[Any], t: float, role: str,
+                     phase: str) -> dict[str, np.ndarray]:
+        """The requests that finished at or before ``t`` and were not shown to ``role``
+        yet (the pool brought up to ``t`` first)."""
+        for r in pool:
+            r.advance(t)
+        S, log = self.state, self.events.router_finished
+        start = self._done_cursor.get(role, 0)
+        pending = self._done_pending.setdefault(role, [])
+        pending.extend(log[start:])
+        self._done_cursor[role] = len(log)
+        shown = min(self._done_cursor.get(x, 0) for x in self._done_roles)
+        if shown:  # every reading role has seen these: drop them
+            del log[:shown]
+            for x in self._done_roles:
+                self._done_cursor[x] = self._done_cursor.get(x, 0) - shown
+        due = [i for f, i in pending if f <= t]
+        self._done_pending[role] = [(f, i) for f, i in pending if f > t]
+        d = np.asarray(due, np.int64)
+        first, fin, gen = S.first_token[d], S.finish[d], S.gen[d]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(gen > 1, (fin - first) / np.maximum(gen - 1, 1), np.nan)
+        where = S.decode_replica if phase == "decode" else S.replica
+        return {"request": d, "replica": where[d].copy(), "ttft_s": first - S.arrival[d],
+                "tpot_s": tpot, "output_tokens": gen.copy()}
 
     def _flush_kv(self, until: float) -> None:
         """Route and hand over every transferred request whose KV is ready by ``until``."""

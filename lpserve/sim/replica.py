@@ -40,7 +40,11 @@ class Replica:
 
     compiled = False
 
-    def __init__(self, ctx: RunContext, index: int, role: str) -> None:
+    def __init__(self, ctx: RunContext, index: int, role: str, *, cost=None,
+                 params: np.ndarray | None = None, total_blocks: int | None = None) -> None:
+        """Replica ``index`` of ``role``; ``cost``, ``params`` and ``total_blocks`` (its own
+        cost model, its float64 parameters and its KV blocks, in a heterogeneous cluster)
+        default to the run's (``ctx``)."""
         self.ctx = ctx
         self.S = ctx.state
         self.index = index
@@ -48,9 +52,11 @@ class Replica:
         self.key = (role, index)
         self.eng = eng = ctx.policy.engine
         self.bt = ctx.block_tokens
-        self.params = ctx.params
-        self.bm = BlockManager(ctx.total_blocks, self.bt, eng.prefix_caching)
-        self.wm_blocks = int(eng.watermark * ctx.total_blocks)
+        self.cost = ctx.cost if cost is None else cost
+        self.params = ctx.params if params is None else params
+        total = ctx.total_blocks if total_blocks is None else int(total_blocks)
+        self.bm = BlockManager(total, self.bt, eng.prefix_caching)
+        self.wm_blocks = int(eng.watermark * total)
         self.reserve_blocks = (0 if eng.reserve_tokens is None
                                else -(-eng.reserve_tokens // self.bt))
         self.host_free = ctx.host_blocks
@@ -243,7 +249,7 @@ class Replica:
         view = preempt.preemption_view(
             now_s=self.now, replica=self.index, request=v,
             context_tokens=int(self.S.computed[v]), held_blocks=held, block_tokens=self.bt,
-            host_free_blocks=self.host_free, eng=self.eng, cost=self.ctx.cost,
+            host_free_blocks=self.host_free, eng=self.eng, cost=self.cost,
             params=self.params)
         return check_preemption_choice(d.decide(view), self.ctx.who("preemption_decider"))
 
@@ -284,7 +290,7 @@ class Replica:
         self.waiting.insert(0, v)
 
     def _one_way_s(self, held_blocks: int, mode: str) -> float:
-        return swap_one_way_s(self.ctx.cost, held_blocks, self.bt, mode,
+        return swap_one_way_s(self.cost, held_blocks, self.bt, mode,
                               self.eng.compression_ratio)
 
     def admit_need(self, i: int) -> int:
@@ -486,7 +492,7 @@ class Replica:
         if self.spec is not None:  # the draft prefills the chunks too (speculative.py)
             dt += self.spec.prefill_s(chunks)
         if self._swap_blocks:
-            sw = self.ctx.cost.swap_time_s(self._swap_blocks, self.bt) * self.ctx.kv_scale
+            sw = self.cost.swap_time_s(self._swap_blocks, self.bt) * self.ctx.kv_scale
             dt += sw
             self.swap_wait_s += sw
             self._swap_blocks = 0
@@ -587,7 +593,7 @@ class Replica:
         S, ctx = self.S, self.ctx
         self.running.remove(i)
         start = max(self.now, self.link_free_s)
-        end = start + float(ctx.cost.transfer_time_s(int(S.computed[i]),
+        end = start + float(self.cost.transfer_time_s(int(S.computed[i]),
                                                      ctx.link_gbps)) * ctx.kv_scale
         self.link_free_s = end
         heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))

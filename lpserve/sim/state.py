@@ -158,12 +158,18 @@ class State:
 class Events:
     """What replicas report to the event loop: KV handoffs to the decode pool (a heap of
     ``(ready_s, request)``) and, when ``track_finished``, completions ``(finish_s,
-    request)`` in the order they happen (the loop releases dependent requests from them)."""
+    request)`` in the order they happen (the loop releases dependent requests from them);
+    when ``track_router``, the same completions again in ``router_finished`` (the loop
+    shows them to a router that reads completions)."""
 
     def __init__(self, track_finished: bool = False) -> None:
         self.kv_heap: list[tuple[float, int]] = []
         self.track_finished = bool(track_finished)
         self.finished: list[tuple[float, int]] = []
+        # completions for a router that reads them (RouterView.completions), appended in
+        # the order they happen; the event loop keeps a cursor per routing role
+        self.track_router = False
+        self.router_finished: list[tuple[float, int]] = []
 
     def kv_ready(self, t: float, i: int) -> None:
         """Request ``i``'s KV reaches the decode pool at ``t``."""
@@ -173,6 +179,8 @@ class Events:
         """Request ``i`` finished at ``t``."""
         if self.track_finished:
             self.finished.append((t, i))
+        if self.track_router:
+            self.router_finished.append((t, i))
 
 
 @dataclass(frozen=True, eq=False)

@@ -138,3 +138,14 @@ def test_bad_arguments_exit_2(tmp_path, capsys, extra, message):
     assert main(SMALL + ["--out", str(tmp_path)] + extra) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_gap_on_a_mixed_cluster(tmp_path, capsys):
+    assert main(SMALL + ["--mix", "a100-80gb:1,a100-40gb:1", "--windows", "1", "--loads",
+                         "1.0", "--policies", "vllm+dynamo-kv,lp-locality", "--out",
+                         str(tmp_path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["cluster"]["groups"][1]["gpu"] == "a100-40gb"
+    assert [r["policy"] for r in d["table"]] == ["vllm+dynamo-kv", "lp-locality"]
+    assert all(r["ratio_to_bound"] >= 1.0 for r in d["table"])
