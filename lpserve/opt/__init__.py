@@ -21,6 +21,10 @@ FORMULATIONS: dict[str, str] = {
     "cost-bound": "lpserve.opt.lower_bounds:COST_BOUND",
     "routing-assignment": "lpserve.opt.routing_lp:ROUTING_ASSIGNMENT",
     "routing-fluid": "lpserve.opt.routing_lp:ROUTING_FLUID",
+    "cost-lp": "lpserve.opt.cost_lp:COST_LP",
+    "srpt-bound": "lpserve.opt.srpt_bound:SRPT_BOUND",
+    "schedule-search": "lpserve.opt.schedule_search:SCHEDULE_SEARCH",
+    "schedule-exact": "lpserve.opt.schedule_search:SCHEDULE_EXACT",
 }
 
 __all__ = ["FORMULATIONS", "Formulation", "Solution", "SolutionError", "Status",

@@ -1,0 +1,322 @@
+"""Coefficients of the time-indexed cost-model LP (``models/cost-lp.md`` (1)-(8)).
+
+Everything here is a closed form of the cost model's parameters or a table of its exact
+iteration times; the LP itself is in :mod:`lpserve.opt.cost_lp`.
+
+* :class:`Minorant` and :func:`iteration_minorant` — two affine lower bounds of one
+  iteration's time (``models/cost-lp.md`` (1)-(2)): ``T >= F_A + sum of A-increments`` (the
+  memory-bound side: weight streaming is paid once per iteration) and ``T >= F_B + sum of
+  B-increments`` (the compute-bound side: every token costs its linear-layer FLOPs).
+* :func:`share_levels` — the per-token time levels of one request and the least share of
+  the replica's time a token at that level takes, a piecewise-linear minorant of
+  ``w t / (t - F)`` (``models/cost-lp.md`` (4)-(5)).
+* :func:`prefill_classes` — chunk-size classes: least request time and least increments
+  per prompt token of a chunk in the class (``models/cost-lp.md`` (3)).
+* :func:`decode_floor` — ``d(c)``, the least time of an iteration that produces a token at
+  context ``c`` (a decode, or the last chunk of a recompute), on a grid, with prefix sums.
+* :func:`counted_prompt_tokens` — prompt tokens of each request counted once across the
+  requests that share prefix blocks (``models/cost-lp.md`` (7)).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lpserve.cost import _kernels as K
+
+__all__ = ["Minorant", "iteration_minorant", "minorant_time", "share_levels",
+           "prefill_classes", "PromptClass", "decode_floor", "counted_prompt_tokens", "SUPPORTED_KINDS"]
+
+#: cost-model kinds the LP has minorants for (the measured-table kind has none: its
+#: interpolated profiles are not convex, so no per-member increment is proved for them)
+SUPPORTED_KINDS = (K.KIND_ANALYTIC, K.KIND_UNIT_ROUND)
+
+
+@dataclass(frozen=True)
+class Minorant:
+    """Affine lower bounds of one iteration's time (s), ``models/cost-lp.md`` (1)-(2).
+
+    For every non-empty batch: ``T >= F_A + sum_j a_j`` and ``T >= F_B + sum_j b_j``, where a
+    decode at context ``c`` has ``a = dec0_a + dec1 * c`` and ``b = a + lin_token + head_seq``
+    and a prefill chunk of ``c`` new tokens has ``a >= c * pre_a + lin_token * (c - n_star)^+``
+    and ``b >= c * (pre_a + lin_token)``. All fields in seconds (per token where named so).
+    """
+
+    kind: int
+    F_A: float
+    F_B: float
+    dec0_a: float
+    dec1: float
+    pre_a: float
+    lin_token: float
+    head_seq: float
+    n_star: float
+    fixed_dec: float = 0.0
+
+    def decode_a(self, context: np.ndarray) -> np.ndarray:
+        """A-increment of a decode at ``context`` tokens (s), shape of ``context``."""
+        return self.dec0_a + self.dec1 * np.asarray(context, np.float64)
+
+    def decode_b(self, context: np.ndarray) -> np.ndarray:
+        """B-increment of a decode at ``context`` tokens (s)."""
+        return self.decode_a(context) + self.lin_token + self.head_seq
+
+    def chunk_a(self, tokens: float) -> float:
+        """Least A-increment of one prefill chunk of ``tokens`` new tokens (s)."""
+        return tokens * self.pre_a + self.lin_token * max(0.0, tokens - self.n_star)
+
+    def chunk_b(self, tokens: float) -> float:
+        """Least B-increment of one prefill chunk of ``tokens`` new tokens (s)."""
+        return tokens * (self.pre_a + self.lin_token)
+
+
+def iteration_minorant(cost: Any) -> Minorant:
+    """The :class:`Minorant` of a cost model (``models/cost-lp.md`` (1)-(2)).
+
+    Analytic model (``models/cost-model.md`` (1)-(8)): ``F_A`` = weight streaming, LM-head
+    weights, per-layer and per-iteration overheads, all-reduce latency and the fixed
+    decode-attention cost; ``F_B`` the same with the linear layers' compute plateau in place
+    of weight streaming. A decode's increment is its KV read (the larger of the two
+    attention roofline rates, which are both linear in context) plus its per-sequence cost;
+    a chunk's is at least the smaller of the two prefill-attention rates per token. Each
+    bound is also an increment bound for a recompute's last chunk (``proofs/cost-lp-bound.md``
+    lemma 1). Unit-round model: ``T = 1``, no increments. Raises ValueError for other kinds.
+    """
+    p = np.asarray(cost.params, np.float64)
+    kind = int(p[0])
+    if kind == K.KIND_UNIT_ROUND:
+        return Minorant(kind, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, math.inf)
+    if kind != K.KIND_ANALYTIC:
+        raise ValueError(f"cost-lp: no iteration-time minorant for cost-model kind {kind} "
+                         f"(supported: analytic {K.KIND_ANALYTIC}, unit-round "
+                         f"{K.KIND_UNIT_ROUND}); measured tables are not convex")
+    if p[K.P_MOE_EXPERTS] > 0:
+        raise ValueError("cost-lp: mixture-of-experts models are not supported (the touched "
+                         "experts make weight streaming grow with the batch)")
+    L = p[K.P_LAYERS]
+    bw, fl = p[K.P_PEAK_BW], p[K.P_PEAK_FLOPS]
+    w_mem = p[K.P_LIN_BYTES] / (bw * p[K.P_EFF_WEIGHTS])            # (3) memory side
+    f_tok = p[K.P_LIN_FLOPS] / (fl * p[K.P_EFF_COMPUTE])            # (3) compute per token
+    n0 = p[K.P_PLATEAU_TOKENS]
+    head_mem = p[K.P_HEAD_BYTES] / (bw * p[K.P_EFF_WEIGHTS])        # (4)
+    head_cmp = p[K.P_HEAD_FLOPS] / (fl * p[K.P_EFF_COMPUTE])
+    tp = p[K.P_TP]
+    ar_fixed = 2.0 * p[K.P_AR_LATENCY_S] * math.log2(tp) if tp > 1 else 0.0      # (7)
+    ar_tok = 4.0 * (tp - 1.0) / tp * p[K.P_HIDDEN] * p[K.P_ACT_BYTES] / p[K.P_AR_BW] \
+        if tp > 1 else 0.0
+    kv = p[K.P_KV_BYTES] / (bw * p[K.P_EFF_KV])                      # (5)-(6) per KV token
+    at = p[K.P_ATTN_FLOPS] / (fl * p[K.P_EFF_ATTN])
+    na = p[K.P_ATTN_PLATEAU]
+    fixed = L * (ar_fixed + p[K.P_LAYER_OVERHEAD_S]) + p[K.P_ITER_OVERHEAD_S]      # (8)
+    # the decode-attention fixed cost tau_f is paid by every iteration that produces a
+    # decode-phase token, unless that token comes from a recompute chunk whose own fixed
+    # cost tau_c does not cover tau_f + tau_s (proofs/cost-lp-bound.md lemma 1)
+    tau_f = p[K.P_ATTN_FIXED_S]
+    tau_s, tau_c, tau_tok = p[K.P_ATTN_SEQ_S], p[K.P_ATTN_CHUNK_S], p[K.P_ATTN_TOKEN_S]
+    chunk_rate = min(kv, at * (1.0 + na))          # least prefill-attention rate per KV token
+    dec_rate = max(kv, at)                         # decode attention, exact (both linear)
+    dec1 = min(dec_rate, chunk_rate)
+    covered = tau_c + tau_tok >= tau_s + tau_f and chunk_rate >= dec1
+    fixed_dec = L * tau_f if covered else 0.0
+    dec0 = L * min(tau_s, tau_c + tau_tok) + p[K.P_SEQ_OVERHEAD_S] + L * ar_tok
+    return Minorant(kind,
+                    F_A=fixed + L * w_mem + head_mem + fixed_dec,
+                    F_B=fixed + L * f_tok * n0 + fixed_dec,
+                    dec0_a=dec0, dec1=L * dec1,
+                    pre_a=L * (chunk_rate + tau_tok + ar_tok),
+                    lin_token=L * f_tok, head_seq=head_cmp,
+                    n_star=w_mem / f_tok - n0, fixed_dec=fixed_dec)
+
+
+def minorant_time(m: Minorant, side: str, decode_context: np.ndarray,
+                  chunk_tokens: np.ndarray) -> float:
+    """The minorant's value (s) for one batch: ``side`` ``"A"`` or ``"B"``; used by the tests
+    that check ``T(batch) >= minorant`` on random batches."""
+    ctx = np.asarray(decode_context, np.float64)
+    ch = np.asarray(chunk_tokens, np.float64)
+    if side == "A":
+        return m.F_A + float(np.sum(m.decode_a(ctx))) + sum(m.chunk_a(c) for c in ch)
+    return m.F_B + float(np.sum(m.decode_b(ctx))) + sum(m.chunk_b(c) for c in ch)
+
+
+def _tangent_minorant(ts: np.ndarray, w: float, F: float) -> np.ndarray:
+    """Values at the levels ``ts`` of a piecewise-linear function below ``g(t) = w t/(t-F)``
+    on ``[ts[0], inf)``: each segment takes the tangent at its geometric midpoint (in
+    ``t - F``), each level the smaller of its two segments' tangents, and the last level at
+    most ``w`` (the infimum of ``g``)."""
+    if w <= 0.0:
+        return np.zeros(ts.size)
+    s = ts - F
+    if ts.size == 1:
+        return np.array([min(w * ts[0] / s[0], w)])
+    mid = np.sqrt(s[:-1] * s[1:])
+    g_mid = w * (mid + F) / mid
+    slope = -w * F / mid ** 2
+    left = g_mid + slope * (s[:-1] - mid)
+    right = g_mid + slope * (s[1:] - mid)
+    out = np.empty(ts.size)
+    out[0] = left[0]
+    out[1:-1] = np.minimum(right[:-1], left[1:])
+    out[-1] = min(right[-1], w)
+    return np.minimum(out, w * ts / s)
+
+
+def share_levels(t_min: float, F_a: float, w_a: float, F_b: float, w_b: float, *,
+                 ratio_near: float = 1.5, ratio_far: float = 3.0,
+                 far_mult: float = 20.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-token time levels of one kind of token and the least A- and B-shares at each.
+
+    A token whose per-token time is ``t`` takes at least ``g_A(t) = w_a t / (t - F_a)`` of a
+    replica's time (its part of the iteration when the iteration's time is split in
+    proportion to the A-increments; ``models/cost-lp.md`` (4)), and likewise for B. For a
+    decode, ``t`` is the iteration's time and ``F`` the minorant's fixed part; for a prompt
+    token of a chunk of at most ``c`` tokens, ``t`` is the iteration's time over ``c`` and
+    ``F`` the fixed part over ``c`` ((6)). Levels start at ``t_min`` (the least per-token
+    time) and grow geometrically in the slack ``t - F_a``: ratio ``ratio_near`` up to a slack
+    of ``F_a``, then ``ratio_far`` up to ``far_mult * F_a``; between two levels both minorants
+    are linear, so any per-token time is a mix of two adjacent levels ((5)).
+
+    Returns ``(t, share_A, share_B)``, three float64 arrays of equal length (s, s, s).
+    """
+    F = F_a
+    if w_a <= 0.0 or not t_min > F:
+        t = np.array([t_min])
+        sb = _tangent_minorant(t, w_b, F_b) if w_b > 0 and t_min > F_b else np.zeros(1)
+        return t, np.zeros(1), sb
+    ts = [t_min]
+    slack = t_min - F
+    while slack < F:
+        slack *= ratio_near
+        ts.append(F + slack)
+    while slack < far_mult * F:
+        slack *= ratio_far
+        ts.append(F + slack)
+    t = np.array(ts)
+    sa = _tangent_minorant(t, w_a, F)
+    sb = _tangent_minorant(t, w_b, F_b) if w_b > 0 and t_min > F_b else np.zeros(t.size)
+    return t, sa, sb
+
+
+CHUNK_EDGES = (1, 16, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024,
+               1280, 1536, 2048, 2560, 3072, 4096, 6144, 8192)
+
+
+@dataclass(frozen=True)
+class PromptClass:
+    """Chunks of ``lo..hi`` new tokens (``models/cost-lp.md`` (3), (6)): the least request
+    time per prompt token ``rate`` (s), and per-token time levels ``t`` (s, from ``rate``)
+    with the least A- and B-share of a prompt token at each (s)."""
+
+    lo: int
+    hi: int
+    rate: float
+    t: np.ndarray
+    share_a: np.ndarray
+    share_b: np.ndarray
+
+
+def _class_share(m: Minorant, side: str, lo: int, hi: int, t: float) -> float:
+    """Least share of a prompt token at per-token time ``t`` over realizable chunk sizes
+    ``c`` in ``lo..hi`` (``c t`` at least the fixed part): ``inc(c) t / (c t - F)`` is
+    decreasing in ``c`` up to ``n*`` and monotone above it, so its minimum is at one of
+    ``min(hi, n*)``, ``max(lo', n*)``, ``hi`` (``lo'`` the least realizable size)."""
+    # an iteration with no decode-phase token lacks the decode fixed cost
+    F = (m.F_A if side == "A" else m.F_B) - m.fixed_dec
+    inc = m.chunk_a if side == "A" else m.chunk_b
+    lo_r = max(float(lo), math.floor(F / t) + 1.0) if t > 0 else math.inf
+    if lo_r > hi:
+        return math.inf
+    cands = {float(hi)}
+    if math.isfinite(m.n_star):
+        if min(hi, m.n_star) >= lo_r:
+            cands.add(float(math.floor(min(hi, m.n_star))))
+        if max(lo_r, m.n_star) <= hi:
+            cands.add(float(math.ceil(max(lo_r, m.n_star))))
+    vals = [inc(c) * t / (c * t - F) for c in cands if c * t > F and c >= lo_r]
+    return min(vals) if vals else math.inf
+
+
+def prefill_classes(cost: Any, m: Minorant, max_tokens: int, edges: Any = None, *,
+                    ratio: float = 1.6, n_levels: int = 6) -> list[PromptClass]:
+    """Chunk-size classes up to ``max_tokens`` (``models/cost-lp.md`` (3), (6)).
+
+    ``rate`` is ``min_{lo <= c <= hi} T(prefill c alone) / c`` (exact times on every size up
+    to 8192; 64 sizes per class above, where between two evaluated sizes the bound takes the
+    lower size's time over the higher size: time is non-decreasing in size). A prompt token
+    of a chunk of ``c`` tokens in an iteration of time ``T`` has per-token time ``t = T / c``
+    and takes ``inc(c) t / (c t - F)`` of a replica (its increment's part of the iteration,
+    as (4)); the least over the class, ``h(t)``, is decreasing in ``t``. Level ``k`` of
+    ``n_levels`` (geometric by ``ratio`` in ``t - F_A / hi`` from ``rate``) carries
+    ``h(t_{k+1})`` (the last: the limit ``inc(lo) / lo``), so every per-token time is a mix
+    of two adjacent levels whose share is at most the true one.
+    """
+    top = max(int(max_tokens), 1)
+    e = [int(x) for x in (CHUNK_EDGES if edges is None else edges) if x <= top]
+    e = sorted(set(e + [1]))
+    if m.n_star != math.inf and 1 < m.n_star < top:
+        e = sorted(set(e + [int(math.floor(m.n_star)) + 1]))
+    bounds = e + [top + 1]
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a > top:
+            break
+        hi = b - 1
+        n = np.arange(a, b)
+        if n.size > 1024:
+            n = np.unique(np.concatenate([np.geomspace(a, hi, 64).astype(np.int64), [hi]]))
+        tt = cost.batch_times_s([{"prefill_tokens": [int(x)]} for x in n])
+        nxt = np.append(n[1:], hi + 1)
+        per = np.minimum(tt / n, np.where(nxt > n + 1, tt / (nxt - 1), np.inf))
+        rate = float(per.min())
+        if m.kind != K.KIND_ANALYTIC:
+            out.append(PromptClass(a, hi, rate, np.array([rate]), np.zeros(1), np.zeros(1)))
+            continue
+        base = (m.F_A - m.fixed_dec) / hi
+        t = base + (rate - base) * ratio ** np.arange(n_levels)
+        nxt_t = np.append(t[1:], np.inf)
+        sa = np.array([_class_share(m, "A", a, hi, x) if math.isfinite(x)
+                       else m.chunk_a(float(a)) / a for x in nxt_t])
+        sb = np.array([_class_share(m, "B", a, hi, x) if math.isfinite(x)
+                       else m.chunk_b(1.0) for x in nxt_t])
+        out.append(PromptClass(a, hi, rate, t, np.minimum(sa, 1e3), np.minimum(sb, 1e3)))
+    return out
+
+
+def decode_floor(cost: Any, c_max: int, max_points: int = 8192) -> tuple[np.ndarray, int]:
+    """Prefix sums ``S[c] = sum_{x < c} d(x)`` for ``c = 0..c_max + 1``, where ``d(x)`` is
+    the least time of an iteration that produces a token at context ``x``: the smaller of a
+    lone decode at ``x`` and a lone one-token chunk with ``x`` tokens cached (a recompute's
+    last chunk is at least that; ``proofs/cost-lp-bound.md`` lemma 1), taken at the grid point
+    at or below ``x`` (both times are non-decreasing in context). Returns ``(S, grid)``."""
+    grid = max(1, -(-(c_max + 1) // max_points))
+    pts = np.arange(0, c_max + 1, grid, dtype=np.int64)
+    dec = cost.batch_times_s([{"decode_context": [int(c)]} for c in pts])
+    pre = cost.batch_times_s([{"prefill_tokens": [1], "prefill_cached": [int(c)]} for c in pts])
+    d = np.repeat(np.minimum(dec, pre), grid)[:c_max + 1]
+    return np.concatenate([[0.0], np.cumsum(d)]), grid
+
+
+def counted_prompt_tokens(trace: Any) -> np.ndarray:
+    """Prompt tokens of each request whose KV no other request can share, plus the shared
+    prefix blocks it is the first (lowest index) to hold: summed over any set of requests
+    this counts every physical KV block at most once (``models/cost-lp.md`` (7)). Without
+    block ids every prompt token counts. int64 shape (n,)."""
+    s = np.asarray(trace.prompt_tokens, np.int64)
+    flat, off = getattr(trace, "block_flat", None), getattr(trace, "block_offsets", None)
+    bt = int(getattr(trace, "block_tokens", 0) or 0)
+    if flat is None or off is None or bt <= 0 or len(flat) == 0:
+        return s.copy()
+    flat = np.asarray(flat, np.int64)
+    off = np.asarray(off, np.int64)
+    owner_of: dict[int, int] = {}
+    out = s.copy()
+    fl = flat.tolist()
+    for i in range(s.size):
+        for b in fl[off[i]:off[i + 1]]:
+            first = owner_of.setdefault(b, i)
+            if first != i:
+                out[i] -= bt
+    return np.maximum(out, 0)
