@@ -31,6 +31,8 @@ from lpserve.opt.cost_lp_terms import (
     SUPPORTED_KINDS,
     counted_prompt_tokens,
     decode_floor,
+    regime_prompt_shares,
+    regime_shares,
     iteration_minorant,
     prefill_classes,
     share_levels,
@@ -199,6 +201,7 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
                   window_intervals: float = 4.0, prefill_window: float = 0.25,
                   level_ratio: float = 1.5, level_ratio_far: float = 3.0,
                   precedence: bool = True, chunk_edges: tuple | None = None,
+                  regime_ratios: tuple = (1.3, 1.7, 2.5),
                   windows_s: np.ndarray | None = None) -> CostLPModel:
     """The LP of ``instance`` (``models/cost-lp.md``).
 
@@ -252,6 +255,19 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     capA = [b.row(-np.inf, R * dt_s, "capA") for _ in range(n_k)]            # (9)
     capB = [b.row(-np.inf, R * dt_s, "capB") for _ in range(n_k)]            # (10)
     capM = [b.row(-np.inf, K_tok * dt_s, "capM") for _ in range(n_k)]        # (11)
+    thresholds = [m.F_A * g for g in regime_ratios] if m.kind == 0 else []
+    capR = [[b.row(-np.inf, R * dt_s, f"regime{j}") for _ in range(n_k)]     # (10)
+            for j in range(len(thresholds))]
+    pre_reg = [[regime_prompt_shares(pc, th) for th in thresholds] for pc in classes]
+    # interference (11b), one replica only: all of an interval's increments run in
+    # iterations of the one replica, and each of request i's tokens needs one of them
+    one = R == 1 and m.kind == 0
+    rW = {side: [b.row(0.0, 0.0, f"work{side}") for _ in range(n_k)] for side in "AB"} \
+        if one else {}
+    colW = {side: [b.col(0.0, 0.0, R * dt_s, [(rW[side][k], 1.0)], tag=(-1, "work", k, side, 0))
+                   for k in range(n_k)] for side in rW}
+    cls_inc = {"A": [m.chunk_a(float(pc.lo)) / pc.lo for pc in classes],
+               "B": [m.chunk_b(1.0) for pc in classes]}
     c_col = np.zeros(n, np.int64)
     late_dec = np.full(n, -1, np.int64)
     late_pre = np.zeros(n, np.int64)
@@ -282,17 +298,26 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
             c_col[i] = ccol
             ts, sa, sb = share_levels(di, m.F_A, float(m.decode_a(s[i])), m.F_B,
                                       float(m.decode_b(s[i])), ratio_near=level_ratio,
-                                      ratio_far=level_ratio_far)
+                                      ratio_far=level_ratio_far, breaks=thresholds)
+            sreg = [regime_shares(ts, sa, sb, th) for th in thresholds]
         else:
             c_col[i] = t1
         cols_i: list = []
         spans: dict[int, tuple[float, float, int]] = {}
+        interf: dict[int, dict[str, int]] = {}
         prec: dict[int, int] = {}
         for k in range(k0, k_end):
             start = max(k * dt_s, ai)
             span = (k + 1) * dt_s - start
             if span > 1e-12:
                 spans[k] = (start, span, b.row(-np.inf, span, "time"))          # (12)
+                if one:
+                    for side in "AB":
+                        rr = b.row(-np.inf, R * dt_s, f"interference{side}")
+                        b.rows.append(rr)
+                        b.cols.append(colW[side][k])
+                        b.vals.append(1.0)
+                        interf.setdefault(k, {})[side] = rr
                 if nd and k < k_pre and precedence:
                     prec[k] = b.row(0.0, 0.0, "precedence")       # chain row of the precedence (8)
         # precedence (8): slack_k = slack_{k-1} + prefill_k / u - decode_k / nd >= 0
@@ -307,7 +332,12 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
                     j = b.col(0.0, 0.0, span / ts[lev],
                               [(r_mass, 1.0), (r_dmean, start + span), (r_cmean, -start),
                                (r_busy, -ts[lev]), (r_time, ts[lev]), (capA[k], sa[lev]),
-                               (capB[k], sb[lev]), (capM[k], fl.resident[i] * ts[lev])] + pr,
+                               (capB[k], sb[lev]), (capM[k], fl.resident[i] * ts[lev])]
+                              + [(capR[j][k], sreg[j][lev]) for j in range(len(thresholds))]
+                              + ([(rW["A"][k], -float(m.decode_a(s[i]))),
+                                  (rW["B"][k], -float(m.decode_b(s[i]))),
+                                  (interf[k]["A"], m.F_A), (interf[k]["B"], m.F_B)]
+                                 if one else []) + pr,
                               start=lev in (0, 1, 3), tag=(i, "decode", k, -1, lev))
                     cols_i.append((j, start))
             if k < k_pre:
@@ -320,7 +350,12 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
                         b.col(0.0, 0.0, span / pc.t[lev],
                               [(r_pmass, 1.0), (r_pmean, -start), (r_time, pc.t[lev]),
                                (r_first, -pc.t[lev]), (capA[k], pc.share_a[lev]),
-                               (capB[k], pc.share_b[lev])] + pr, start=first and lev == 0,
+                               (capB[k], pc.share_b[lev])]
+                              + [(capR[j][k], pre_reg[q][j][lev]) for j in range(len(thresholds))]
+                              + ([(rW["A"][k], -cls_inc["A"][q]), (rW["B"][k], -cls_inc["B"][q]),
+                                  (interf[k]["A"], (m.F_A - m.fixed_dec) / pc.hi),
+                                  (interf[k]["B"], (m.F_B - m.fixed_dec) / pc.hi)]
+                                 if one else []) + pr, start=first and lev == 0,
                               tag=(i, "prefill", k, q, lev))
         t_late_pre = k_pre * dt_s        # late prefill mass comes after the last column
         late_pre[i] = b.col(0.0, 0.0, float(ui), [(r_pmass, 1.0), (r_pmean, -t_late_pre),

@@ -28,7 +28,8 @@ import numpy as np
 from lpserve.cost import _kernels as K
 
 __all__ = ["Minorant", "iteration_minorant", "minorant_time", "share_levels",
-           "prefill_classes", "PromptClass", "decode_floor", "counted_prompt_tokens", "SUPPORTED_KINDS"]
+           "prefill_classes", "PromptClass", "decode_floor", "regime_shares",
+           "regime_prompt_shares", "counted_prompt_tokens", "SUPPORTED_KINDS"]
 
 #: cost-model kinds the LP has minorants for (the measured-table kind has none: its
 #: interpolated profiles are not convex, so no per-member increment is proved for them)
@@ -166,7 +167,8 @@ def _tangent_minorant(ts: np.ndarray, w: float, F: float) -> np.ndarray:
 
 def share_levels(t_min: float, F_a: float, w_a: float, F_b: float, w_b: float, *,
                  ratio_near: float = 1.5, ratio_far: float = 3.0,
-                 far_mult: float = 20.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 far_mult: float = 20.0, breaks: Any = ()
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-token time levels of one kind of token and the least A- and B-shares at each.
 
     A token whose per-token time is ``t`` takes at least ``g_A(t) = w_a t / (t - F_a)`` of a
@@ -177,7 +179,8 @@ def share_levels(t_min: float, F_a: float, w_a: float, F_b: float, w_b: float, *
     ``F`` the fixed part over ``c`` ((6)). Levels start at ``t_min`` (the least per-token
     time) and grow geometrically in the slack ``t - F_a``: ratio ``ratio_near`` up to a slack
     of ``F_a``, then ``ratio_far`` up to ``far_mult * F_a``; between two levels both minorants
-    are linear, so any per-token time is a mix of two adjacent levels ((5)).
+    are linear, so any per-token time is a mix of two adjacent levels ((5)). ``breaks``:
+    extra levels (the thresholds of the regime rows, (10)).
 
     Returns ``(t, share_A, share_B)``, three float64 arrays of equal length (s, s, s).
     """
@@ -194,7 +197,7 @@ def share_levels(t_min: float, F_a: float, w_a: float, F_b: float, w_b: float, *
     while slack < far_mult * F:
         slack *= ratio_far
         ts.append(F + slack)
-    t = np.array(ts)
+    t = np.unique(np.array(ts + [x for x in breaks if x > t_min]))
     sa = _tangent_minorant(t, w_a, F)
     sb = _tangent_minorant(t, w_b, F_b) if w_b > 0 and t_min > F_b else np.zeros(t.size)
     return t, sa, sb
@@ -320,3 +323,28 @@ def counted_prompt_tokens(trace: Any) -> np.ndarray:
             if first != i:
                 out[i] -= bt
     return np.maximum(out, 0)
+
+
+def regime_shares(t: np.ndarray, share_a: np.ndarray, share_b: np.ndarray,
+                  threshold: float) -> np.ndarray:
+    """Coefficients of one regime row (``models/cost-lp.md`` (10)) for a decode-phase token
+    at the levels ``t``: the A-share below the iteration-time ``threshold``, the B-share
+    above, the smaller at the threshold itself (a level). Every member of an iteration has
+    the same iteration time, so an iteration's members all use one side, whose shares sum
+    to at most its time."""
+    return np.where(t < threshold, share_a, np.where(t > threshold, share_b,
+                                                     np.minimum(share_a, share_b)))
+
+
+def regime_prompt_shares(pc: "PromptClass", threshold: float) -> np.ndarray:
+    """Regime-row coefficients of a prompt class's levels: a chunk of ``lo..hi`` tokens at
+    per-token time in ``[t_k, t_{k+1}]`` has iteration time in ``[lo t_k, hi t_{k+1}]``; the
+    coefficient is the side that applies there (the smaller when the range straddles the
+    threshold), then the running minimum from the last level down, so that the levels'
+    values never increase (every mix of two adjacent levels stays below the true share)."""
+    nxt = np.append(pc.t[1:], np.inf)
+    lo_T = pc.lo * pc.t
+    hi_T = pc.hi * nxt
+    v = np.where(hi_T < threshold, pc.share_a,
+                 np.where(lo_T > threshold, pc.share_b, np.minimum(pc.share_a, pc.share_b)))
+    return np.minimum.accumulate(v[::-1])[::-1]
