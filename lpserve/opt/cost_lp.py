@@ -22,364 +22,21 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from lpserve.opt.cost_lp_terms import (
-    SUPPORTED_KINDS,
-    counted_prompt_tokens,
-    decode_floor,
-    regime_prompt_shares,
-    regime_shares,
-    iteration_minorant,
-    prefill_classes,
-    share_levels,
+from lpserve.opt.cost_lp_build import (
+    KIND_NAMES,
+    CostLPModel,
+    Floors,
+    build_cost_lp,
+    request_floors,
 )
-from lpserve.opt.lower_bounds import prefill_rate_s_per_token, reusable_prefix_tokens
 from lpserve.opt.solution import Formulation, Solution, SolutionError, Status
 
-__all__ = ["CostLPModel", "build_cost_lp", "solve_cost_lp", "certify_cost_lp", "COST_LP",
-           "request_floors", "lagrangian_bound"]
-
-
-# ====================================================================== per-request floors
-@dataclass(frozen=True, eq=False)
-class Floors:
-    """Per-request closed-form quantities (arrays shape (n,), seconds unless noted).
-
-    ``uncached`` prompt tokens that must be computed, ``prefill_s`` = P_i (13),
-    ``d_min`` least per-token decode time, ``decode_s`` = D_i (14), ``h_after`` / ``h_before``
-    the mean-busy-time offsets H_i / H'_i (15)-(16), ``resident`` KV tokens counted once (7),
-    ``rate`` the best prefill time per token r (s/token).
-    """
-
-    uncached: np.ndarray
-    prefill_s: np.ndarray
-    d_min: np.ndarray
-    decode_s: np.ndarray
-    h_after: np.ndarray
-    h_before: np.ndarray
-    resident: np.ndarray
-    rate: float
-
-
-def request_floors(instance: Any, cost: Any) -> Floors:
-    """The :class:`Floors` of ``instance`` under ``cost`` (``models/cost-lp.md`` (13)-(16))."""
-    tr = instance.trace
-    s = np.asarray(tr.prompt_tokens, np.int64)
-    o = np.asarray(tr.output_tokens, np.int64)
-    n = s.size
-    cached = reusable_prefix_tokens(tr)
-    u = np.maximum(s - cached, 1)
-    r, t1 = prefill_rate_s_per_token(cost, int(u.max()) if n else 1)
-    P = np.maximum(t1, r * u)
-    c_max = int((s + o).max()) if n else 1
-    S, _ = decode_floor(cost, c_max)
-    d_min = S[s + 1] - S[s]
-    D = S[s + o - 1] - S[s]
-    # fluid mean-busy offsets: token j (j = 1..o-1 after the first) has mass over an
-    # iteration of at least d_j; H = mean over j of (sum_{m>j} d_m + d_j/2), H' likewise
-    h_after = np.zeros(n)
-    h_before = np.zeros(n)
-    for i in np.flatnonzero(o > 1).tolist():
-        d = np.diff(S[s[i]:s[i] + o[i]])           # d_j, j = 1..o-1 (contexts s..s+o-2)
-        cum = np.cumsum(d)
-        before = cum - d / 2.0                      # sum_{m<j} d_m + d_j/2
-        h_before[i] = float(before.mean())
-        h_after[i] = float((cum[-1] - cum + d / 2.0).mean())
-    return Floors(u, P, d_min, D, h_after, h_before, counted_prompt_tokens(tr), float(r))
-
-
-# ====================================================================== model
-@dataclass(eq=False)
-class CostLPModel:
-    """The LP of one instance in column form, with the maps the solver reports through.
-
-    Arrays: ``c``, ``col_lo``, ``col_hi`` (n_col,), ``row_lo``, ``row_hi`` (n_row,), CSC
-    matrix ``a_start``/``a_index``/``a_value``; ``const`` the objective offset (-sum of
-    arrivals, s). ``dec_cols``/``pre_cols``: per request the decode / prefill columns with
-    their interval start times (for alpha points); ``late_dec``/``late_pre``: the late
-    columns; ``c_col``: the completion (or first-token) column of each request.
-    """
-
-    c: np.ndarray
-    col_lo: np.ndarray
-    col_hi: np.ndarray
-    row_lo: np.ndarray
-    row_hi: np.ndarray
-    a_start: np.ndarray
-    a_index: np.ndarray
-    a_value: np.ndarray
-    const: float
-    c_col: np.ndarray
-    late_dec: np.ndarray
-    late_pre: np.ndarray
-    dec_cols: list
-    window_s: np.ndarray
-    dt_s: float
-    start_cols: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    tags: list = field(default_factory=list)
-    row_groups: list = field(default_factory=list)
-    digest: str = ""
-    build_s: float = 0.0
-    message: str = ""
-    unsupported: bool = False
-    info: dict = field(default_factory=dict)
-    instance: Any = None
-    options: dict = field(default_factory=dict)
-
-
-class _Coo:
-    """Column-wise accumulation of an LP (lists of entries)."""
-
-    def __init__(self) -> None:
-        self.cost: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        self.rlo: list[float] = []
-        self.rhi: list[float] = []
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.start: list[bool] = []
-        self.tag: list[tuple] = []     # (request, kind, interval, class, level) per column
-        self.rgroup: list[str] = []    # the equation family of each row
-
-    def row(self, lo: float, hi: float, group: str = "") -> int:
-        self.rgroup.append(group)
-        self.rlo.append(lo)
-        self.rhi.append(hi)
-        return len(self.rlo) - 1
-
-    def col(self, cost: float, lo: float, hi: float, entries: list, start: bool = True,
-            tag: tuple = ()) -> int:
-        j = len(self.cost)
-        self.start.append(start)
-        self.tag.append(tag)
-        self.cost.append(cost)
-        self.lo.append(lo)
-        self.hi.append(hi)
-        for r, v in entries:
-            self.rows.append(r)
-            self.cols.append(j)
-            self.vals.append(v)
-        return j
-
-
-def _unsupported(instance: Any, t0: float, msg: str) -> CostLPModel:
-    z = np.zeros(0)
-    zi = np.zeros(0, np.int64)
-    return CostLPModel(z, z, z, z, z, np.zeros(1, np.int64), zi, z, 0.0, zi, zi, zi, [], z,
-                       0.0, np.zeros(0, bool), [], [], instance.digest(), time.perf_counter() - t0,
-                       msg, True)
-
-
-def _sequential_upper_s(instance: Any, cost: Any) -> float:
-    """Total latency (s) of serving the requests one at a time in arrival order on one
-    replica, each alone (whole-prompt prefill, then batch-1 decodes): a feasible schedule,
-    so every request's latency in an optimal schedule is at most this."""
-    tr = instance.trace
-    a = np.asarray(tr.arrival_s, np.float64)
-    s = np.asarray(tr.prompt_tokens, np.int64)
-    o = np.asarray(tr.output_tokens, np.int64)
-    if a.size == 0:
-        return 0.0
-    pre = cost.batch_times_s([{"prefill_tokens": [int(x)]} for x in s])
-    alone = pre + np.array([cost.decode_run_s([int(si)], int(oi) - 1) if oi > 1 else 0.0
-                            for si, oi in zip(s, o)])
-    t = 0.0
-    total = 0.0
-    for ai, li in zip(a.tolist(), alone.tolist()):
-        t = max(t, ai) + li
-        total += t - ai
-    return float(total)
-
-
-def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: float = 2.0,
-                  window_intervals: float = 4.0, prefill_window: float = 0.25,
-                  level_ratio: float = 1.5, level_ratio_far: float = 3.0,
-                  precedence: bool = True, chunk_edges: tuple | None = None,
-                  regime_ratios: tuple = (1.3, 1.7, 2.5),
-                  windows_s: np.ndarray | None = None) -> CostLPModel:
-    """The LP of ``instance`` (``models/cost-lp.md``).
-
-    Args:
-        dt_s: interval length (s); default: the median least latency over 5, at least
-            1 ms (the grid's loss is at most the interval length per request, (17)).
-        window_mult, window_intervals: request ``i`` has columns in the intervals of
-            ``[a_i, a_i + W_i]``, ``W_i = window_mult * l_i + window_intervals * dt_s``
-            (``l_i`` its least latency); decode mass after ``W_i`` goes to a late column
-            that is charged time but no capacity (a relaxation, (8)).
-        prefill_window: share of the window with prefill columns (late prefill likewise).
-        level_ratio, level_ratio_far: geometric ratios of the per-token time levels (5).
-        windows_s: explicit windows (s) per request, overriding the two above.
-    """
-    t0 = time.perf_counter()
-    tr = instance.trace
-    parent = getattr(tr, "parent", None)
-    if parent is not None and np.any(np.asarray(parent) >= 0):
-        return _unsupported(instance, t0, "cost-lp: traces with parent dependencies are not "
-                            "supported (latency counts from a release the LP cannot see)")
-    cost = instance.cost_model()
-    if int(np.asarray(cost.params)[0]) not in SUPPORTED_KINDS:
-        return _unsupported(instance, t0, f"cost-lp: cost-model kind "
-                            f"{int(np.asarray(cost.params)[0])} is not supported")
-    try:
-        m = iteration_minorant(cost)
-    except ValueError as exc:
-        return _unsupported(instance, t0, str(exc))
-    cl = instance.cluster
-    R = cl.n_replicas
-    a = np.asarray(tr.arrival_s, np.float64)
-    s = np.asarray(tr.prompt_tokens, np.int64)
-    o = np.asarray(tr.output_tokens, np.int64)
-    n = a.size
-    bt = int(cl.block_tokens)
-    K_tok = float(cost.kv_capacity_blocks(bt, cl.gpu_memory_fraction) * bt) * R
-    fl = request_floors(instance, cost)
-    ell = fl.prefill_s + fl.decode_s
-    if dt_s is None:
-        dt_s = max(float(np.median(ell)) / 5.0, 1e-3) if n else 1.0
-    if not (dt_s > 0 and math.isfinite(dt_s)):
-        raise ValueError(f"cost-lp: dt_s must be a positive number of seconds, got {dt_s!r}")
-    W = (window_mult * ell + window_intervals * dt_s) if windows_s is None \
-        else np.asarray(windows_s, np.float64)
-    upper = _sequential_upper_s(instance, cost)
-    classes = prefill_classes(cost, m, int(fl.uncached.max()) if n else 1, chunk_edges)
-    lo_q = np.array([q.lo for q in classes], np.int64)
-    q_free = int(np.searchsorted(lo_q, m.n_star, side="right")) - 1   # largest free class
-    n_k = int(math.ceil(float((a + W).max()) / dt_s)) + 2 if n else 1
-    b = _Coo()
-    capA = [b.row(-np.inf, R * dt_s, "capA") for _ in range(n_k)]            # (9)
-    capB = [b.row(-np.inf, R * dt_s, "capB") for _ in range(n_k)]            # (10)
-    capM = [b.row(-np.inf, K_tok * dt_s, "capM") for _ in range(n_k)]        # (11)
-    thresholds = [m.F_A * g for g in regime_ratios] if m.kind == 0 else []
-    capR = [[b.row(-np.inf, R * dt_s, f"regime{j}") for _ in range(n_k)]     # (10)
-            for j in range(len(thresholds))]
-    pre_reg = [[regime_prompt_shares(pc, th) for th in thresholds] for pc in classes]
-    # interference (11b), one replica only: all of an interval's increments run in
-    # iterations of the one replica, and each of request i's tokens needs one of them
-    one = R == 1 and m.kind == 0
-    rW = {side: [b.row(0.0, 0.0, f"work{side}") for _ in range(n_k)] for side in "AB"} \
-        if one else {}
-    colW = {side: [b.col(0.0, 0.0, R * dt_s, [(rW[side][k], 1.0)], tag=(-1, "work", k, side, 0))
-                   for k in range(n_k)] for side in rW}
-    cls_inc = {"A": [m.chunk_a(float(pc.lo)) / pc.lo for pc in classes],
-               "B": [m.chunk_b(1.0) for pc in classes]}
-    c_col = np.zeros(n, np.int64)
-    late_dec = np.full(n, -1, np.int64)
-    late_pre = np.zeros(n, np.int64)
-    dec_cols: list = []
-    for i in range(n):
-        oi, ui, ai, di = int(o[i]), int(fl.uncached[i]), float(a[i]), float(fl.d_min[i])
-        nd = oi - 1
-        k0 = int(ai // dt_s)
-        k_end = max(k0 + 1, int(math.ceil((ai + W[i]) / dt_s)))
-        k_pre = max(k0 + 1, min(k_end, int(math.ceil((ai + prefill_window * W[i]) / dt_s))))
-        r_mass = b.row(nd, nd, "mass")                                         # decode mass
-        r_pmass = b.row(ui, ui, "pmass")                                        # prefill mass
-        r_first = b.row(ai, np.inf, "first")          # t1 - prefill time >= a            (13)
-        r_pmean = b.row(ui * fl.rate * ui / 2.0, np.inf, "pmean")   # u t1 - sum p tau >= u^2 r/2 (16)
-        t1 = b.col(0.0 if nd else 1.0, ai + fl.prefill_s[i], ai + upper,
-                   [(r_first, 1.0), (r_pmean, float(ui))])
-        if nd:
-            # sum x end - nd t1 >= nd H' (15): a token in interval k comes at most at its end
-            r_dmean = b.row(nd * fl.h_before[i], np.inf, "dmean")
-            r_cmean = b.row(nd * fl.h_after[i], np.inf, "cmean")    # nd C - sum x tau >= nd H    (15)
-            r_busy = b.row(0.0, np.inf, "busy")                     # C - t1 - sum t x >= 0       (14)
-            r_alone = b.row(float(fl.decode_s[i]), np.inf, "alone")  # C - t1 >= D_i               (14)
-            ccol = b.col(1.0, ai, ai + upper, [(r_cmean, float(nd)), (r_busy, 1.0),
-                                               (r_alone, 1.0)])
-            b.rows += [r_dmean, r_busy, r_alone]
-            b.cols += [t1, t1, t1]
-            b.vals += [-float(nd), -1.0, -1.0]
-            c_col[i] = ccol
-            ts, sa, sb = share_levels(di, m.F_A, float(m.decode_a(s[i])), m.F_B,
-                                      float(m.decode_b(s[i])), ratio_near=level_ratio,
-                                      ratio_far=level_ratio_far, breaks=thresholds)
-            sreg = [regime_shares(ts, sa, sb, th) for th in thresholds]
-        else:
-            c_col[i] = t1
-        cols_i: list = []
-        spans: dict[int, tuple[float, float, int]] = {}
-        interf: dict[int, dict[str, int]] = {}
-        prec: dict[int, int] = {}
-        for k in range(k0, k_end):
-            start = max(k * dt_s, ai)
-            span = (k + 1) * dt_s - start
-            if span > 1e-12:
-                spans[k] = (start, span, b.row(-np.inf, span, "time"))          # (12)
-                if one:
-                    for side in "AB":
-                        rr = b.row(-np.inf, R * dt_s, f"interference{side}")
-                        b.rows.append(rr)
-                        b.cols.append(colW[side][k])
-                        b.vals.append(1.0)
-                        interf.setdefault(k, {})[side] = rr
-                if nd and k < k_pre and precedence:
-                    prec[k] = b.row(0.0, 0.0, "precedence")       # chain row of the precedence (8)
-        # precedence (8): slack_k = slack_{k-1} + prefill_k / u - decode_k / nd >= 0
-        ks = sorted(prec)
-        for q, k in enumerate(ks):
-            ent = [(prec[k], 1.0)] + ([(prec[ks[q + 1]], -1.0)] if q + 1 < len(ks) else [])
-            b.col(0.0, 0.0, 1.0 + 1e-9, ent, tag=(i, "precedence", k, -1, -1))
-        for k, (start, span, r_time) in spans.items():
-            if nd:
-                pr = [(prec[k], 1.0 / nd)] if k in prec else []
-                for lev in range(ts.size):
-                    j = b.col(0.0, 0.0, span / ts[lev],
-                              [(r_mass, 1.0), (r_dmean, start + span), (r_cmean, -start),
-                               (r_busy, -ts[lev]), (r_time, ts[lev]), (capA[k], sa[lev]),
-                               (capB[k], sb[lev]), (capM[k], fl.resident[i] * ts[lev])]
-                              + [(capR[j][k], sreg[j][lev]) for j in range(len(thresholds))]
-                              + ([(rW["A"][k], -float(m.decode_a(s[i]))),
-                                  (rW["B"][k], -float(m.decode_b(s[i]))),
-                                  (interf[k]["A"], m.F_A), (interf[k]["B"], m.F_B)]
-                                 if one else []) + pr,
-                              start=lev in (0, 1, 3), tag=(i, "decode", k, -1, lev))
-                    cols_i.append((j, start))
-            if k < k_pre:
-                pr = [(prec[k], -1.0 / ui)] if k in prec else []
-                for q, pc in enumerate(classes):
-                    if pc.lo > ui:
-                        break
-                    first = q + 1 == len(classes) or classes[q + 1].lo > ui or q == q_free
-                    for lev in range(pc.t.size):
-                        b.col(0.0, 0.0, span / pc.t[lev],
-                              [(r_pmass, 1.0), (r_pmean, -start), (r_time, pc.t[lev]),
-                               (r_first, -pc.t[lev]), (capA[k], pc.share_a[lev]),
-                               (capB[k], pc.share_b[lev])]
-                              + [(capR[j][k], pre_reg[q][j][lev]) for j in range(len(thresholds))]
-                              + ([(rW["A"][k], -cls_inc["A"][q]), (rW["B"][k], -cls_inc["B"][q]),
-                                  (interf[k]["A"], (m.F_A - m.fixed_dec) / pc.hi),
-                                  (interf[k]["B"], (m.F_B - m.fixed_dec) / pc.hi)]
-                                 if one else []) + pr, start=first and lev == 0,
-                              tag=(i, "prefill", k, q, lev))
-        t_late_pre = k_pre * dt_s        # late prefill mass comes after the last column
-        late_pre[i] = b.col(0.0, 0.0, float(ui), [(r_pmass, 1.0), (r_pmean, -t_late_pre),
-                                                  (r_first, -fl.rate)])
-        if nd:
-            t_late = k_end * dt_s
-            late_dec[i] = b.col(0.0, 0.0, float(nd), [(r_mass, 1.0), (r_dmean, ai + upper),
-                                                      (r_cmean, -t_late), (r_busy, -di)])
-        dec_cols.append(cols_i)
-    from scipy.sparse import csc_matrix
-
-    A = csc_matrix((b.vals, (b.rows, b.cols)), shape=(len(b.rlo), len(b.cost)))
-    A.sum_duplicates()
-    return CostLPModel(np.array(b.cost), np.array(b.lo), np.array(b.hi), np.array(b.rlo),
-                       np.array(b.rhi), A.indptr.astype(np.int64), A.indices.astype(np.int64),
-                       A.data.astype(np.float64), -float(a.sum()), c_col, late_dec, late_pre,
-                       dec_cols, W, float(dt_s), np.array(b.start, bool), b.tag, b.rgroup,
-                       instance.digest(),
-                       time.perf_counter() - t0,
-                       info={"n_requests": int(n), "n_cols": int(A.shape[1]),
-                             "n_rows": int(A.shape[0]), "nnz": int(A.nnz),
-                             "isolated_total_s": float(ell.sum()),
-                             "sequential_upper_s": upper},
-                       instance=instance)
+__all__ = ["CostLPModel", "Floors", "KIND_NAMES", "build_cost_lp", "solve_cost_lp",
+           "certify_cost_lp", "COST_LP", "request_floors", "lagrangian_bound"]
 
 
 # ====================================================================== solving
@@ -511,11 +168,12 @@ def solve_cost_lp(model: CostLPModel, solver: str = "highs",
         if st != Status.OPTIMAL:
             status = Status.LIMIT if st in (Status.LIMIT, Status.FEASIBLE) else Status.ERROR
             break
-        late = np.zeros(cur.c_col.size)
+        n_req = int(cur.info.get("n_requests", 0))
+        late = np.zeros(n_req)
         if x is not None:
-            ok = cur.late_dec >= 0
-            late[ok] = x[cur.late_dec[ok]]
-            late += x[cur.late_pre]
+            lk = np.flatnonzero((cur.col_kind == KIND_NAMES.index("late-decode"))
+                                | (cur.col_kind == KIND_NAMES.index("late-prefill")))
+            np.add.at(late, cur.col_req[lk], x[lk])
         wide = late > late_tol
         status = Status.OPTIMAL if not wide.any() else Status.FEASIBLE
         if not wide.any() or rnd + 1 >= window_rounds:
@@ -528,8 +186,12 @@ def solve_cost_lp(model: CostLPModel, solver: str = "highs",
     primal: dict[str, np.ndarray] = {}
     if best_x is not None and best_x[0] is not None:
         x, mdl = best_x
-        primal = {"completion_lb_s": x[mdl.c_col].copy(),
-                  "alpha_point_s": _alpha_points(mdl, x, 0.5),
+        comp = np.flatnonzero(mdl.col_kind == KIND_NAMES.index("completion"))
+        first = np.flatnonzero(mdl.col_kind == KIND_NAMES.index("first-token"))
+        lb_c = np.zeros(int(mdl.info["n_requests"]))
+        lb_c[mdl.col_req[first]] = x[first]
+        lb_c[mdl.col_req[comp]] = x[comp]
+        primal = {"completion_lb_s": lb_c, "alpha_point_s": _alpha_points(mdl, x, 0.5),
                   "window_s": mdl.window_s.copy()}
     info = {**model.info, "rounds": rounds, "dt_s": model.dt_s, "solver_message": text}
     if not math.isfinite(best):
@@ -546,23 +208,35 @@ def _window_free(options: dict) -> dict:
 
 
 def _alpha_points(model: CostLPModel, x: np.ndarray, alpha: float) -> np.ndarray:
-    """Per request, the start time of the interval in which the LP's decode mass first
-    reaches ``alpha`` of the total (s); the late time when it never does; the first-token
-    floor for one-token requests."""
-    out = np.zeros(model.c_col.size)
-    for i, cols in enumerate(model.dec_cols):
-        if not cols:
-            out[i] = float(x[model.c_col[i]])
+    """Per request, the start of the interval in which the LP's decode (or, for one-token
+    outputs, prompt) mass first reaches ``alpha`` of its total (s); the window's end when
+    only late mass does."""
+    n = int(model.info["n_requests"])
+    dec = KIND_NAMES.index("decode")
+    pre = KIND_NAMES.index("prefill")
+    out = model.instance.trace.arrival_s + model.window_s
+    for kind, late in ((pre, "late-prefill"), (dec, "late-decode")):
+        j = np.flatnonzero((model.col_kind == kind) & (x > 0))
+        if j.size == 0:
             continue
-        j = np.array([c for c, _ in cols], np.int64)
-        st = np.array([t for _, t in cols])
-        order = np.argsort(st, kind="stable")
-        mass = np.cumsum(x[j[order]])
-        total = mass[-1] + (x[model.late_dec[i]] if model.late_dec[i] >= 0 else 0.0)
-        hit = np.flatnonzero(mass >= alpha * max(total, 1e-12))
-        out[i] = float(st[order][hit[0]]) if hit.size else float(model.window_s[i] +
-                                                                  st.min())
-    return out
+        order = np.lexsort((model.col_k[j], model.col_req[j]))
+        j = j[order]
+        req = model.col_req[j]
+        tot = np.zeros(n)
+        np.add.at(tot, req, x[j])
+        lj = model.columns(late)
+        np.add.at(tot, model.col_req[lj], x[lj])
+        cum = np.zeros(j.size)
+        run = 0.0
+        prev = -1
+        for q in range(j.size):
+            run = x[j[q]] + (run if req[q] == prev else 0.0)
+            prev = req[q]
+            cum[q] = run
+        hit = cum >= alpha * np.maximum(tot[req], 1e-12)
+        for q in np.flatnonzero(hit)[::-1]:
+            out[req[q]] = model.col_k[j[q]] * model.dt_s
+    return np.asarray(out, np.float64)
 
 
 def certify_cost_lp(model: CostLPModel, solution: Solution) -> dict[str, float]:

@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.cost import _kernels as K
-
 __all__ = ["Minorant", "iteration_minorant", "minorant_time", "share_levels",
            "prefill_classes", "PromptClass", "decode_floor", "regime_shares",
            "regime_prompt_shares", "counted_prompt_tokens", "SUPPORTED_KINDS"]
 
-#: cost-model kinds the LP has minorants for (the measured-table kind has none: its
-#: interpolated profiles are not convex, so no per-member increment is proved for them)
-SUPPORTED_KINDS = (K.KIND_ANALYTIC, K.KIND_UNIT_ROUND)
+#: cost-model kinds the LP has minorants for (``CostModel.kind``: 0 analytic, 2 unit-round;
+#: the measured-table kind 1 has none: its interpolated profiles are not convex, so no
+#: per-member increment is proved for them)
+KIND_ANALYTIC, KIND_UNIT_ROUND = 0, 2
+SUPPORTED_KINDS = (KIND_ANALYTIC, KIND_UNIT_ROUND)
 
 
 @dataclass(frozen=True)
@@ -86,43 +86,43 @@ def iteration_minorant(cost: Any) -> Minorant:
     bound is also an increment bound for a recompute's last chunk (``proofs/cost-lp-bound.md``
     lemma 1). Unit-round model: ``T = 1``, no increments. Raises ValueError for other kinds.
     """
-    p = np.asarray(cost.params, np.float64)
-    kind = int(p[0])
-    if kind == K.KIND_UNIT_ROUND:
+    kind = int(getattr(cost, "kind", -1))
+    if kind == KIND_UNIT_ROUND:
         return Minorant(kind, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, math.inf)
-    if kind != K.KIND_ANALYTIC:
+    if kind != KIND_ANALYTIC or not hasattr(cost, "named_params"):
         raise ValueError(f"cost-lp: no iteration-time minorant for cost-model kind {kind} "
-                         f"(supported: analytic {K.KIND_ANALYTIC}, unit-round "
-                         f"{K.KIND_UNIT_ROUND}); measured tables are not convex")
-    if p[K.P_MOE_EXPERTS] > 0:
+                         f"(supported: analytic {KIND_ANALYTIC}, unit-round {KIND_UNIT_ROUND}); "
+                         "measured tables are not convex")
+    p = cost.named_params()
+    if p["moe_experts"] > 0:
         raise ValueError("cost-lp: mixture-of-experts models are not supported (the touched "
                          "experts make weight streaming grow with the batch)")
-    L = p[K.P_LAYERS]
-    bw, fl = p[K.P_PEAK_BW], p[K.P_PEAK_FLOPS]
-    w_mem = p[K.P_LIN_BYTES] / (bw * p[K.P_EFF_WEIGHTS])            # (3) memory side
-    f_tok = p[K.P_LIN_FLOPS] / (fl * p[K.P_EFF_COMPUTE])            # (3) compute per token
-    n0 = p[K.P_PLATEAU_TOKENS]
-    head_mem = p[K.P_HEAD_BYTES] / (bw * p[K.P_EFF_WEIGHTS])        # (4)
-    head_cmp = p[K.P_HEAD_FLOPS] / (fl * p[K.P_EFF_COMPUTE])
-    tp = p[K.P_TP]
-    ar_fixed = 2.0 * p[K.P_AR_LATENCY_S] * math.log2(tp) if tp > 1 else 0.0      # (7)
-    ar_tok = 4.0 * (tp - 1.0) / tp * p[K.P_HIDDEN] * p[K.P_ACT_BYTES] / p[K.P_AR_BW] \
+    L = p["layers"]
+    bw, fl = p["peak_bw"], p["peak_flops"]
+    w_mem = p["lin_bytes"] / (bw * p["eff_weights"])                 # (3) memory side
+    f_tok = p["lin_flops"] / (fl * p["eff_compute"])                 # (3) compute per token
+    n0 = p["plateau_tokens"]
+    head_mem = p["head_bytes"] / (bw * p["eff_weights"])             # (4)
+    head_cmp = p["head_flops"] / (fl * p["eff_compute"])
+    tp = p["tp"]
+    ar_fixed = 2.0 * p["ar_latency_s"] * math.log2(tp) if tp > 1 else 0.0      # (7)
+    ar_tok = 4.0 * (tp - 1.0) / tp * p["hidden"] * p["act_bytes"] / p["ar_bw"] \
         if tp > 1 else 0.0
-    kv = p[K.P_KV_BYTES] / (bw * p[K.P_EFF_KV])                      # (5)-(6) per KV token
-    at = p[K.P_ATTN_FLOPS] / (fl * p[K.P_EFF_ATTN])
-    na = p[K.P_ATTN_PLATEAU]
-    fixed = L * (ar_fixed + p[K.P_LAYER_OVERHEAD_S]) + p[K.P_ITER_OVERHEAD_S]      # (8)
+    kv = p["kv_bytes"] / (bw * p["eff_kv"])                           # (5)-(6) per KV token
+    at = p["attn_flops"] / (fl * p["eff_attn"])
+    na = p["attn_plateau"]
+    fixed = L * (ar_fixed + p["layer_overhead_s"]) + p["iter_overhead_s"]          # (8)
     # the decode-attention fixed cost tau_f is paid by every iteration that produces a
     # decode-phase token, unless that token comes from a recompute chunk whose own fixed
     # cost tau_c does not cover tau_f + tau_s (proofs/cost-lp-bound.md lemma 1)
-    tau_f = p[K.P_ATTN_FIXED_S]
-    tau_s, tau_c, tau_tok = p[K.P_ATTN_SEQ_S], p[K.P_ATTN_CHUNK_S], p[K.P_ATTN_TOKEN_S]
+    tau_f = p["attn_fixed_s"]
+    tau_s, tau_c, tau_tok = p["attn_seq_s"], p["attn_chunk_s"], p["attn_token_s"]
     chunk_rate = min(kv, at * (1.0 + na))          # least prefill-attention rate per KV token
     dec_rate = max(kv, at)                         # decode attention, exact (both linear)
     dec1 = min(dec_rate, chunk_rate)
     covered = tau_c + tau_tok >= tau_s + tau_f and chunk_rate >= dec1
     fixed_dec = L * tau_f if covered else 0.0
-    dec0 = L * min(tau_s, tau_c + tau_tok) + p[K.P_SEQ_OVERHEAD_S] + L * ar_tok
+    dec0 = L * min(tau_s, tau_c + tau_tok) + p["seq_overhead_s"] + L * ar_tok
     return Minorant(kind,
                     F_A=fixed + L * w_mem + head_mem + fixed_dec,
                     F_B=fixed + L * f_tok * n0 + fixed_dec,
@@ -203,8 +203,7 @@ def share_levels(t_min: float, F_a: float, w_a: float, F_b: float, w_b: float, *
     return t, sa, sb
 
 
-CHUNK_EDGES = (1, 16, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024,
-               1280, 1536, 2048, 2560, 3072, 4096, 6144, 8192)
+CHUNK_EDGES = (1, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 @dataclass(frozen=True)
@@ -243,7 +242,7 @@ def _class_share(m: Minorant, side: str, lo: int, hi: int, t: float) -> float:
 
 
 def prefill_classes(cost: Any, m: Minorant, max_tokens: int, edges: Any = None, *,
-                    ratio: float = 1.6, n_levels: int = 6) -> list[PromptClass]:
+                    ratio: float = 1.8, n_levels: int = 4) -> list[PromptClass]:
     """Chunk-size classes up to ``max_tokens`` (``models/cost-lp.md`` (3), (6)).
 
     ``rate`` is ``min_{lo <= c <= hi} T(prefill c alone) / c`` (exact times on every size up
@@ -274,7 +273,7 @@ def prefill_classes(cost: Any, m: Minorant, max_tokens: int, edges: Any = None, 
         nxt = np.append(n[1:], hi + 1)
         per = np.minimum(tt / n, np.where(nxt > n + 1, tt / (nxt - 1), np.inf))
         rate = float(per.min())
-        if m.kind != K.KIND_ANALYTIC:
+        if m.kind != KIND_ANALYTIC:
             out.append(PromptClass(a, hi, rate, np.array([rate]), np.zeros(1), np.zeros(1)))
             continue
         base = (m.F_A - m.fixed_dec) / hi
@@ -288,7 +287,7 @@ def prefill_classes(cost: Any, m: Minorant, max_tokens: int, edges: Any = None, 
     return out
 
 
-def decode_floor(cost: Any, c_max: int, max_points: int = 8192) -> tuple[np.ndarray, int]:
+def decode_floor(cost: Any, c_max: int, max_points: int = 1024) -> tuple[np.ndarray, int]:
     """Prefix sums ``S[c] = sum_{x < c} d(x)`` for ``c = 0..c_max + 1``, where ``d(x)`` is
     the least time of an iteration that produces a token at context ``x``: the smaller of a
     lone decode at ``x`` and a lone one-token chunk with ``x`` tokens cached (a recompute's
