@@ -133,14 +133,14 @@ def _run_highs(model: CostLPModel, time_limit_s: float | None, solver: str, *,
 
 
 def solve_cost_lp(model: CostLPModel, solver: str = "highs",
-                  time_limit_s: float | None = None, *, window_rounds: int = 3,
-                  late_tol: float = 1e-3) -> Solution:
+                  time_limit_s: float | None = None, *, window_rounds: int = 2,
+                  late_tol: float = 0.01) -> Solution:
     """Solve the LP; widen the windows of requests with late mass and solve again while
     time remains (``window_rounds`` at most). The bound is the largest certified
     Lagrangian value over the rounds (each round's LP is a relaxation).
 
     Status: OPTIMAL when the last round solved to optimality and left no late mass above
-    ``late_tol`` tokens; FEASIBLE when it solved but a wider window might still raise the
+    ``late_tol`` of any request's tokens; FEASIBLE when it solved but a wider window might still raise the
     bound; LIMIT when the time limit stopped a round (``bound`` is the best certified
     value, NaN if none); ERROR for an unsupported instance or a solver failure.
     """
@@ -174,6 +174,9 @@ def solve_cost_lp(model: CostLPModel, solver: str = "highs",
             lk = np.flatnonzero((cur.col_kind == KIND_NAMES.index("late-decode"))
                                 | (cur.col_kind == KIND_NAMES.index("late-prefill")))
             np.add.at(late, cur.col_req[lk], x[lk])
+            tr = cur.instance.trace
+            late /= np.maximum(np.asarray(tr.output_tokens, np.float64) - 1.0
+                               + np.asarray(tr.prompt_tokens, np.float64), 1.0)
         wide = late > late_tol
         status = Status.OPTIMAL if not wide.any() else Status.FEASIBLE
         if not wide.any() or rnd + 1 >= window_rounds:

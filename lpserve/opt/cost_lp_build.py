@@ -21,11 +21,12 @@ from lpserve.opt.cost_lp_terms import (
     decode_floor,
     iteration_minorant,
     prefill_classes,
+    prefill_rate,
     regime_prompt_shares,
     regime_shares,
     share_levels,
 )
-from lpserve.opt.lower_bounds import prefill_rate_s_per_token, reusable_prefix_tokens
+from lpserve.opt.lower_bounds import reusable_prefix_tokens
 
 __all__ = ["Floors", "request_floors", "CostLPModel", "build_cost_lp", "KIND_NAMES",
            "sequential_upper_s"]
@@ -65,7 +66,7 @@ def request_floors(instance: Any, cost: Any) -> Floors:
     n = s.size
     cached = reusable_prefix_tokens(tr)
     u = np.maximum(s - cached, 1)
-    r, t1 = prefill_rate_s_per_token(cost, int(u.max()) if n else 1)
+    r, t1 = prefill_rate(cost, int(u.max()) if n else 1)
     P = np.maximum(t1, r * u)
     c_max = int((s + o).max()) if n else 1
     S, _ = decode_floor(cost, c_max)
@@ -94,7 +95,7 @@ def sequential_upper_s(instance: Any, cost: Any) -> float:
     o = np.asarray(tr.output_tokens, np.int64)
     if a.size == 0:
         return 0.0
-    pre = cost.batch_times_s([{"prefill_tokens": [int(x)]} for x in s])
+    pre = cost.prefill_alone_s(s)
     alone = pre + np.array([cost.decode_run_s([int(si)], int(oi) - 1) if oi > 1 else 0.0
                             for si, oi in zip(s, o)])
     t = 0.0

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Minorant", "iteration_minorant", "minorant_time", "share_levels",
-           "prefill_classes", "PromptClass", "decode_floor", "regime_shares",
+           "prefill_classes", "PromptClass", "decode_floor", "prefill_rate", "regime_shares",
            "regime_prompt_shares", "counted_prompt_tokens", "SUPPORTED_KINDS"]
 
 #: cost-model kinds the LP has minorants for (``CostModel.kind``: 0 analytic, 2 unit-round;
@@ -269,7 +269,7 @@ def prefill_classes(cost: Any, m: Minorant, max_tokens: int, edges: Any = None, 
         n = np.arange(a, b)
         if n.size > 1024:
             n = np.unique(np.concatenate([np.geomspace(a, hi, 64).astype(np.int64), [hi]]))
-        tt = cost.batch_times_s([{"prefill_tokens": [int(x)]} for x in n])
+        tt = cost.prefill_alone_s(n)
         nxt = np.append(n[1:], hi + 1)
         per = np.minimum(tt / n, np.where(nxt > n + 1, tt / (nxt - 1), np.inf))
         rate = float(per.min())
@@ -295,10 +295,26 @@ def decode_floor(cost: Any, c_max: int, max_points: int = 1024) -> tuple[np.ndar
     at or below ``x`` (both times are non-decreasing in context). Returns ``(S, grid)``."""
     grid = max(1, -(-(c_max + 1) // max_points))
     pts = np.arange(0, c_max + 1, grid, dtype=np.int64)
-    dec = cost.batch_times_s([{"decode_context": [int(c)]} for c in pts])
-    pre = cost.batch_times_s([{"prefill_tokens": [1], "prefill_cached": [int(c)]} for c in pts])
+    dec = cost.decode_alone_s(pts)
+    pre = cost.prefill_alone_s(np.ones(pts.size, np.int64), pts)
     d = np.repeat(np.minimum(dec, pre), grid)[:c_max + 1]
     return np.concatenate([[0.0], np.cumsum(d)]), grid
+
+
+def prefill_rate(cost: Any, max_tokens: int) -> tuple[float, float]:
+    """``(r, t1)``: the least prefill time per token over chunk sizes ``1..max_tokens`` (every
+    size up to 8192, then a geometric grid whose gaps take the lower size's time over the
+    higher size) and the time of a one-token chunk (s/token, s)."""
+    top = max(int(max_tokens), 1)
+    n = np.arange(1, min(top, 8192) + 1, dtype=np.int64)
+    t = cost.prefill_alone_s(n)
+    r = float(np.min(t / n))
+    if top > 8192:
+        g = np.unique(np.geomspace(8192, top, 512).astype(np.int64))
+        tg = cost.prefill_alone_s(g)
+        nxt = np.append(g[1:], top + 1)
+        r = min(r, float(np.min(tg / np.maximum(nxt - 1, g))))
+    return r, float(t[0])
 
 
 def counted_prompt_tokens(trace: Any) -> np.ndarray:

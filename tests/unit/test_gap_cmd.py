@@ -9,7 +9,7 @@ import pytest
 
 from lpserve.cli import main
 
-SMALL = ["gap", "--duration", "30", "--windows", "2", "--loads", "1.0,1.5",
+SMALL = ["gap", "--no-interval", "--duration", "30", "--windows", "2", "--loads", "1.0,1.5",
          "--policies", "vllm,vllm+least-outstanding,sarathi"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
