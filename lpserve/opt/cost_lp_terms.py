@@ -123,11 +123,14 @@ def iteration_minorant(cost: Any) -> Minorant:
     covered = tau_c + tau_tok >= tau_s + tau_f and chunk_rate >= dec1
     fixed_dec = L * tau_f if covered else 0.0
     dec0 = L * min(tau_s, tau_c + tau_tok) + p["seq_overhead_s"] + L * ar_tok
+    # the last prompt token can be computed by a decode iteration (models/simulator.md (2)):
+    # a prompt token's A-increment is the smaller of a chunk's and such a decode's
+    pre_a = min(L * (chunk_rate + tau_tok + ar_tok), dec0 + L * dec1)
     return Minorant(kind,
                     F_A=fixed + L * w_mem + head_mem + fixed_dec,
                     F_B=fixed + L * f_tok * n0 + fixed_dec,
                     dec0_a=dec0, dec1=L * dec1,
-                    pre_a=L * (chunk_rate + tau_tok + ar_tok),
+                    pre_a=pre_a,
                     lin_token=L * f_tok, head_seq=head_cmp,
                     n_star=w_mem / f_tok - n0, fixed_dec=fixed_dec)
 
@@ -273,6 +276,8 @@ def prefill_classes(cost: Any, m: Minorant, max_tokens: int, edges: Any = None, 
         nxt = np.append(n[1:], hi + 1)
         per = np.minimum(tt / n, np.where(nxt > n + 1, tt / (nxt - 1), np.inf))
         rate = float(per.min())
+        if a == 1:  # a last prompt token computed by a decode iteration (see Minorant)
+            rate = min(rate, float(cost.decode_alone_s(np.zeros(1, np.int64))[0]))
         if m.kind != KIND_ANALYTIC:
             out.append(PromptClass(a, hi, rate, np.array([rate]), np.zeros(1), np.zeros(1)))
             continue
