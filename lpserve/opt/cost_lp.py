@@ -100,6 +100,16 @@ def _run_highs(model: CostLPModel, time_limit_s: float | None, solver: str, *,
         h.run()
         n_rounds += 1
         st, obj, _, text = highs_status(h, has_integers=False)
+        if st == Status.INFEASIBLE and not active.all():
+            # the starting columns alone cannot meet some row: start again from all of them
+            cand = np.flatnonzero(~active)
+            active[:] = True
+            add = A[:, cand]
+            h.addCols(int(cand.size), model.c[cand], model.col_lo[cand], model.col_hi[cand],
+                      int(add.nnz), add.indptr[:-1].astype(np.int32),
+                      add.indices.astype(np.int32), add.data.astype(np.float64))
+            idx = np.concatenate([idx, cand])
+            continue
         sol = h.getSolution()
         if not sol.dual_valid:
             status = st if st != Status.OPTIMAL else Status.ERROR
@@ -141,8 +151,9 @@ def solve_cost_lp(model: CostLPModel, solver: str = "highs",
 
     Status: OPTIMAL when the last round solved to optimality and left no late mass above
     ``late_tol`` of any request's tokens; FEASIBLE when it solved but a wider window might still raise the
-    bound; LIMIT when the time limit stopped a round (``bound`` is the best certified
-    value, NaN if none); ERROR for an unsupported instance or a solver failure.
+    bound (``objective == bound`` in both); LIMIT when the time limit stopped a round
+    (``bound`` is the best certified value, NaN if none; ``objective`` NaN); ERROR for an
+    unsupported instance or a solver failure.
     """
     t0 = time.perf_counter()
     name = "cost-lp"
@@ -201,8 +212,11 @@ def solve_cost_lp(model: CostLPModel, solver: str = "highs",
         st_out = Status.LIMIT if status == Status.LIMIT else Status.ERROR
         return Solution(name, st_out, wall_s=wall, digest=model.digest, objective_units="s",
                         message=f"no certified bound ({text})", info=info, primal=primal)
-    return Solution(name, status, best, best, wall, model.digest, primal=primal,
-                    objective_units="s", message=text, info=info)
+    # at a time limit the certified value is a bound but the LP is not solved: LIMIT with
+    # the bound and no objective (lpserve.opt.solution.Status)
+    obj = math.nan if status == Status.LIMIT else best
+    return Solution(name, status, obj, best, wall, model.digest, primal=primal,
+                    objective_units="s", message=text or "", info=info)
 
 
 def _window_free(options: dict) -> dict:

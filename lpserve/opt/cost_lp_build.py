@@ -23,10 +23,10 @@ from lpserve.opt.cost_lp_terms import (
     prefill_classes,
     prefill_rate,
     regime_prompt_shares,
+    shareable_prefix_tokens,
     regime_shares,
     share_levels,
 )
-from lpserve.opt.lower_bounds import reusable_prefix_tokens
 
 __all__ = ["Floors", "request_floors", "CostLPModel", "build_cost_lp", "KIND_NAMES",
            "sequential_upper_s"]
@@ -64,7 +64,7 @@ def request_floors(instance: Any, cost: Any) -> Floors:
     s = np.asarray(tr.prompt_tokens, np.int64)
     o = np.asarray(tr.output_tokens, np.int64)
     n = s.size
-    cached = reusable_prefix_tokens(tr)
+    cached = shareable_prefix_tokens(tr)
     u = np.maximum(s - cached, 1)
     r, t1 = prefill_rate(cost, int(u.max()) if n else 1)
     P = np.maximum(t1, r * u)
@@ -240,7 +240,8 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     o = np.asarray(tr.output_tokens, np.int64)
     n = a.size
     bt = int(cl.block_tokens)
-    K_tok = float(cost.kv_capacity_blocks(bt, cl.gpu_memory_fraction) * bt) * R
+    # the simulator holds at most kv_capacity_blocks * block_tokens <= kv_capacity_tokens
+    K_tok = float(cost.kv_capacity_tokens(cl.gpu_memory_fraction)) * R
     fl = request_floors(instance, cost)
     ell = fl.prefill_s + fl.decode_s
     if dt_s is None:

@@ -155,17 +155,29 @@ def _moves(rng: np.random.Generator, order: np.ndarray, e2e: np.ndarray, iso: np
 
 def solve_search(model: SearchModel, solver: str = "local-search",
                  time_limit_s: float | None = 30.0, seed: int = 0) -> Solution:
+    """See :func:`_search`; an instance the simulator refuses gives status ERROR."""
+    if time_limit_s is None and model.max_evaluations is None:
+        raise ValueError("schedule-search: give time_limit_s or max_evaluations (the local "
+                         "search runs until one of them)")
+    try:
+        return _search(model, solver, time_limit_s, seed)
+    except ValueError as exc:
+        return Solution("schedule-search", Status.ERROR, digest=model.digest,
+                        objective_units="s", message=f"the simulator refused the instance: "
+                        f"{exc}")
+
+
+def _search(model: SearchModel, solver: str, time_limit_s: float | None,
+            seed: int) -> Solution:
     """Seeds x engines x routers, then local search from the best until the time limit or
-    ``max_evaluations``. Status FEASIBLE (a simulated schedule), LIMIT when the time limit
-    ended the search (still with the best schedule found), INFEASIBLE when no candidate
-    finished every request. ``objective`` = simulated total latency (s)."""
+    ``max_evaluations``. Status FEASIBLE with the best schedule found (``info
+    ["hit_time_limit"]`` says whether the time limit ended the search), LIMIT when the limit
+    came before any schedule finished every request, INFEASIBLE when none did.
+    ``objective`` = simulated total latency (s); ``bound`` NaN (a search proves none)."""
     from lpserve.policies.static_order import order_keys
 
     t0 = time.perf_counter()
     max_evaluations = model.max_evaluations
-    if time_limit_s is None and max_evaluations is None:
-        raise ValueError("schedule-search: give time_limit_s or max_evaluations (the local "
-                         "search runs until one of them)")
     deadline = math.inf if time_limit_s is None else t0 + float(time_limit_s)
     rng = np.random.default_rng(seed)
     arrival = np.asarray(model.instance.trace.arrival_s, np.float64)
@@ -229,13 +241,14 @@ def solve_search(model: SearchModel, solver: str = "local-search",
     stopped = stopped or time.perf_counter() >= deadline
     keys = order_keys(order)
     model.history = hist
-    status = Status.LIMIT if stopped else Status.FEASIBLE
+    status = Status.FEASIBLE  # an incumbent schedule; its optimality is never proven
     return Solution("schedule-search", status, float(val), math.nan,
                     time.perf_counter() - t0, model.digest,
                     primal={"keys": keys, "order": order.copy(), "e2e_s": e2e},
                     objective_units="s",
                     message=("time limit reached; best schedule found" if stopped else ""),
                     info={"evaluations": n_eval, "local_improvements": improved,
+                          "hit_time_limit": bool(stopped),
                           "engine": dict(eng), "router": rt,
                           "schedule_space": "static priority orders x decode-first chunked "
                           "prefill budgets x {least-outstanding, round-robin} routing",
@@ -244,9 +257,19 @@ def solve_search(model: SearchModel, solver: str = "local-search",
 
 def solve_exact(model: SearchModel, solver: str = "enumeration",
                 time_limit_s: float | None = None) -> Solution:
+    """See :func:`_exact`; an instance the simulator refuses gives status ERROR."""
+    try:
+        return _exact(model, time_limit_s)
+    except ValueError as exc:
+        return Solution("schedule-exact", Status.ERROR, digest=model.digest,
+                        objective_units="s", message=f"the simulator refused the instance: "
+                        f"{exc}")
+
+
+def _exact(model: SearchModel, time_limit_s: float | None) -> Solution:
     """Every permutation under every engine x router of the space; OPTIMAL with the
-    optimum of the space, LIMIT (best so far) when the time limit stops it. At most
-    :data:`EXACT_MAX_REQUESTS` requests."""
+    optimum of the space, FEASIBLE (best so far) when the time limit stops it, ERROR for
+    more than :data:`EXACT_MAX_REQUESTS` requests."""
     from lpserve.policies.static_order import order_keys
 
     n = len(model.instance.trace)
@@ -278,7 +301,7 @@ def solve_exact(model: SearchModel, solver: str = "enumeration",
                         wall_s=time.perf_counter() - t0, digest=model.digest,
                         objective_units="s", info={"evaluations": count})
     v, keys, eng, rt = best
-    return Solution("schedule-exact", Status.LIMIT if stopped else Status.OPTIMAL, v,
+    return Solution("schedule-exact", Status.FEASIBLE if stopped else Status.OPTIMAL, v,
                     math.nan if stopped else v, time.perf_counter() - t0, model.digest,
                     primal={"keys": keys}, objective_units="s",
                     info={"evaluations": count, "engine": dict(eng), "router": rt})
