@@ -23,9 +23,9 @@ from lpserve.opt.cost_lp_terms import (
     prefill_classes,
     prefill_rate,
     regime_prompt_shares,
-    shareable_prefix_tokens,
     regime_shares,
     share_levels,
+    shareable_prefix_tokens,
 )
 
 __all__ = ["Floors", "request_floors", "CostLPModel", "build_cost_lp", "KIND_NAMES",
@@ -239,7 +239,6 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     s = np.asarray(tr.prompt_tokens, np.int64)
     o = np.asarray(tr.output_tokens, np.int64)
     n = a.size
-    bt = int(cl.block_tokens)
     # the simulator holds at most kv_capacity_blocks * block_tokens <= kv_capacity_tokens
     K_tok = float(cost.kv_capacity_tokens(cl.gpu_memory_fraction)) * R
     fl = request_floors(instance, cost)
