@@ -2,7 +2,7 @@
 
 A lower bound on the total end-to-end latency of every schedule the simulator can run
 without speculative decoding or dependencies (``proofs/cost-lp-bound.md``); the equations
-are ``models/cost-lp.md`` (1)-(16), cited below by number.
+are ``models/cost-lp.md`` (1)-(19), cited below by number.
 
 Time is cut into intervals of ``dt_s``; in each interval a request produces some of its
 decode tokens at per-token time levels (faster costs more of a replica: (4)-(5)) and some of

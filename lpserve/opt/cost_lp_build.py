@@ -1,4 +1,4 @@
-"""The cost-model LP's columns and rows (``models/cost-lp.md`` (8)-(16)); solved by
+"""The cost-model LP's columns and rows (``models/cost-lp.md`` (8)-(18)); solved by
 :mod:`lpserve.opt.cost_lp`.
 
 Rows are numbered families (``CostLPModel.row_group``); columns carry their request,
@@ -204,11 +204,12 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     """The LP of ``instance`` (``models/cost-lp.md``).
 
     Args:
-        dt_s: interval length (s); default: the median least latency over 5, at least 1 ms.
+        dt_s: interval length (s); default: the median least latency over 5, at least 1 ms
+            (the grid's effect on the bound is discussed in ``models/cost-lp.md`` §5).
         window_mult, window_intervals: request ``i`` has columns in the intervals of
             ``[a_i, a_i + W_i]``, ``W_i = window_mult * l_i + window_intervals * dt_s``
             (``l_i`` its least latency); mass after ``W_i`` goes to late columns, charged
-            time but no capacity ((8): a relaxation, which the solver widens while it binds).
+            time but no capacity ((18): a relaxation, which the solver widens while it binds).
         prefill_window: share of the window with prompt columns.
         level_ratio, level_ratio_far: geometric ratios of the decode time levels (5).
         precedence: the prefill-before-decode chain rows (8).
@@ -265,7 +266,7 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     thresholds = [m.F_A * g for g in regime_ratios] if m.kind == 0 else []
     capR = [b.rows(n_k, -np.inf, R * dt_s, f"regime{j}") for j in range(len(thresholds))]
     pre_reg = [[regime_prompt_shares(pc, th) for th in thresholds] for pc in classes]
-    one = R == 1 and m.kind == 0       # interference rows (12) need a single replica
+    one = R == 1 and m.kind == 0       # interference rows (17) need a single replica
     if one:
         rW = {side: b.rows(n_k, 0.0, 0.0, f"work{side}") for side in "AB"}
         colW = {side: b.add(0.0, 0.0, R * dt_s, rW[side][:, None], np.ones((n_k, 1)), req=-1,

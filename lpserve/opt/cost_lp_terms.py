@@ -1,4 +1,4 @@
-"""Coefficients of the time-indexed cost-model LP (``models/cost-lp.md`` (1)-(8)).
+"""Coefficients of the time-indexed cost-model LP (``models/cost-lp.md`` (1)-(7)).
 
 Everything here is a closed form of the cost model's parameters or a table of its exact
 iteration times; the LP itself is in :mod:`lpserve.opt.cost_lp`.
@@ -100,19 +100,19 @@ def iteration_minorant(cost: Any) -> Minorant:
                          "experts make weight streaming grow with the batch)")
     L = p["layers"]
     bw, fl = p["peak_bw"], p["peak_flops"]
-    w_mem = p["lin_bytes"] / (bw * p["eff_weights"])                 # (3) memory side
-    f_tok = p["lin_flops"] / (fl * p["eff_compute"])                 # (3) compute per token
+    w_mem = p["lin_bytes"] / (bw * p["eff_weights"])                 # cost-model.md (3) memory side
+    f_tok = p["lin_flops"] / (fl * p["eff_compute"])                 # cost-model.md (3) compute
     n0 = p["plateau_tokens"]
-    head_mem = p["head_bytes"] / (bw * p["eff_weights"])             # (4)
+    head_mem = p["head_bytes"] / (bw * p["eff_weights"])             # cost-model.md (4)
     head_cmp = p["head_flops"] / (fl * p["eff_compute"])
     tp = p["tp"]
-    ar_fixed = 2.0 * p["ar_latency_s"] * math.log2(tp) if tp > 1 else 0.0      # (7)
+    ar_fixed = 2.0 * p["ar_latency_s"] * math.log2(tp) if tp > 1 else 0.0      # cost-model.md (7)
     ar_tok = 4.0 * (tp - 1.0) / tp * p["hidden"] * p["act_bytes"] / p["ar_bw"] \
         if tp > 1 else 0.0
-    kv = p["kv_bytes"] / (bw * p["eff_kv"])                           # (5)-(6) per KV token
+    kv = p["kv_bytes"] / (bw * p["eff_kv"])                           # cost-model.md (5)-(6)
     at = p["attn_flops"] / (fl * p["eff_attn"])
     na = p["attn_plateau"]
-    fixed = L * (ar_fixed + p["layer_overhead_s"]) + p["iter_overhead_s"]          # (8)
+    fixed = L * (ar_fixed + p["layer_overhead_s"]) + p["iter_overhead_s"]          # cost-model.md (8)
     # the decode-attention fixed cost tau_f is paid by every iteration that produces a
     # decode-phase token, unless that token comes from a recompute chunk whose own fixed
     # cost tau_c does not cover tau_f + tau_s (proofs/cost-lp-bound.md lemma 1)

@@ -138,3 +138,24 @@ def test_bad_arguments_exit_2(tmp_path, capsys, extra, message):
     assert main(SMALL + ["--out", str(tmp_path)] + extra) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_gap_shows_the_optimality_interval(tmp_path, capsys):
+    """The interval [best lower bound, best offline schedule] per load, with each bound's
+    status and wall time, the plot, and every policy at or above the lower end."""
+    args = ["gap", "--duration", "6", "--windows", "1", "--loads", "1.0,2.0", "--policies",
+            "vllm,sarathi", "--bound-time-limit", "10", "--search-time-limit", "1",
+            "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [r["load"] for r in d["interval"]] == [1.0, 2.0]
+    for r in d["interval"]:
+        assert r["lower_s"] <= r["upper_s"] and r["ratio"] >= 1.0
+        assert {b["name"] for b in r["bounds"]} == {"cost-lp", "srpt-bound"}
+        assert all(b["status"] in ("optimal", "feasible", "limit") and b["wall_s"] >= 0
+                   for b in r["bounds"])
+        assert r["search"]["status"] == "feasible"
+        for p in r["policies"].values():
+            assert p["over_lower"] >= 1.0 - 1e-9
+    assert (tmp_path / "interval_vs_load.png").exists()
+    assert "## Optimality interval" in (tmp_path / "gap_table.md").read_text()
