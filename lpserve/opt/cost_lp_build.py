@@ -25,8 +25,8 @@ from lpserve.opt.cost_lp_terms import (
     regime_prompt_shares,
     regime_shares,
     share_levels,
-    shareable_prefix_tokens,
 )
+from lpserve.opt.lower_bounds import prefix_sharing
 
 __all__ = ["Floors", "request_floors", "CostLPModel", "build_cost_lp", "KIND_NAMES",
            "sequential_upper_s"]
@@ -64,7 +64,9 @@ def request_floors(instance: Any, cost: Any) -> Floors:
     s = np.asarray(tr.prompt_tokens, np.int64)
     o = np.asarray(tr.output_tokens, np.int64)
     n = s.size
-    cached = shareable_prefix_tokens(tr)
+    # at most this much of a prompt can come from KV another request computed (the
+    # content keys of models/simulator.md (5), any other request: proofs/cost-lp-bound.md step 1)
+    cached, _ = prefix_sharing(tr, instance.cluster.block_tokens)
     u = np.maximum(s - cached, 1)
     r, t1 = prefill_rate(cost, int(u.max()) if n else 1)
     P = np.maximum(t1, r * u)

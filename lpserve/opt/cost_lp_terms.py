@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = ["Minorant", "iteration_minorant", "minorant_time", "share_levels",
            "prefill_classes", "PromptClass", "decode_floor", "prefill_rate",
-           "shareable_prefix_tokens", "regime_shares",
+           "regime_shares",
            "regime_prompt_shares", "counted_prompt_tokens", "SUPPORTED_KINDS"]
 
 #: cost-model kinds the LP has minorants for (``CostModel.kind``: 0 analytic, 2 unit-round;
@@ -321,35 +321,6 @@ def prefill_rate(cost: Any, max_tokens: int) -> tuple[float, float]:
         nxt = np.append(g[1:], top + 1)
         r = min(r, float(np.min(tg / np.maximum(nxt - 1, g))))
     return r, float(t[0])
-
-
-def shareable_prefix_tokens(trace: Any) -> np.ndarray:
-    """Tokens of each prompt that another request could have left in a prefix cache before
-    it is prefilled: the leading run of its blocks that appear in *any* other request (a
-    later arrival can be prefilled first while it waits), times the block size, capped at
-    ``prompt - 1`` (an engine computes at least one token). Zeros without block ids. int64
-    shape (n,). (Counting only earlier arrivals, as a first-come schedule would, is not a
-    bound for schedules that reorder: ``proofs/cost-lp-bound.md`` step 1.)"""
-    s = np.asarray(trace.prompt_tokens, np.int64)
-    out = np.zeros(s.size, np.int64)
-    flat, off = getattr(trace, "block_flat", None), getattr(trace, "block_offsets", None)
-    bt = int(getattr(trace, "block_tokens", 0) or 0)
-    if flat is None or off is None or bt <= 0 or len(flat) == 0:
-        return out
-    fl, of = np.asarray(flat).tolist(), np.asarray(off).tolist()
-    holders: dict[int, set[int]] = {}
-    for i in range(s.size):
-        for b in fl[of[i]:of[i + 1]]:
-            holders.setdefault(b, set()).add(i)
-    for i in range(s.size):
-        run = 0
-        for b in fl[of[i]:of[i + 1]]:
-            if len(holders[b]) > 1:
-                run += 1
-            else:
-                break
-        out[i] = run * bt
-    return np.minimum(out, np.maximum(s - 1, 0))
 
 
 def counted_prompt_tokens(trace: Any) -> np.ndarray:
