@@ -2,7 +2,7 @@
 
 The first 150 s of the bundled Azure conversation trace (~600 requests) on 2 x A100-80GB
 with Llama-2-7B, at rate scales x0.5, x1 and x2. For each load: the best valid lower bound
-(``cost-lp`` under a time limit, ``srpt-bound``), the best offline schedule
+(``cost-lp`` under a time limit, ``srpt-bound``, ``cost-bound``), the best offline schedule
 (``schedule-search`` under a time limit, and the simulated baselines), their ratio, and the
 wall time of the whole computation (simulations included).
 

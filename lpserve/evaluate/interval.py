@@ -1,7 +1,7 @@
 """The optimality interval of an instance: [best valid lower bound, best offline schedule].
 
 * :class:`TotalLatencyBound` — a bound on total latency from a formulation
-  (``cost-lp``, ``srpt-bound``) as a prepared bound of :func:`lpserve.evaluate.compare`: it
+  (``cost-lp``, ``srpt-bound``, ``cost-bound``) as a prepared bound of :func:`lpserve.evaluate.compare`: it
   bounds ``e2e_s_mean`` and ``total_latency_s`` over the requests that fit on a replica,
   and only for runs that finished all of them (a bound on a sum over a set says nothing
   about a subset); speculative decoding is outside its proof.
@@ -22,8 +22,9 @@ import numpy as np
 __all__ = ["TotalLatencyBound", "PreparedTotal", "optimality_interval", "fitting_subset",
            "LOWER_BOUNDS"]
 
-#: lower bounds of the interval, in the order they are computed
-LOWER_BOUNDS = ("srpt-bound", "cost-lp")
+#: lower bounds of the interval, in the order they are computed (the interval takes the
+#: largest: each is valid on its own)
+LOWER_BOUNDS = ("cost-bound", "srpt-bound", "cost-lp")
 
 
 def fitting_subset(instance: Any) -> tuple[Any, np.ndarray]:

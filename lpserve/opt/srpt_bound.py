@@ -8,7 +8,7 @@
   (the share of an iteration in (4) is never below the increment), so the requests are jobs
   with release ``a_i`` and work ``W_i`` on a cluster that does at most ``R`` seconds of such
   work per second: the flow time of preemptive SRPT on one machine of speed ``R``
-  (Schrage 1968; ``theory.md`` §10.1) is a lower bound.
+  (Schrage, *Oper. Res.* 16(3), 1968; ``proofs/cost-lp-bound.md``) is a lower bound.
 
 The value is the largest of the three. Closed form plus one O(n log n) event simulation.
 """

@@ -151,7 +151,7 @@ def test_gap_shows_the_optimality_interval(tmp_path, capsys):
     assert [r["load"] for r in d["interval"]] == [1.0, 2.0]
     for r in d["interval"]:
         assert r["lower_s"] <= r["upper_s"] and r["ratio"] >= 1.0
-        assert {b["name"] for b in r["bounds"]} == {"cost-lp", "srpt-bound"}
+        assert {b["name"] for b in r["bounds"]} == {"cost-bound", "cost-lp", "srpt-bound"}
         assert all(b["status"] in ("optimal", "feasible", "limit") and b["wall_s"] >= 0
                    for b in r["bounds"])
         assert r["search"]["status"] == "feasible"

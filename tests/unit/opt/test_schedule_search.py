@@ -35,6 +35,16 @@ def test_search_value_is_the_simulated_value_of_its_schedule(seed, n, R):
     assert float(res.arrays["e2e_s"].sum()) == sol.objective
 
 
+def test_local_moves_keep_the_value_of_the_schedule_they_return():
+    """The same check after the local search has moved the order (the hypothesis test's
+    budget can end in the seeding stage)."""
+    inst = _inst(3, 15, 1)
+    sol = solve("schedule-search", inst, max_evaluations=70, time_limit_s=None, seed=3)
+    assert sol.info["local_improvements"] >= 1
+    res = lp.simulate(inst, formulation("schedule-search").export(sol, inst))
+    assert float(res.arrays["e2e_s"].sum()) == sol.objective
+
+
 def test_search_is_at_most_fcfs_and_its_seeds():
     inst = _inst(3, 25, 2)
     sol = solve("schedule-search", inst, max_evaluations=40, time_limit_s=None)
