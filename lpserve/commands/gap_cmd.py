@@ -534,7 +534,7 @@ def _write_interval(out: Path, intervals, runs, workload, args, cluster) -> list
         return []
     import pandas as pd
 
-    from lpserve.evaluate.interval import plot_interval_vs_load
+    from lpserve.evaluate.plots import plot_interval_vs_load
 
     flat = [{"load": r["load"], "lower_mean_s": r["lower_mean_s"], "lower": r["lower_name"],
              "upper_mean_s": r["upper_mean_s"], "upper": r["upper_name"], "ratio": r["ratio"],
@@ -562,7 +562,7 @@ def _write_interval(out: Path, intervals, runs, workload, args, cluster) -> list
     md = ["", "## Optimality interval", "",
           "The optimum of the simulator's non-speculative schedules (mean end-to-end latency "
           "over every request) lies between the best valid lower bound (`cost-lp`, "
-          "`srpt-bound`: models/cost-lp.md) and the best offline schedule found "
+          "`srpt-bound`: models/cost-lp.md; `cost-bound`: models/lower-bounds.md) and the best offline schedule found "
           "(`schedule-search`: static priority orders, models/schedule-search.md) or "
           "simulated policy. Status `limit`: the time limit stopped the solver; the "
           "bound kept is the best certified one.", "",

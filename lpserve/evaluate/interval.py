@@ -1,14 +1,16 @@
 """The optimality interval of an instance: [best valid lower bound, best offline schedule].
 
 * :class:`TotalLatencyBound` — a bound on total latency from a formulation
-  (``cost-lp``, ``srpt-bound``, ``cost-bound``) as a prepared bound of :func:`lpserve.evaluate.compare`: it
+  (``cost-lp``, ``srpt-bound``, ``cost-bound``) as a prepared bound of
+  :func:`lpserve.evaluate.compare`: it
   bounds ``e2e_s_mean`` and ``total_latency_s`` over the requests that fit on a replica,
   and only for runs that finished all of them (a bound on a sum over a set says nothing
   about a subset); speculative decoding is outside its proof.
 * :func:`optimality_interval` — every lower bound (status, wall time), the schedule search
   (``schedule-search``: static priority orders, see ``models/schedule-search.md``) and the
   best of the simulated policies, as one record: the optimum of the simulator's
-  non-speculative schedules lies in ``[lower_s, upper_s]`` (totals, s).
+  non-speculative schedules lies in ``[lower_s, upper_s]`` (totals, s). Its plot is
+  :func:`lpserve.evaluate.plots.plot_interval_vs_load`.
 """
 from __future__ import annotations
 
@@ -154,35 +156,3 @@ def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
             "lower_mean_s": lo / n if n else math.nan, "upper_mean_s": up / n if n else math.nan,
             "ratio": up / lo if lo and math.isfinite(lo) and math.isfinite(up) else math.nan,
             "bounds": records, "search": search}
-
-
-def plot_interval_vs_load(intervals: Sequence[Mapping[str, Any]], policies: Mapping[str, Any],
-                          *, title: str | None = None):
-    """Mean end-to-end latency against load: the optimality interval (shaded, from the
-    best lower bound to the best offline schedule, both over the requests) and each
-    policy's value (one line each).
-
-    Args:
-        intervals: records of :func:`optimality_interval` with an added ``"load"`` key.
-        policies: label -> sequence of ``(load, mean e2e s)`` points.
-    """
-    from lpserve.evaluate.plots import new_figure
-
-    fig, (ax,) = new_figure()
-    rec = sorted(intervals, key=lambda r: r["load"])
-    x = np.array([r["load"] for r in rec], np.float64)
-    lo = np.array([r["lower_mean_s"] for r in rec], np.float64)
-    up = np.array([r["upper_mean_s"] for r in rec], np.float64)
-    ax.fill_between(x, lo, up, color="0.8", alpha=0.8, label="optimum lies here")
-    ax.plot(x, lo, "k--", lw=1.2, label="best lower bound")
-    ax.plot(x, up, "k-", lw=1.2, label="best offline schedule")
-    for label, pts in policies.items():
-        p = sorted(pts)
-        if p:
-            ax.plot([a for a, _ in p], [b for _, b in p], marker="o", lw=1.0, label=label)
-    ax.set_xlabel("load (arrival-rate scale)")
-    ax.set_ylabel("mean end-to-end latency (s)")
-    ax.set_title(title or "Policies against the optimality interval")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
