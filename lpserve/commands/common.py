@@ -183,3 +183,10 @@ def fmt_num(x: float, digits: int = 4) -> str:
     if ax != 0 and (ax >= 1e6 or ax < 1e-3):
         return f"{x:.{digits - 1}e}"
     return f"{x:,.{digits}g}" if ax < 100 else f"{x:,.1f}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of ``header`` and ``rows`` (cells already formatted as text)."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + "\n"

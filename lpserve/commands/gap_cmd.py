@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,17 @@ from lpserve.commands.common import (
     emit_json,
     fmt_num,
     int_at_least,
+    md_table,
     name_list,
     positive_number,
     seed_list,
+)
+from lpserve.commands.gap_interval import (
+    add_interval_args,
+    optimality_intervals,
+    print_interval,
+    violated,
+    write_interval,
 )
 from lpserve.commands.gap_run import (
     gap_run,
@@ -45,7 +52,6 @@ from lpserve.commands.gap_run import (
 DEFAULT_DURATION_S = 150.0
 DEFAULT_WINDOWS = 2
 DEFAULT_LOADS = "0.5,1.0,2.0"
-EXIT_BOUND_VIOLATED = 3
 TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
     ("ttft_s_mean", "TTFT mean s", "TTFT mean (s)"), ("ttft_s_p50", "p50", "TTFT p50 (s)"),
     ("ttft_s_p99", "p99", "TTFT p99 (s)"),
@@ -111,6 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="TPOT target for goodput (default 0.1 s)")
     p.add_argument("--seeds", type=seed_list, default="0", metavar="S,T,...",
                    help="simulation seeds; metrics are averaged over them (default 0)")
+    add_interval_args(p)
     p.add_argument("--out", default="lpserve-report", metavar="DIR",
                    help="report folder (default lpserve-report/)")
     _register_run_options(p)
@@ -238,18 +245,16 @@ def _gap(args: argparse.Namespace) -> int:
                                              seeds, args, run)
     except BoundViolation as exc:
         run.reporter.close()
-        msg = f"bound violated: {exc}"
-        if args.json:
-            emit_json({"error": f"BoundViolation: {exc}", "policy": exc.policy,
-                       "bound": exc.bound, "metric": exc.metric,
-                       "bound_value": exc.bound_value, "policy_value": exc.policy_value})
-        print(f"lpserve gap: error: {msg}", file=sys.stderr)
-        return EXIT_BOUND_VIOLATED
+        return violated(exc, args)
     finally:
         run.reporter.close()
     import pandas as pd
 
     runs = pd.concat(frames, ignore_index=True)
+    try:
+        intervals = optimality_intervals(cases, workloads[0][0], runs, args)
+    except BoundViolation as exc:
+        return violated(exc, args)
     from lpserve.evaluate import common_cases, robustness_summary
 
     # aggregates (robustness, load curves, gap bars) compare policies on the same cases
@@ -260,14 +265,16 @@ def _gap(args: argparse.Namespace) -> int:
     note = "\n".join([note, *run.notes])
     files = _write_report(Path(args.out), table, runs, same, robust, note, args, cluster,
                           loads, skipped, run)
+    files += write_interval(Path(args.out), intervals, runs, workloads[0][0], args, cluster)
     wall = time.perf_counter() - t_start
     out = _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall,
                 sim_s)
-    out.update(skipped=skipped, **run.json())
+    out.update(skipped=skipped, interval=intervals, **run.json())
     if args.json:
         emit_json(out)
         return 0
     _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases), skipped)
+    print_interval(intervals, runs, workloads[0][0])
     print_run_summary(run, runs)
     return 0
 
@@ -376,12 +383,6 @@ def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases, skip
     print(f"wall {wall:.1f} s ({n_cases} cases, simulation {sim_s:.1f} s)")
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out) + "\n"
-
-
 def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loads,
                   skipped, run=None) -> list[str]:
     """Markdown, CSV (all runs) and PNG plots (aggregates over the common cases ``same``)."""
@@ -414,7 +415,7 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
              + [fmt_num(r["ratio_to_bound_mean"]), fmt_num(r["ratio_to_bound_max"]),
                 r["worst_case"]] for _, r in robust.iterrows()]
     md = ["# lpserve gap report", "", *[f"- {x}" for x in _header(args, cluster, note)], "",
-          "## Gap table", "", _md_table(header, rows), _bound_note(table, args), "",
+          "## Gap table", "", md_table(header, rows), _bound_note(table, args), "",
           "Policies:", "", *[f"- `{r['policy']}` ({r['kind']}): {r['description']}"
                              for _, r in table.iterrows()], "",
           f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
@@ -423,7 +424,7 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
                                         f"{load_name(args.load_unit, k['load'])}: "
                                         f"{k['reason']}" for k in skipped) + ")"
              if skipped else "") + "; all runs are in `runs.csv`.", "",
-          _md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
+          md_table(["policy", "cases", "mean", "std", "min", "max", "ratio mean",
                      "ratio max", "worst case"], rrows),
           *(["## Warnings", "", *[f"- {w}" for w in run.warnings], ""]
             if run is not None and run.warnings else []),
@@ -484,3 +485,6 @@ def _json(table, runs, robust, note, args, cluster, loads, policies, seeds, file
         "table": rows, "robustness": robust.to_dict(orient="records"), "sweep": sweep,
         "report": {"dir": str(args.out), "files": files}, "sim_s": sim_s, "wall_s": wall,
     }
+
+
+# ------------------------------------------------------------------------ optimality interval

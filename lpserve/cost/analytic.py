@@ -303,6 +303,13 @@ class AnalyticCost(CostModel):
         return p
 
     # ---- breakdown -----------------------------------------------------------------
+    def named_params(self) -> dict[str, float]:
+        """The kernel's parameters by name (``models/cost-model.md`` symbol table): the
+        ``P_*`` layout of ``lpserve.cost._kernels`` lower-cased without the prefix, e.g.
+        ``"layers"``, ``"lin_bytes"``, ``"eff_kv"``; units as there (bytes, FLOP, s)."""
+        return {n[2:].lower(): float(self.params[getattr(K, n)]) for n in dir(K)
+                if n.startswith("P_") and n != "P_KIND"}
+
     def breakdown(self, prefill_tokens: ArrayLike = (), prefill_cached: ArrayLike | None = None,
                   decode_context: ArrayLike = ()) -> dict[str, Any]:
         """``time_s`` and its parts, with ``*_bound`` naming what limits each part.

@@ -97,6 +97,32 @@ class CostModel(ABC):
         _kernels.batch_times(self.params, cat(pts), cat(pcs), po, cat(dcs), do, out)
         return out
 
+    def prefill_alone_s(self, tokens: ArrayLike, cached: ArrayLike | None = None) -> np.ndarray:
+        """Times (s) of one-chunk batches: chunk ``k`` of ``tokens[k]`` new tokens after
+        ``cached[k]`` (default 0) cached ones, alone; one kernel call, shape ``(n,)``."""
+        from lpserve.cost import _kernels
+
+        pt = as_tokens(tokens, "tokens")
+        pc = np.zeros_like(pt) if cached is None else as_tokens(cached, "cached")
+        if pc.shape != pt.shape:
+            raise ValueError(f"cached must have the shape of tokens {pt.shape}, got {pc.shape}")
+        off = np.arange(pt.size + 1, dtype=np.int64)
+        out = np.zeros(pt.size)
+        _kernels.batch_times(self.params, pt, pc, off, np.zeros(0, np.int64),
+                             np.zeros(pt.size + 1, np.int64), out)
+        return out
+
+    def decode_alone_s(self, decode_context: ArrayLike) -> np.ndarray:
+        """Times (s) of one-decode batches at each context (tokens), shape ``(n,)``."""
+        from lpserve.cost import _kernels
+
+        dc = as_tokens(decode_context, "decode_context")
+        out = np.zeros(dc.size)
+        _kernels.batch_times(self.params, np.zeros(0, np.int64), np.zeros(0, np.int64),
+                             np.zeros(dc.size + 1, np.int64), dc,
+                             np.arange(dc.size + 1, dtype=np.int64), out)
+        return out
+
     def decode_run_s(self, decode_context: ArrayLike, n_iters: int) -> float:
         """Total seconds of ``n_iters`` decode iterations, each context growing by 1."""
         from lpserve.cost import _kernels

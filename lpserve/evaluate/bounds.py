@@ -28,6 +28,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from lpserve import objectives as obj
+from lpserve.evaluate.interval import TotalLatencyBound
 
 LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
 STATS = ("mean", "p50", "p90", "p99")
@@ -238,7 +239,14 @@ class ClaimedBound:
 
 
 #: bounds by name
-BOUNDS: dict[str, Bound] = {"cost-bound": CostModelBound()}
+BOUNDS: dict[str, Bound] = {
+    "cost-bound": CostModelBound(),
+    # total-latency bounds of lpserve.evaluate.interval (models/cost-lp.md)
+    "cost-lp": TotalLatencyBound("cost-lp", 30.0, description="time-indexed LP relaxation "
+                                 "in the cost model (models/cost-lp.md), 30 s limit"),
+    "srpt-bound": TotalLatencyBound("srpt-bound", None, description="per-request floors and "
+                                    "SRPT on the additive GPU work (models/cost-lp.md (18))"),
+}
 
 
 def applies(bound: Any, policy: Any) -> bool:

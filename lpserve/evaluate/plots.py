@@ -219,4 +219,34 @@ def plot_gap_to_bound(frame: Any, *, by: str = "policy", title: str | None = Non
 
 
 __all__ = ["metric_label", "new_figure", "plot_gap_to_bound", "plot_latency_cdf",
-           "plot_latency_vs_load"]
+           "plot_latency_vs_load", "plot_interval_vs_load"]
+
+
+def plot_interval_vs_load(intervals: Sequence[Mapping[str, Any]], policies: Mapping[str, Any],
+                          *, title: str | None = None):
+    """Mean end-to-end latency against load: the optimality interval (shaded, from the
+    best lower bound to the best offline schedule, both over the requests) and each
+    policy's value (one line each).
+
+    Args:
+        intervals: records of :func:`optimality_interval` with an added ``"load"`` key.
+        policies: label -> sequence of ``(load, mean e2e s)`` points.
+    """
+    fig, (ax,) = new_figure()
+    rec = sorted(intervals, key=lambda r: r["load"])
+    x = np.array([r["load"] for r in rec], np.float64)
+    lo = np.array([r["lower_mean_s"] for r in rec], np.float64)
+    up = np.array([r["upper_mean_s"] for r in rec], np.float64)
+    ax.fill_between(x, lo, up, color="0.8", alpha=0.8, label="optimum lies here")
+    ax.plot(x, lo, "k--", lw=1.2, label="best lower bound")
+    ax.plot(x, up, "k-", lw=1.2, label="best offline schedule")
+    for label, pts in policies.items():
+        p = sorted(pts)
+        if p:
+            ax.plot([a for a, _ in p], [b for _, b in p], marker="o", lw=1.0, label=label)
+    ax.set_xlabel("load (arrival-rate scale)")
+    ax.set_ylabel("mean end-to-end latency (s)")
+    ax.set_title(title or "Policies against the optimality interval")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig

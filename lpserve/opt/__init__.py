@@ -22,6 +22,10 @@ FORMULATIONS: dict[str, str] = {
     "routing-assignment": "lpserve.opt.routing_assignment:ROUTING_ASSIGNMENT",
     "routing-fluid": "lpserve.opt.routing_lp:ROUTING_FLUID",
     "routing-locality": "lpserve.opt.routing_locality:ROUTING_LOCALITY",
+    "cost-lp": "lpserve.opt.cost_lp:COST_LP",
+    "srpt-bound": "lpserve.opt.srpt_bound:SRPT_BOUND",
+    "schedule-search": "lpserve.opt.schedule_search:SCHEDULE_SEARCH",
+    "schedule-exact": "lpserve.opt.schedule_search:SCHEDULE_EXACT",
 }
 
 __all__ = ["FORMULATIONS", "Formulation", "Solution", "SolutionError", "Status",

@@ -125,8 +125,10 @@ class Scheduler(Role):
     ``quantum_s``: if set, the simulator asks again at least every ``quantum_s`` seconds
     of simulated time (a time-sliced policy); ``None`` asks only at events.
     ``rank_key``: a declaration that ``rank(view)`` always equals ``view.<rank_key>``
-    (``"arrival_s"`` or ``"prompt_tokens"``), a fixed per-request key; engines may then
-    order by the key without calling ``rank``. ``None`` (default) promises nothing.
+    (``"arrival_s"`` or ``"prompt_tokens"``), a fixed per-request key, or ``"static"``: rank
+    always equals ``keys[view.request]`` for the scheduler's own float64 array ``keys`` (one
+    entry per request, checked by its ``check_size(n)``); engines may then order by the key
+    without calling ``rank``. ``None`` (default) promises nothing.
     """
 
     quantum_s: float | None = None

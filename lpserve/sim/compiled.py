@@ -1,7 +1,8 @@
 """A replica whose whole event loop runs in numba (``_kernels.replica_advance``).
 
 Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
-``rank_key``, e.g. FCFS ranks by ``arrival_s``), speculation is off, prefix caching is
+``rank_key``, e.g. FCFS ranks by ``arrival_s``; ``"static"``: the scheduler's own
+``keys`` array, as :class:`lpserve.policies.static_order.StaticOrder`), speculation is off, prefix caching is
 off, preemption is by recompute (or by swap with no host memory to swap to) with no
 per-victim decider, the cluster is colocated and homogeneous, the router reads no
 completions and the trace has no ``parent`` dependencies. It has the same interface as
@@ -19,7 +20,7 @@ from lpserve.sim.state import WAITING, RunContext, State
 
 __all__ = ["CompiledReplica", "RANK_KEYS", "eligible", "finalize_reasons"]
 
-RANK_KEYS = ("arrival_s", "prompt_tokens")
+RANK_KEYS = ("arrival_s", "prompt_tokens", "static")
 _BATCHING = {"prefill-first": 0, "decode-first": 1, "mixed": 2, "static": 3}
 _REASONS = {K.R_CTX_KV: "context_exceeds_kv", K.R_CTX_BUDGET: "context_exceeds_token_budget"}
 
@@ -83,7 +84,11 @@ class CompiledReplica:
         self.w_key = np.zeros(n)
         self.w_seq = np.zeros(n, np.int64)
         key = ctx.policy.scheduler.rank_key
-        self.rkey = S.arrival if key == "arrival_s" else S.prompt.astype(np.float64)
+        if key == "static":  # a fixed per-request key array (StaticOrder.keys), shape (n,)
+            ctx.policy.scheduler.check_size(n)
+            self.rkey = np.ascontiguousarray(ctx.policy.scheduler.keys, dtype=np.float64)
+        else:
+            self.rkey = S.arrival if key == "arrival_s" else S.prompt.astype(np.float64)
         self.bm = _Pool(total, self.ist)
         self.releases: list = []
         self.n_swaps = 0

@@ -29,6 +29,7 @@ P_CACHE = "tests/properties/test_cache_bounds.py::"
 P_LYAP = "tests/properties/test_lyapunov_dpp.py::"
 P_MCSF = "tests/properties/test_sched_mcsf.py::"
 P_KVC = "tests/properties/test_kv_compress.py::"
+P_CLP = "tests/properties/test_cost_lp_vs_sim.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------ cost-model bound
@@ -75,6 +76,36 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the k smallest areas (not the largest)",
         ("tests/unit/opt/test_lower_bounds.py::test_order_statistic_bound_simple",
          "tests/unit/opt/test_lower_bounds.py::test_area_bound_below_dp")),
+    # ------------------------------------------------------------ cost-model LP, srpt-bound
+    Mutation(
+        "cost-lp-no-prefix-credit", "lpserve/opt/cost_lp_build.py",
+        "    u = np.maximum(s - cached, 1)",
+        "    u = np.maximum(s, 1)",
+        "proofs/cost-lp-bound.md step 1: every prompt token charged although shared prefix "
+        "blocks can come from the cache",
+        (P_CLP + "test_cost_lp_below_policies_shared_prefix_tight_kv",)),
+    Mutation(
+        "cost-lp-capacity-halved", "lpserve/opt/cost_lp_build.py",
+        '    capA = b.rows(n_k, -np.inf, R * dt_s, "capA")',
+        '    capA = b.rows(n_k, -np.inf, 0.5 * R * dt_s, "capA")',
+        "proofs/cost-lp-bound.md step 3: the capacity row (9) with half the replica time",
+        (P_CLP + "test_cost_lp_below_policies_shared_prefix_tight_kv",)),
+    Mutation(
+        "srpt-bound-fixed-cost-per-token", "lpserve/opt/srpt_bound.py",
+        "    work_a = nd * m.dec0_a",
+        "    work_a = nd * (m.dec0_a + m.F_A)",
+        "proofs/cost-lp-bound.md (srpt-bound): each token charged a whole iteration's fixed "
+        "cost, which batching shares",
+        (P_CLP + "test_cost_lp_below_policies_shared_prefix_tight_kv",)),
+    # ------------------------------------------------------------ offline schedules
+    Mutation(
+        "search-value-without-its-order", "lpserve/opt/schedule_search.py",
+        "            val, order, e2e = v, cand, e2e_c",
+        "            val, e2e = v, e2e_c",
+        "proofs/schedule-search-upper.md: the value of a neighbour reported with the "
+        "incumbent's order",
+        ("tests/unit/opt/test_schedule_search.py::"
+         "test_local_moves_keep_the_value_of_the_schedule_they_return",)),
     # ------------------------------------------------------------ schedulers
     Mutation(
         "las-rank-negated", "lpserve/policies/schedulers.py",

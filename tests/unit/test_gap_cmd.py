@@ -9,7 +9,7 @@ import pytest
 
 from lpserve.cli import main
 
-SMALL = ["gap", "--duration", "30", "--windows", "2", "--loads", "1.0,1.5",
+SMALL = ["gap", "--no-interval", "--duration", "30", "--windows", "2", "--loads", "1.0,1.5",
          "--policies", "vllm,vllm+least-outstanding,sarathi"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -149,3 +149,24 @@ def test_gap_on_a_mixed_cluster(tmp_path, capsys):
     assert d["cluster"]["groups"][1]["gpu"] == "a100-40gb"
     assert [r["policy"] for r in d["table"]] == ["vllm+dynamo-kv", "lp-locality"]
     assert all(r["ratio_to_bound"] >= 1.0 for r in d["table"])
+
+
+def test_gap_shows_the_optimality_interval(tmp_path, capsys):
+    """The interval [best lower bound, best offline schedule] per load, with each bound's
+    status and wall time, the plot, and every policy at or above the lower end."""
+    args = ["gap", "--duration", "6", "--windows", "1", "--loads", "1.0,2.0", "--policies",
+            "vllm,sarathi", "--bound-time-limit", "10", "--search-time-limit", "1",
+            "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [r["load"] for r in d["interval"]] == [1.0, 2.0]
+    for r in d["interval"]:
+        assert r["lower_s"] <= r["upper_s"] and r["ratio"] >= 1.0
+        assert {b["name"] for b in r["bounds"]} == {"cost-bound", "cost-lp", "srpt-bound"}
+        assert all(b["status"] in ("optimal", "feasible", "limit") and b["wall_s"] >= 0
+                   for b in r["bounds"])
+        assert r["search"]["status"] == "feasible"
+        for p in r["policies"].values():
+            assert p["over_lower"] >= 1.0 - 1e-9
+    assert (tmp_path / "interval_vs_load.png").exists()
+    assert "## Optimality interval" in (tmp_path / "gap_table.md").read_text()

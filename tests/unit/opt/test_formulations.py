@@ -39,6 +39,8 @@ def test_contract(name):
         if name in NEEDS_MEMORY and label == "analytic":
             # seconds are rounded up to rounds; the round model still applies
             opts["round_s"] = 1.0
+        if name == "schedule-exact" and len(inst.trace) > 7:
+            continue  # enumerates tiny instances only (tested in test_cost_lp.py)
         sol = solve(name, inst, time_limit_s=2, **opts)
         assert isinstance(sol, Solution) and sol.formulation == name
         if name in ("routing-fluid", "routing-locality") and label == "toy":
@@ -47,6 +49,10 @@ def test_contract(name):
             continue
         if sol.status == Status.LIMIT:
             assert math.isnan(sol.objective)
+            continue
+        if name.startswith("schedule-") and name not in NEEDS_MEMORY and label == "toy":
+            # 8 tokens of KV hold no 16-token block: the simulator cannot run the toy
+            assert sol.status == Status.ERROR and "no room for KV blocks" in sol.message
             continue
         assert sol.status in (Status.OPTIMAL, Status.FEASIBLE), (label, sol.message)
         assert sol.digest == inst.digest() and sol.wall_s >= 0

@@ -1,0 +1,166 @@
+"""The optimality interval of ``lpserve gap``: per load, the best certified lower bound
+(cost-bound, srpt-bound, cost-lp) and the best offline schedule found (schedule search),
+with every policy placed between them; its options, terminal lines, report section and
+plot (``models/cost-lp.md``, ``models/schedule-search.md``)."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from lpserve.commands.common import CLIError, emit_json, fmt_num, md_table
+
+__all__ = ["EXIT_BOUND_VIOLATED", "add_interval_args", "optimality_intervals", "print_interval",
+           "violated", "write_interval"]
+
+EXIT_BOUND_VIOLATED = 3  # exit code of lpserve gap when a policy beats a lower bound
+
+
+def add_interval_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-interval", dest="interval", action="store_false",
+                   help="skip the optimality interval (best lower bound, best offline "
+                   "schedule) of each load")
+    p.add_argument("--bound-time-limit", type=float, default=2.0, metavar="SECONDS",
+                   help="time limit of the cost-model LP per load (default 2 s, which keeps "
+                   "the report fast; the LP of ~600 requests needs minutes. At the limit the "
+                   "best certified bound is kept and its status says limit)")
+    p.add_argument("--search-time-limit", type=float, default=1.0, metavar="SECONDS",
+                   help="time limit of the offline schedule search per load (default 1 s)")
+
+
+def violated(exc: Any, args: argparse.Namespace) -> int:
+    if args.json:
+        emit_json({"error": f"BoundViolation: {exc}", "policy": exc.policy,
+                   "bound": exc.bound, "metric": exc.metric,
+                   "bound_value": exc.bound_value, "policy_value": exc.policy_value})
+    print(f"lpserve gap: error: bound violated: {exc}", file=sys.stderr)
+    return EXIT_BOUND_VIOLATED
+
+
+def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
+    """:func:`lpserve.evaluate.interval.optimality_interval` at every load of the table's
+    workload; each policy that finished every request must lie at or above the lower end
+    (BoundViolation otherwise). Empty with ``--no-interval``."""
+    if not args.interval:
+        return []
+    for flag in ("bound_time_limit", "search_time_limit"):
+        v = getattr(args, flag)
+        if not (math.isfinite(v) and v > 0):
+            raise CLIError(f"--{flag.replace('_', '-')} must be > 0 seconds, got {v}")
+    from lpserve.evaluate import check_bound
+    from lpserve.evaluate.interval import fitting_subset, optimality_interval
+
+    out = []
+    for wl, load, inst in cases:
+        if wl != workload:
+            continue
+        n_fit = int(fitting_subset(inst)[1].sum())
+        rows = runs[(runs["workload"] == wl) & (runs["load"] == load)]
+        totals = {r["policy"]: float(r["total_latency_s"]) for _, r in rows.iterrows()
+                  if int(round(float(r["n_finished"]))) == n_fit and _plain(r["policy"])}
+        rec = optimality_interval(inst, lp_time_limit_s=args.bound_time_limit,
+                                  search_time_limit_s=args.search_time_limit,
+                                  policy_totals=totals)
+        for name, v in totals.items():
+            check_bound(policy=name, bound=rec["lower_name"] or "interval",
+                        bound_values={"total_latency_s": rec["lower_s"]},
+                        policy_values={"total_latency_s": v}, seed=0, n_requests=n_fit,
+                        scope=f"every request, load x{load:g}")
+        rec["load"] = load
+        rec["policies"] = {k: {"total_s": v, "over_lower": v / rec["lower_s"],
+                               "over_upper": v / rec["upper_s"]} for k, v in totals.items()}
+        out.append(rec)
+    return out
+
+
+def _plain(label: str) -> bool:
+    """Whether a policy label is one whose schedules the interval covers (no speculative
+    decoding: the bounds' proofs count one token per iteration)."""
+    from lpserve.registry import make_policy, policy_names
+
+    if label not in policy_names():
+        return True
+    return make_policy(label).engine.speculation is None
+
+
+def _interval_lines(intervals: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in intervals:
+        b = "; ".join(f"{x['name']} {fmt_num(x['mean_s'])} s ({x['status']}, "
+                      f"{x['wall_s']:.1f} s)" for x in r["bounds"])
+        s = r["search"]
+        lines.append(f"load x{r['load']:g}: optimum in [{fmt_num(r['lower_mean_s'])}, "
+                     f"{fmt_num(r['upper_mean_s'])}] s mean e2e (upper / lower "
+                     f"{fmt_num(r['ratio'])}); lower: {b}; upper: {r['upper_name']} "
+                     f"(schedule search {fmt_num(s['mean_s'])} s, {s['status']}, "
+                     f"{s['wall_s']:.1f} s, {s['evaluations']} simulations)")
+    return lines
+
+
+def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str) -> None:
+    if not intervals:
+        return
+    print("\noptimality interval (mean end-to-end latency over every request; the optimum "
+          "of the simulator's non-speculative schedules lies inside):")
+    for line in _interval_lines(intervals):
+        print("  " + line)
+    r = max(intervals, key=lambda x: x["load"])
+    print(f"{'policy':<26}" + "".join(f"{'x' + format(x['load'], 'g') + ' /lower':>13}"
+                                       f"{'/upper':>8}" for x in intervals))
+    for name in r["policies"]:
+        cells = ""
+        for x in intervals:
+            p = x["policies"].get(name)
+            cells += (f"{fmt_num(p['over_lower']):>13}{fmt_num(p['over_upper']):>8}" if p
+                      else f"{'-':>13}{'-':>8}")
+        print(f"{name:<26}{cells}")
+
+
+def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[str]:
+    """``interval.csv``, ``interval_vs_load.png`` and a section of ``gap_table.md``."""
+    if not intervals:
+        return []
+    import pandas as pd
+
+    from lpserve.evaluate.plots import plot_interval_vs_load
+
+    flat = [{"load": r["load"], "lower_mean_s": r["lower_mean_s"], "lower": r["lower_name"],
+             "upper_mean_s": r["upper_mean_s"], "upper": r["upper_name"], "ratio": r["ratio"],
+             **{f"{b['name']}_mean_s": b["mean_s"] for b in r["bounds"]},
+             **{f"{b['name']}_status": b["status"] for b in r["bounds"]},
+             **{f"{b['name']}_wall_s": b["wall_s"] for b in r["bounds"]},
+             "search_mean_s": r["search"]["mean_s"], "search_status": r["search"]["status"],
+             "search_wall_s": r["search"]["wall_s"]} for r in intervals]
+    pd.DataFrame(flat).to_csv(out / "interval.csv", index=False)
+    pts: dict[str, list] = {}
+    for r in intervals:
+        for name, p in r["policies"].items():
+            pts.setdefault(name, []).append((r["load"], p["total_s"] / r["n_requests"]))
+    fig = plot_interval_vs_load(intervals, pts, title=f"Policies against the optimality "
+                                f"interval\n{cluster.n_replicas} x {args.gpu} / {args.llm}")
+    fig.savefig(out / "interval_vs_load.png", dpi=110)
+    rows = [[f"x{r['load']:g}", fmt_num(r["lower_mean_s"]), r["lower_name"],
+             fmt_num(r["upper_mean_s"]), r["upper_name"], fmt_num(r["ratio"]),
+             "; ".join(f"{b['name']} {b['status']} {b['wall_s']:.1f} s" for b in r["bounds"]),
+             f"{r['search']['status']} {r['search']['wall_s']:.1f} s"] for r in intervals]
+    pol = sorted({k for r in intervals for k in r["policies"]})
+    prow = [[k] + [fmt_num(r["policies"][k]["over_lower"]) + " / "
+                   + fmt_num(r["policies"][k]["over_upper"]) if k in r["policies"] else "-"
+                   for r in intervals] for k in pol]
+    md = ["", "## Optimality interval", "",
+          "The optimum of the simulator's non-speculative schedules (mean end-to-end latency "
+          "over every request) lies between the best valid lower bound (`cost-lp`, "
+          "`srpt-bound`: models/cost-lp.md; `cost-bound`: models/lower-bounds.md) and the best offline schedule found "
+          "(`schedule-search`: static priority orders, models/schedule-search.md) or "
+          "simulated policy. Status `limit`: the time limit stopped the solver; the "
+          "bound kept is the best certified one.", "",
+          md_table(["load", "lower (s)", "by", "upper (s)", "by", "upper / lower",
+                     "bounds (status, wall)", "search (status, wall)"], rows),
+          "Each policy as value / lower and value / upper:", "",
+          md_table(["policy"] + [f"x{r['load']:g}" for r in intervals], prow),
+          "![interval vs load](interval_vs_load.png)", ""]
+    with open(out / "gap_table.md", "a") as fh:
+        fh.write("\n".join(md))
+    return [str(out / "interval.csv"), str(out / "interval_vs_load.png")]
