@@ -19,6 +19,8 @@ EXIT_BOUND_VIOLATED = 3  # exit code of lpserve gap when a policy beats a lower 
 
 
 def add_interval_args(p: argparse.ArgumentParser) -> None:
+    """Add the interval's options (bound and search time limits, ``--no-interval``) to
+    ``lpserve gap``'s parser ``p``."""
     p.add_argument("--no-interval", dest="interval", action="store_false",
                    help="skip the optimality interval (best lower bound, best offline "
                    "schedule) of each load")
@@ -31,6 +33,8 @@ def add_interval_args(p: argparse.ArgumentParser) -> None:
 
 
 def violated(exc: Any, args: argparse.Namespace) -> int:
+    """Report a :class:`~lpserve.evaluate.BoundViolation` (one JSON object with ``--json``,
+    one line on stderr) and return :data:`EXIT_BOUND_VIOLATED`."""
     if args.json:
         emit_json({"error": f"BoundViolation: {exc}", "policy": exc.policy,
                    "bound": exc.bound, "metric": exc.metric,
@@ -100,6 +104,8 @@ def _interval_lines(intervals: list[dict[str, Any]]) -> list[str]:
 
 
 def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str) -> None:
+    """Print the interval per load (lower end, upper end, their ratio, each bound's status)
+    and every policy's place in it at the highest load, for ``workload`` of ``runs``."""
     if not intervals:
         return
     print("\noptimality interval (mean end-to-end latency over every request; the optimum "

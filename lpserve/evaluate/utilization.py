@@ -13,7 +13,10 @@ GPU-seconds: its prompt prefilled in one iteration without prefix-cache hits, an
 at the mean resident context ``c = mean(P) + mean(D) / 2`` (the mean KV a request holds
 while it decodes). ``B = min(max_num_seqs, floor(K / c))`` with ``K`` the replica's KV
 capacity (tokens): the batch that memory allows. A colocated cluster of ``R`` replicas
-serves at most ``capacity_rps = R / mean_i(w_i)``; a disaggregated one the smaller of its
+serves at most ``capacity_rps = R / mean_i(w_i)`` (a heterogeneous one the sum over its
+replicas of ``1 / mean_i(w_i)``, each ``w_i`` priced by that replica's own cost model and KV
+capacity; the reported per-request times are then means over the replicas); a
+disaggregated one the smaller of its
 prefill pool (``R_p / mean T(prefill)``) and decode pool (``R_d / mean(D_i tau/B)``).
 Utilisation ``u`` of a trace with arrival rate ``lambda`` is ``lambda / capacity_rps``.
 
@@ -91,24 +94,35 @@ def fluid_capacity(instance: Any, *, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     if not (isinstance(max_num_seqs, (int, np.integer)) and max_num_seqs >= 1):
         raise ValueError(f"fluid_capacity: max_num_seqs must be a positive integer, got "
                          f"{max_num_seqs!r}")
-    cost = instance.cost_model()
     P = np.asarray(tr.prompt_tokens, np.int64)
     D = np.asarray(tr.output_tokens, np.int64)
-    pre = cost.batch_times_s([{"prefill_tokens": [int(p)], "prefill_cached": [0]}
-                              for p in np.unique(P)])
-    t_pre = pre[np.searchsorted(np.unique(P), P)]
     ctx = max(1, int(round(float(P.mean()) + float(D.mean()) / 2)))
-    kv = int(cost.kv_capacity_tokens(cl.gpu_memory_fraction))
-    B = int(max(1, min(int(max_num_seqs), kv // ctx)))
-    tau = float(cost.batch_time_s(decode_context=np.full(B, ctx, np.int64)))
-    dec = D * tau / B
+
+    def per_replica(cost: Any) -> tuple[np.ndarray, np.ndarray, int, float, int]:
+        """Lone-prefill and per-request decode seconds on one replica of ``cost``."""
+        uniq = np.unique(P)
+        pre = cost.batch_times_s([{"prefill_tokens": [int(p)], "prefill_cached": [0]}
+                                  for p in uniq])
+        kv = int(cost.kv_capacity_tokens(cl.gpu_memory_fraction))
+        B = int(max(1, min(int(max_num_seqs), kv // ctx)))
+        tau = float(cost.batch_time_s(decode_context=np.full(B, ctx, np.int64)))
+        return pre[np.searchsorted(uniq, P)], D * tau / B, B, tau, kv
+
     if cl.disaggregated:
+        t_pre, dec, B, tau, kv = per_replica(instance.cost_model())
         cap = min(cl.prefill_replicas / float(t_pre.mean()),
                   cl.decode_replicas / float(dec.mean()))
         reps = cl.prefill_replicas + cl.decode_replicas
-    else:
-        cap = cl.replicas / float((t_pre + dec).mean())
+    else:  # each replica by its own cost model (heterogeneous clusters): rates add up
+        models = instance.replica_cost_models()
+        parts = {id(c): per_replica(c) for c in models}
+        cap = sum(1.0 / float((parts[id(c)][0] + parts[id(c)][1]).mean()) for c in models)
         reps = cl.replicas
+        t_pre = np.mean([parts[id(c)][0] for c in models], axis=0)
+        dec = np.mean([parts[id(c)][1] for c in models], axis=0)
+        B = int(round(np.mean([parts[id(c)][2] for c in models])))
+        tau = float(np.mean([parts[id(c)][3] for c in models]))
+        kv = int(round(np.mean([parts[id(c)][4] for c in models])))
     rate = float(tr.rate_per_s)
     if not (math.isfinite(cap) and cap > 0 and rate > 0):
         raise ValueError(f"fluid_capacity: no finite capacity ({cap}) or rate ({rate})")

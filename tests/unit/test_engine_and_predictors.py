@@ -55,7 +55,7 @@ def test_engine_value_errors_name_flag_and_key(key, text, words):
 
 
 def test_engine_updated_validates_the_whole_config():
-    e = make_policy("vllm").engine
+    e = make_policy("vllm-v0").engine  # prefill-first: chunked prefill is refused
     assert e.updated({"max_num_batched_tokens": "131072"}).max_num_batched_tokens == 131072
     with pytest.raises(ValueError, match=r"--engine \(max_num_seqs='0'\).*max_num_seqs must"):
         e.updated({"max_num_seqs": "0"}, where="--engine")
@@ -83,17 +83,17 @@ def test_engine_flags_scope_to_policies():
 
 
 def test_compare_applies_engine_per_policy_and_leaves_defaults(inst):
-    before = {n: make_policy(n).engine for n in ("vllm", "sarathi")}
-    with pytest.warns(RejectionWarning, match="vllm rejected"):
-        t = compare(inst, ["vllm", "sarathi"], [], engine={
-            "max_num_seqs": 64, "vllm": {"max_num_batched_tokens": 2048}})
+    before = {n: make_policy(n).engine for n in ("vllm-v0", "sarathi")}
+    with pytest.warns(RejectionWarning, match="vllm-v0 rejected"):
+        t = compare(inst, ["vllm-v0", "sarathi"], [], engine={
+            "max_num_seqs": 64, "vllm-v0": {"max_num_batched_tokens": 2048}})
     d = dict(zip(t["policy"], t["description"]))
-    assert "engine max_num_batched_tokens=2048, max_num_seqs=64" in d["vllm"]
+    assert "engine max_num_batched_tokens=2048, max_num_seqs=64" in d["vllm-v0"]
     assert "engine max_num_seqs=64" in d["sarathi"] and "2048" not in d["sarathi"]
     # a 2,048-token budget rejects the longer prompts of the non-chunked engine
     n_long = int((inst.trace.prompt_tokens > 2048).sum())
     assert n_long > 0
-    assert int(t.set_index("policy").loc["vllm", "n_rejected"]) == n_long
+    assert int(t.set_index("policy").loc["vllm-v0", "n_rejected"]) == n_long
     assert {n: make_policy(n).engine for n in before} == before  # registry untouched
     assert EngineConfig().max_num_batched_tokens == 8192
 
@@ -132,9 +132,10 @@ def test_predictor_spec_object_and_none(inst):
     a = lp.simulate(inst, "sjf-predicted", predictor="noisy-oracle:sigma=0.3")
     b = lp.simulate(inst, "sjf-predicted", predictor=NoisyOracle(sigma=0.3))
     assert a.digest() == b.digest()
-    # "none" runs the documented fallback on purpose: FCFS, i.e. the vllm engine's order
+    # "none" runs the documented fallback on purpose: FCFS, i.e. vLLM V0's order (the
+    # engine sjf-predicted runs on)
     fb = lp.simulate(inst, "sjf-predicted", predictor="none")
-    ref = lp.simulate(inst, "vllm")
+    ref = lp.simulate(inst, "vllm-v0")
     assert np.array_equal(fb.arrays["finish_s"], ref.arrays["finish_s"])
     with pytest.raises(MissingPredictions):
         compare(inst, ["vllm", "sjf-predicted"], [])
