@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from lpserve.instance import SLO
 from lpserve.trace import Trace
 
 # ----------------------------------------------------------------------------- traces
@@ -228,6 +229,11 @@ def quantum_boundaries(draw) -> tuple[float, float]:
     return max(now, 0.0), q
 
 
+#: an SLO in round units (one iteration = 1 s) for the policies whose targets mirror it
+#: (slo-aware, the Lyapunov controller); it changes no other policy's decisions
+ROUND_SLO = SLO(ttft_s=4.0, tpot_s=2.0)
+
+
 @st.composite
 def unit_round_instances(draw, *, max_size: int = 8, disaggregated: bool | None = False):
     """Round-model instances (``UnitRoundCost``, one token per block, tight memory) whose
@@ -256,7 +262,7 @@ def unit_round_instances(draw, *, max_size: int = 8, disaggregated: bool | None 
                            name="unit-round-hyp")
     return Instance(trace=tr, cluster=Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                               block_tokens=1, **layout),
-                    cost=UnitRoundCost(memory_tokens=memory))
+                    cost=UnitRoundCost(memory_tokens=memory), slo=ROUND_SLO)
 
 
 def needs_analytic_cost(name: str) -> bool:

@@ -59,13 +59,14 @@ def _reproducer(analytic: bool = False) -> lp.Instance:
                               output_tokens=[1, 13])
     return lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                                     block_tokens=1),
-                       cost=None if analytic else lp.UnitRoundCost(memory_tokens=64))
+                       cost=None if analytic else lp.UnitRoundCost(memory_tokens=64),
+                       slo=lp.SLO(ttft_s=4.0, tpot_s=2.0))  # for the SLO-mirroring policies
 
 
 @pytest.mark.parametrize("name", policy_names())
 def test_reproducers_pass_for_every_registered_policy(name):
     small, _ = load_instance("small")
-    shifted = small.with_(trace=small.trace.shifted(0.1))
+    shifted = small.with_(trace=small.trace.shifted(0.1), slo=lp.SLO(ttft_s=2.0, tpot_s=0.1))
     if needs_analytic_cost(name):  # refuses the round model by design, with a clear error
         with pytest.raises(ValueError, match="needs an analytic cost model"):
             lp.simulate(_reproducer(), name)

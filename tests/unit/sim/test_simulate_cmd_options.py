@@ -11,7 +11,7 @@ BASE = ["simulate", "--head", "60", "--replicas", "2", "--json"]
 
 
 def test_engine_and_utilization(capsys):
-    assert main(BASE + ["--policy", "vllm", "--engine", "max_num_batched_tokens=2048",
+    assert main(BASE + ["--policy", "vllm-v0", "--engine", "max_num_batched_tokens=2048",
                         "--utilization", "0.5"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["engine"] == {"max_num_batched_tokens": 2048}
