@@ -46,23 +46,31 @@ def test_engine_parameters_make_every_policy_serve_every_request(tmp_path, capsy
 
 
 def test_rejections_are_a_column_and_a_warning(tmp_path, capsys):
-    assert main(BASE + ["--loads", "1.0", "--out", str(tmp_path), "--no-checkpoint",
-                        "--quiet"]) == 0
+    # vLLM V0 (no chunked prefill) rejects the prompts above its 4,096-token budget;
+    # sarathi chunks them and serves every request
+    assert main(BASE + ["--policies", "vllm-v0,sarathi,sjf-predicted", "--loads", "1.0",
+                        "--out", str(tmp_path), "--no-checkpoint", "--quiet"]) == 0
     cap = capsys.readouterr()
     assert not [x for x in cap.err.splitlines() if x.startswith("[")]  # no progress lines
     head = next(x for x in cap.out.splitlines() if x.startswith("policy") and "ratio" in x)
     assert "rejected" in head
-    vllm = next(x for x in cap.out.splitlines() if x.startswith("vllm "))
-    rejected = int(vllm.split()[-4].replace(",", ""))
+    v0 = next(x for x in cap.out.splitlines() if x.startswith("vllm-v0 "))
+    rejected = int(v0.split()[-4].replace(",", ""))
     assert rejected > 0
-    assert "WARNING: vllm rejected" in cap.err and "WARNING: vllm rejected" in cap.out
+    assert "WARNING: vllm-v0 rejected" in cap.err and "WARNING: vllm-v0 rejected" in cap.out
     assert "max_num_batched_tokens" in cap.err
     md = (tmp_path / "gap_table.md").read_text()
     assert "## Warnings" in md and "| rejected |" in md.replace(" rejected |", " rejected |")
     with open(tmp_path / "gap_table.csv") as f:
         rows = {r["policy"]: r for r in csv.DictReader(f)}
-    n = int(rows["vllm"]["n_requests"])
+    n = int(rows["vllm-v0"]["n_requests"])
     assert all(int(r["n_compared"]) == n - rejected for r in rows.values())
+    # the optimality interval places sarathi, which served every request, by its total
+    # over all of them (not over the fewer requests every policy served)
+    with open(tmp_path / "interval.csv") as f:
+        lower = float(next(csv.DictReader(f))["lower_mean_s"])
+    assert int(rows["sarathi"]["n_finished"]) == n
+    assert float(rows["sarathi"]["served_total_latency_s"]) >= lower * n
 
 
 def test_a_prediction_reader_needs_a_predictor(tmp_path, capsys):
