@@ -232,6 +232,8 @@ def quantum_boundaries(draw) -> tuple[float, float]:
 #: an SLO in round units (one iteration = 1 s) for the policies whose targets mirror it
 #: (slo-aware, the Lyapunov controller); it changes no other policy's decisions
 ROUND_SLO = SLO(ttft_s=4.0, tpot_s=2.0)
+#: the same for instances of the analytic GPU cost model (seconds: interactive chat targets)
+ANALYTIC_SLO = SLO(ttft_s=2.0, tpot_s=0.1)
 
 
 @st.composite
@@ -449,7 +451,7 @@ def tight_shared_prefix_instances(draw, names: tuple[str, ...], *, max_size: int
         frac = draw(st.sampled_from([0.175, 0.18, 0.2]))
         cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=replicas, block_tokens=bc,
                      gpu_memory_fraction=frac, host_memory_gb=host)
-        inst = Instance(trace=trace, cluster=cl)
+        inst = Instance(trace=trace, cluster=cl, slo=ANALYTIC_SLO)
     else:
         # a share of the summed contexts: only with sharing do many requests fit at once
         total = int(np.sum(trace.prompt_tokens + trace.output_tokens))
@@ -458,5 +460,6 @@ def tight_shared_prefix_instances(draw, names: tuple[str, ...], *, max_size: int
         memory = -(-want // bc) * bc + bc
         cl = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=replicas, block_tokens=bc,
                      host_memory_gb=host)
-        inst = Instance(trace=trace, cluster=cl, cost=UnitRoundCost(memory_tokens=memory))
+        inst = Instance(trace=trace, cluster=cl, cost=UnitRoundCost(memory_tokens=memory),
+                        slo=ROUND_SLO)
     return inst, name, policy

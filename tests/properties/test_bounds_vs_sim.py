@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.evaluate.bounds import CostModelBound, check_bound, flatten
 from lpserve.registry import policy_names
-from tests.strategies import fallback_predictor, tight_shared_prefix_instances
+from tests.strategies import (
+    ANALYTIC_SLO,
+    ROUND_SLO,
+    fallback_predictor,
+    tight_shared_prefix_instances,
+)
 
 #: registered policies the bound applies to (speculative decoding is outside it)
 NON_SPECULATIVE = tuple(n for n in policy_names() if lp.make_policy(n).engine.speculation is None)
@@ -56,7 +61,9 @@ def unit_instances(draw):
     R = draw(st.integers(1, 2))
     tr = lp.Trace.from_arrays(arrival_s=np.asarray(a, float), prompt_tokens=s, output_tokens=o)
     cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=R, block_tokens=1)
-    return lp.Instance(trace=tr, cluster=cl, cost=lp.UnitRoundCost(memory_tokens=M))
+    # the SLO is for the policies whose targets mirror it (slo-aware, the Lyapunov controllers)
+    return lp.Instance(trace=tr, cluster=cl, cost=lp.UnitRoundCost(memory_tokens=M),
+                       slo=ROUND_SLO)
 
 
 @settings(max_examples=15)
@@ -174,7 +181,7 @@ def test_cost_bound_below_every_policy_analytic_model():
                               output_tokens=rng.integers(1, 300, n),
                               predicted_lo=np.full(n, 50), predicted_hi=np.full(n, 200))
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
-                                                    replicas=2))
+                                                    replicas=2), slo=ANALYTIC_SLO)
     policies = {name: name for name in NON_SPECULATIVE}
     from lpserve.opt import solve
     from lpserve.opt.routing_lp import export_fluid

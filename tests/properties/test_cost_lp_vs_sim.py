@@ -18,6 +18,7 @@ from lpserve.evaluate.interval import fitting_subset
 from lpserve.opt import solve
 from lpserve.registry import policy_names
 from tests.properties.cost_lp_embedding import embed, recording, violations
+from tests.strategies import ANALYTIC_SLO, fallback_predictor
 
 #: the default tier runs these; the slow tier runs every registered policy
 FAST_POLICIES = ("vllm", "sarathi", "srpt-oracle", "orca", "vllm-compress-swap", "mcsf")
@@ -49,7 +50,8 @@ def shared_prefix_instance(seed: int, max_n: int = 10):
     frac = float(rng.choice([0.172, 0.176, 0.18, 0.19]))
     cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=int(rng.integers(1, 3)),
                     gpu_memory_fraction=frac, block_tokens=bt)
-    return lp.Instance(trace=tr, cluster=cl)
+    # the SLO is for the policies whose targets mirror it (slo-aware, the Lyapunov controllers)
+    return lp.Instance(trace=tr, cluster=cl, slo=ANALYTIC_SLO)
 
 
 def shared_prefix_instances():
@@ -69,7 +71,8 @@ def _check(inst, names):
     checked = 0
     for name in names:
         with recording() as log:
-            res = lp.simulate(sub, name, seed=0, reference=True)
+            res = lp.simulate(sub, name, seed=0, reference=True,
+                              predictor=fallback_predictor(sub, name))
         fin = res.arrays["status"] == "finished"
         if not fin.all():
             continue  # a run that drops a request is not a schedule of the instance
