@@ -14,8 +14,8 @@ from lpserve.evaluate.checkpoint import RunStore
 from lpserve.evaluate.specs import REJECTION_WARN_SHARE, RejectionWarning
 from lpserve.evaluate.utilization import fluid_capacity
 
-#: a 2,048-token budget makes the non-chunked vllm engine reject the longer prompts
-SMALL_BUDGET = {"vllm": {"max_num_batched_tokens": 2048}}
+#: a 2,048-token budget makes the non-chunked engine (vLLM V0) reject the longer prompts
+SMALL_BUDGET = {"vllm-v0": {"max_num_batched_tokens": 2048}}
 VOLATILE = ("wall_s", "from_checkpoint")
 
 
@@ -30,7 +30,7 @@ def inst():
 def _compare(inst, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RejectionWarning)
-        return compare(inst, ["vllm", "sarathi"], **kw)
+        return compare(inst, ["vllm-v0", "sarathi"], **kw)
 
 
 def test_common_requests_by_default_and_served_on_request(inst):
@@ -40,14 +40,14 @@ def test_common_requests_by_default_and_served_on_request(inst):
     rejected = int((inst.trace.prompt_tokens > 2048).sum())
     c, s = common.set_index("policy"), served.set_index("policy")
     assert common.attrs["over"] == "common"
-    assert c.loc["vllm", "n_rejected"] == rejected > 0
+    assert c.loc["vllm-v0", "n_rejected"] == rejected > 0
     assert (c["n_compared"] == n - rejected).all()           # the same requests for both
-    assert s.loc["sarathi", "n_compared"] == n and s.loc["vllm", "n_compared"] == n - rejected
-    assert c.loc["vllm", "rejected_share"] == pytest.approx(rejected / n)
-    assert '"prompt_exceeds_token_budget"' in c.loc["vllm", "rejection_reasons"]
-    # sarathi's latencies differ with the set they cover; vllm served the same set both ways
+    assert s.loc["sarathi", "n_compared"] == n and s.loc["vllm-v0", "n_compared"] == n - rejected
+    assert c.loc["vllm-v0", "rejected_share"] == pytest.approx(rejected / n)
+    assert '"prompt_exceeds_token_budget"' in c.loc["vllm-v0", "rejection_reasons"]
+    # sarathi's latencies differ with the set they cover; vllm-v0 served the same set both ways
     assert c.loc["sarathi", "e2e_s_mean"] != s.loc["sarathi", "e2e_s_mean"]
-    assert c.loc["vllm", "e2e_s_mean"] == pytest.approx(s.loc["vllm", "e2e_s_mean"])
+    assert c.loc["vllm-v0", "e2e_s_mean"] == pytest.approx(s.loc["vllm-v0", "e2e_s_mean"])
     # one bound for everyone over the common requests, and the ratio is over it
     assert c["bound_value"].nunique() == 1
     assert np.allclose(c["ratio_to_bound"], c["e2e_s_mean"] / c["bound_value"])
@@ -58,10 +58,10 @@ def test_common_requests_by_default_and_served_on_request(inst):
 
 def test_rejection_warning_above_one_percent(inst):
     with pytest.warns(RejectionWarning) as rec:
-        t = compare(inst, ["vllm", "sarathi"], engine=SMALL_BUDGET)
+        t = compare(inst, ["vllm-v0", "sarathi"], engine=SMALL_BUDGET)
     assert len(t.attrs["warnings"]) == 1 == len(rec)
     w = t.attrs["warnings"][0]
-    assert w.startswith("vllm rejected") and "max_num_batched_tokens" in w
+    assert w.startswith("vllm-v0 rejected") and "max_num_batched_tokens" in w
     assert f"{int(inst.trace.prompt_tokens.max()):,}" in w   # the budget that would serve all
     with warnings.catch_warnings():
         warnings.simplefilter("error", RejectionWarning)      # none when nothing is rejected
@@ -102,7 +102,7 @@ def test_checkpoint_resumes_with_the_same_table(inst, tmp_path):
 def test_incremental_results_and_request_counts(inst):
     rows, routed = [], []
     _compare(inst, on_result=rows.append, on_requests=routed.append)
-    assert [r["policy"] for r in rows] == ["vllm", "sarathi"]
+    assert [r["policy"] for r in rows] == ["vllm-v0", "sarathi"]
     assert {"e2e_s_mean", "n_finished", "n_rejected", "wall_s"} <= set(rows[0])
     assert sum(routed) == 2 * len(inst.trace)
 
@@ -112,12 +112,12 @@ def test_robustness_takes_the_same_options(inst, tmp_path):
     insts = {"x1": inst, "x1.5": inst.with_(trace=inst.trace.scale_rate(1.5))}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RejectionWarning)
-        summary, runs = robustness(insts, ["vllm", "sarathi"], engine=SMALL_BUDGET,
+        summary, runs = robustness(insts, ["vllm-v0", "sarathi"], engine=SMALL_BUDGET,
                                    checkpoint=tmp_path, return_runs=True,
                                    on_case=lambda label, df: cases.append(label))
     assert cases == ["x1", "x1.5"]
     assert len(summary.attrs["warnings"]) == 2
-    assert summary.attrs["warnings"][0].startswith("x1: vllm rejected")
+    assert summary.attrs["warnings"][0].startswith("x1: vllm-v0 rejected")
     assert (runs.groupby("instance")["n_compared"].nunique() == 1).all()
     assert len(RunStore(tmp_path)) == 4
 
