@@ -120,17 +120,19 @@ def test_lyapunov_and_slo_aware_refuse_an_instance_without_slo():
     inst = lp.Instance(trace=_bursty(), cluster=A100)
     with pytest.raises(ValueError, match="no TBT target"):
         lp.simulate(inst, "lyapunov")
+    # slo-aware reads predicted output lengths: with a predictor, the refusal is the SLO's
     with pytest.raises(ValueError, match="no SLO target"):
-        lp.simulate(inst, "slo-aware")
-    lp.simulate(inst, lp.make_policy("slo-aware", ttft_s=2.0, tpot_s=0.2))
+        lp.simulate(inst, "slo-aware", predictor="history")
+    lp.simulate(inst, lp.make_policy("slo-aware", ttft_s=2.0, tpot_s=0.2), predictor="history")
 
 
 def test_slo_aware_mirrors_the_slo():
     inst = lp.Instance(trace=_bursty(), cluster=A100, slo=lp.SLO(ttft_s=2.0, tpot_s=0.2))
     pol = lp.make_policy("slo-aware")
-    a = lp.simulate(inst, pol)
+    a = lp.simulate(inst, pol, predictor="history")  # slo-aware reads predicted lengths
     assert (pol.scheduler.ttft_s, pol.scheduler.tpot_s) == (2.0, 0.2)
-    b = lp.simulate(inst, lp.make_policy("slo-aware", ttft_s=2.0, tpot_s=0.2))
+    b = lp.simulate(inst, lp.make_policy("slo-aware", ttft_s=2.0, tpot_s=0.2),
+                    predictor="history")
     assert a.digest() == b.digest()
 
 
