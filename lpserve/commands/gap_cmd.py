@@ -102,8 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"loads of the sweep, in --load-unit (default rate scales {DEFAULT_LOADS}); --load "
                    "is added when missing")
     p.add_argument("--policies", type=name_list, default=None, metavar="A,B,...",
-                   help="policies to compare: registered names, lp-index, lp-split "
-                   "(default: baselines + principled policies available)")
+                   help="policies to compare: registered names, lp-index, lp-split, "
+                   "lp-locality (default: baselines + principled policies available)")
     p.add_argument("--bounds", default="cost-bound", metavar="A,B,...",
                    help="lower bounds to compute (default cost-bound; 'none' for none)")
     p.add_argument("--check-bound", action="append", default=[], metavar="METRIC=VALUE",

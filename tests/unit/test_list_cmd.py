@@ -20,6 +20,7 @@ def test_every_list_prints_and_has_json(what, capsys):
 
 
 def test_lists_hold_what_other_commands_accept(capsys):
+    from lpserve.evaluate.compare import SOLVED_POLICIES
     from lpserve.opt import FORMULATIONS
     from lpserve.registry import policy_names
 
@@ -33,7 +34,9 @@ def test_lists_hold_what_other_commands_accept(capsys):
     assert llms["llama-3-8b"]["kv_kib_per_token"] == 128.0   # 2 x 32 x 8 x 128 x 2 bytes
     assert all(r["max_context"] for r in llms.values())
     pols = items("policies")
-    assert set(policy_names()) | {"lp-index", "lp-split"} == set(pols)
+    # lpserve gap --policies accepts the registered names and the policies it solves
+    assert set(policy_names()) | set(SOLVED_POLICIES) == set(pols)
+    assert {"lp-index", "lp-split", "lp-locality"} <= set(pols)
     assert pols["sjf-predicted"]["reads_predictions"] and not pols["vllm"]["reads_predictions"]
     assert pols["vllm"]["max_num_batched_tokens"] == 4096
     assert set(items("formulations")) == set(FORMULATIONS)
