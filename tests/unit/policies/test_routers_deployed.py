@@ -179,7 +179,11 @@ def test_locality_prefers_cached_and_faster_replica():
         LocalityIndexRouter.from_profiles([slow], backlog="blocks")
 
 
-def test_simulator_fills_the_kv_aware_view_fields():
+# vLLM V1 (``vllm``) on an A100 prefills in 2,048-token chunks: at request 2's arrival
+# request 0 still has 3,000 - 2,048 = 952 prompt tokens to prefill; vLLM V0 prefills the
+# whole prompt in its first iteration
+@pytest.mark.parametrize("engine, left_of_request_0", [("vllm", 952), ("vllm-v0", 0)])
+def test_simulator_fills_the_kv_aware_view_fields(engine, left_of_request_0):
     seen = []
 
     class Spy(Router):
@@ -199,11 +203,12 @@ def test_simulator_fills_the_kv_aware_view_fields():
                               block_ids=[b0, b1, b0[:4], b0[:4]], block_tokens=64)
     inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                                     replicas=2))
-    res = lp.simulate(inst, lp.make_policy("vllm", router=Spy()))
+    res = lp.simulate(inst, lp.make_policy(engine, router=Spy()))
     assert res.summary()["n_finished"] == 4
     t, cached, pend, blocks, done, maxp = seen[2]
     assert cached.tolist() == [[256, 0]]     # request 0's first 16 KV blocks, on replica 0
-    assert pend.tolist() == [3000, 0]        # request 1 waits with nothing cached
+    # request 1 waits with nothing cached; request 0's unfinished prefill counts too
+    assert pend.tolist() == [3000 + left_of_request_0, 0]
     assert seen[0][4]["request"].size == 0   # nothing finished before the first arrival
     t, cached, pend, blocks, done, maxp = seen[3]
     assert cached.tolist() == [[256, 0]] and pend.tolist() == [0, 0]
