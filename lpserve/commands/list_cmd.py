@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "length), registered policies (kind, engine, what they read), formulations, "
         "bundled traces, the EngineConfig parameters --engine sets, and the predictors "
         "--predictor names. Registered policies set their own engine parameters "
-        "(`lpserve list policies` shows batching and token budget).")
+        "(`lpserve list policies` shows batching and token budget, and which of them the "
+        "engine sets by the cluster's GPU).")
     p.add_argument("what", choices=WHAT, help="what to list")
     add_json_flag(p)
     p.set_defaults(func=_list)
@@ -53,23 +54,28 @@ def _policies() -> list[dict[str, Any]]:
     from lpserve.evaluate.compare import BASELINES, SOLVED_POLICIES, describe_policy
     from lpserve.registry import make_policy, policy_names
 
+    def engine_cells(pol: Any) -> dict[str, Any]:
+        # fields the engine sets by the cluster's GPU when a run starts (Policy.bind); the
+        # values shown are its fallback for an unknown device
+        e, hd = pol.engine, pol.hardware_defaults
+        return {"batching": e.batching, "chunked_prefill": bool(e.chunked_prefill),
+                "max_num_batched_tokens": e.max_num_batched_tokens,
+                "set_by_gpu": ",".join(sorted(hd.fields)) if hd is not None else None}
+
     out = []
     for name in policy_names():
         pol = make_policy(name)
-        e = pol.engine
         out.append({"name": name,
                     "kind": "baseline" if name in BASELINES else
                     ("principled" if pol.meta.claims else "other"),
                     "clairvoyant": bool(pol.meta.clairvoyant),
-                    "reads_predictions": bool(pol.reads_predictions),
-                    "batching": e.batching, "chunked_prefill": bool(e.chunked_prefill),
-                    "max_num_batched_tokens": e.max_num_batched_tokens,
+                    "reads_predictions": bool(pol.reads_predictions), **engine_cells(pol),
                     "claims": len(pol.meta.claims), "description": describe_policy(pol)})
+    solved_engine = engine_cells(make_policy("vllm"))  # solved_policy's engine
     for name, text in SOLVED_POLICIES.items():
         out.append({"name": name, "kind": "principled (solved on the instance)",
-                    "clairvoyant": False, "reads_predictions": False,
-                    "batching": "prefill-first", "chunked_prefill": False,
-                    "max_num_batched_tokens": None, "claims": 0, "description": text})
+                    "clairvoyant": False, "reads_predictions": False, **solved_engine,
+                    "claims": 0, "description": text})
     return out
 
 

@@ -38,7 +38,13 @@ def test_lists_hold_what_other_commands_accept(capsys):
     assert set(policy_names()) | set(SOLVED_POLICIES) == set(pols)
     assert {"lp-index", "lp-split", "lp-locality"} <= set(pols)
     assert pols["sjf-predicted"]["reads_predictions"] and not pols["vllm"]["reads_predictions"]
-    assert pols["vllm"]["max_num_batched_tokens"] == 4096
+    # vLLM V0's fixed budget; V1 (vllm) picks its budget by the GPU (2,048 without one)
+    assert pols["vllm-v0"]["max_num_batched_tokens"] == 4096
+    assert pols["vllm-v0"]["set_by_gpu"] is None and not pols["vllm-v0"]["chunked_prefill"]
+    assert pols["vllm"]["max_num_batched_tokens"] == 2048 and pols["vllm"]["chunked_prefill"]
+    assert pols["vllm"]["set_by_gpu"] == "max_num_batched_tokens,max_num_seqs"
+    # the solved policies run behind the vllm engine, and the list says so
+    assert pols["lp-index"]["batching"] == pols["vllm"]["batching"] == "decode-first"
     assert set(items("formulations")) == set(FORMULATIONS)
     assert items("traces")["mooncake-conv-5min"]["n_requests"] == 918
     assert items("gpus")["h100-sxm"]["memory_gib"] == 80
