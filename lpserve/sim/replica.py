@@ -79,6 +79,9 @@ class Replica:
         self._turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
         self.ctl = eng.budget_controller  # sets decode-first budgets, observes iterations
         self.observer = getattr(ctx.policy.evictor, "observes_requests", False)
+        # a scheduler without a compiled twin is asked at the start of every planning step
+        # that has candidates (so the compiled engine can ask it at the same points)
+        self._eager_ranks = "kernel_spec" not in type(ctx.policy.scheduler).__dict__
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public
@@ -86,6 +89,9 @@ class Replica:
     def outstanding(self) -> int:
         """Requests routed here and not finished (waiting or running)."""
         return len(self.waiting) + len(self.running)
+
+    n_waiting = property(lambda self: len(self.waiting), doc="Requests waiting.")
+    n_running = property(lambda self: len(self.running), doc="Requests running.")
 
     def enqueue(self, i: int, t: float) -> None:
         """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
@@ -161,6 +167,34 @@ class Replica:
         self.n_iters += n_iters
         if decode_only:
             self.n_decode_iters += n_iters
+
+    def depart(self, i: int, end_s: float) -> None:
+        """Running request ``i`` leaves for another replica; its blocks stay held until
+        its KV copy ends at ``end_s``."""
+        S = self.S
+        self.running.remove(i)
+        heapq.heappush(self.releases, (end_s, i, S.slots[i], int(S.anon[i])))
+        S.slots[i] = []
+        S.nslots[i] = 0
+        S.anon[i] = 0
+        self._turn_gap.pop(i, None)
+
+    def reserve(self, i: int, n_blocks: int) -> None:
+        """Hold ``n_blocks`` blocks for request ``i``, arriving by a KV copy."""
+        self.make_room(n_blocks)
+        self.bm.take_anon(n_blocks)
+        self.inbound[i] = n_blocks
+
+    def land(self, i: int) -> None:
+        """Request ``i``'s copy landed: it joins the running batch with its blocks."""
+        S = self.S
+        S.anon[i] = self.inbound.pop(i)
+        S.status[i] = RUNNING
+        self.running.append(i)
+
+    def cached_prefix_tokens(self, i: int) -> int:
+        """Prompt tokens of waiting request ``i`` found in this replica's prefix cache."""
+        return len(self.bm.match(self.S.block_keys(i, self.bt))) * self.bt
 
     def _check(self) -> None:
         if self.ctx.check is not None:
@@ -413,6 +447,8 @@ class Replica:
         S, eng = self.S, self.eng
         self._ranks = None
         self._resumed = False
+        if self._eager_ranks:
+            self.ranks()
         chunks: list[tuple[int, int, int]] = []
         budget = eng.max_num_batched_tokens
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
@@ -591,15 +627,11 @@ class Replica:
     def _handoff(self, i: int) -> None:
         """Send request ``i``'s KV to the decode pool over this replica's link."""
         S, ctx = self.S, self.ctx
-        self.running.remove(i)
         start = max(self.now, self.link_free_s)
         end = start + float(self.cost.transfer_time_s(int(S.computed[i]),
                                                      ctx.link_gbps)) * ctx.kv_scale
         self.link_free_s = end
-        heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))
-        S.slots[i] = []
-        S.nslots[i] = 0
-        S.anon[i] = 0
+        self.depart(i, end)
         S.kv_remote[i] = True
         S.status[i] = TRANSFER
         ctx.events.kv_ready(end, i)
