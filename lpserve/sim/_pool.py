@@ -282,17 +282,17 @@ def _push(p, h, k1, k2, s):
 @njit(cache=True)
 def _pop_top(p, h):
     n = p.hsize[h] - 1
-    _swap(p, h, 0, n)
+    _swap(p, h, np.int64(0), n)
     p.hsize[h] = n
     if n > 0:
-        _sift_down(p, h, 0)
+        _sift_down(p, h, np.int64(0))
 
 
 @njit(cache=True)
 def _top(p, h):
     """Position 0 after discarding stale entries, or -1 when the heap is empty."""
     while p.hsize[h] > 0:
-        if _valid(p, h, 0):
+        if _valid(p, h, np.int64(0)):
             return 0
         _pop_top(p, h)
     return -1
@@ -336,9 +336,9 @@ def _became_evictable(p, s):
         return
     k2 = p.sf[F_LAST, s] if kind == EV_LFU else 0.0
     k1 = _score(p, s)
-    _push(p, 0, k1, k2, s)
+    _push(p, np.int64(0), k1, k2, s)
     if (kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU) and n_children(p, s) == 0:
-        _push(p, 1, k1, k2, s)
+        _push(p, np.int64(1), k1, k2, s)
 
 
 @njit(cache=True)
@@ -356,7 +356,7 @@ def _became_leaf(p, s):
     if (kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU) and \
             p.si[S_HASKEY, s] and p.si[S_REF, s] == 0:
         k2 = p.sf[F_LAST, s] if kind == EV_LFU else 0.0
-        _push(p, 1, _score(p, s), k2, s)
+        _push(p, np.int64(1), _score(p, s), k2, s)
 
 
 # ===================================================================================== pool ops
@@ -417,7 +417,7 @@ def take_hashed(p, key, depth, now_s, parent_key, gap_s):
     ``parent_key`` (:data:`NOKEY` for a prompt's first block); the slot, or -1 when the
     block stays anonymous (caching off, or the key is cached already)."""
     if p.ist[P_CACHING] == 0 or cached_slot(p, key) >= 0:
-        take_anon(p, 1)
+        take_anon(p, np.int64(1))
         return -1
     p.ist[P_PLAIN] -= 1
     p.ist[P_HASHED] += 1
@@ -545,15 +545,15 @@ def evict(p, n, queued, n_queued):
     leafy = kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU
     done = 0
     if leafy:
-        while done < n and _top(p, 1) >= 0:
+        while done < n and _top(p, np.int64(1)) >= 0:
             s = p.hslot[1, 0]
-            _pop_top(p, 1)
+            _pop_top(p, np.int64(1))
             _evict_one(p, s)
             done += 1
     while done < n:
-        _top(p, 0)
+        _top(p, np.int64(0))
         s = p.hslot[0, 0]
-        _pop_top(p, 0)
+        _pop_top(p, np.int64(0))
         _evict_one(p, s)
         done += 1
 
@@ -566,9 +566,9 @@ def _evict_lookahead(p, n, queued, n_queued):
     aside = np.empty(p.ist[P_EVICTABLE], np.int64)
     n_aside = 0
     done = 0
-    while done < n and _top(p, 0) >= 0:
+    while done < n and _top(p, np.int64(0)) >= 0:
         s = p.hslot[0, 0]
-        _pop_top(p, 0)
+        _pop_top(p, np.int64(0))
         if mark[s]:
             aside[n_aside] = s
             n_aside += 1
@@ -592,10 +592,10 @@ def _evict_lookahead(p, n, queued, n_queued):
                 _evict_one(p, s)
                 done += 1
             else:
-                _push(p, 0, p.sf[F_LAST, s], 0.0, s)
+                _push(p, np.int64(0), p.sf[F_LAST, s], 0.0, s)
     else:
         for k in range(n_aside):
             s = aside[k]
-            _push(p, 0, p.sf[F_LAST, s], 0.0, s)
+            _push(p, np.int64(0), p.sf[F_LAST, s], 0.0, s)
     for k in range(n_queued):
         mark[queued[k]] = 0

@@ -75,11 +75,11 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
             ist[T.I_RESUMED] = 1
     if batch == T.BATCH_PREFILL and admit_ok:
         n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
-                               n_ch, False)
+                               n_ch, np.bool_(False))
         admit_ok = False
         if n_ch > 0:
             return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h,
-                             n_ch, ch_i, 0)
+                             n_ch, ch_i, np.int64(0))
     # running requests in decode phase and in (chunked) prefill phase
     n_run = ist[T.I_NRUN]
     dec = np.empty(n_run, np.int64)
@@ -108,7 +108,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
         if ist[T.I_NRUN] == 1 and ist[T.I_NREL] == 0:
             T.r_remove(rep, v)
             T.release_request(req, rep, v, rep.fst[T.F_NOW])
-            T.reject(req, v, T.R_CTX_KV)
+            T.reject(req, v, np.int64(T.R_CTX_KV))
         else:
             T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
         m = 0

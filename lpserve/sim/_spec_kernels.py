@@ -36,7 +36,6 @@ N_Q = 8
 # counts layout (SpecRunner.counts)
 K_STEPS, K_SPEC_STEPS, K_DRAFT, K_ACCEPTED, K_EMITTED, K_SEQ_STEPS = range(6)
 A_MAX = 1.0 - 1e-6
-_EMPTY = np.zeros(0, np.int64)
 
 
 @njit(cache=True)
@@ -62,7 +61,7 @@ def prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch):
         return 0.0
     t = 0.0
     for d in range(sr.ip[Q_DRAFTS]):
-        t += iteration_time(sr.dparams[d], ch_c[:n_ch], ch_h[:n_ch], _EMPTY)
+        t += iteration_time(sr.dparams[d], ch_c[:n_ch], ch_h[:n_ch], np.empty(0, np.int64))
     for k in range(n_ch):
         req.dcomp[ch_i[k]] = ch_h[k] + ch_c[k]
     return t
@@ -91,7 +90,7 @@ def _draft_iter_s(sr, d, i, c, lag):
                 dc[b] = c[k]
                 b += 1
         return iteration_time(D, pt, pc, dc)
-    return iteration_time(D, _EMPTY, _EMPTY, c + i)
+    return iteration_time(D, np.empty(0, np.int64), np.empty(0, np.int64), c + i)
 
 
 @njit(cache=True)
@@ -101,14 +100,14 @@ def _time_s(sr, j, c, lag, times, dmemo):
         return times[j]
     k, d = arm_of(sr, j)
     if k == 0:
-        t = iteration_time(sr.tparams, _EMPTY, _EMPTY, c)
+        t = iteration_time(sr.tparams, np.empty(0, np.int64), np.empty(0, np.int64), c)
     else:
         t = 0.0
         for i in range(k):
             if math.isnan(dmemo[d, i]):
                 dmemo[d, i] = _draft_iter_s(sr, d, i, c, lag)
             t += dmemo[d, i]
-        t = t + iteration_time(sr.tparams, np.full(c.shape[0], k + 1, np.int64), c, _EMPTY)
+        t = t + iteration_time(sr.tparams, np.full(c.shape[0], k + 1, np.int64), c, np.empty(0, np.int64))
     times[j] = t
     return t
 
@@ -253,7 +252,7 @@ def step(req, rep, cfg, sr, ss, rng, dec, n_dec):
             req.anon[i] -= trim
             n_trim += trim
     if n_trim:
-        P.release(p, _EMPTY, 0, n_trim, fst[T.F_NOW])
+        P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW])
     if kind == SP_UCB or kind == SP_ACC:  # (10) normalized reward in [0, 1]
         bound = 0.0
         for a in range(n_arms):

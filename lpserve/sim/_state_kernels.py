@@ -239,7 +239,7 @@ def make_room(req, rep, cfg, need):
         q = queued_slots(req, rep, cfg)
         P.evict(p, n, q, q.shape[0])
     else:
-        P.evict(p, n, rep.hold, 0)
+        P.evict(p, n, rep.hold, np.int64(0))
     return True
 
 
@@ -403,7 +403,7 @@ def apply_releases(rep):
         o, m = rep.rel_off[0], rep.rel_n[0]
         P.release(rep.pool, rep.arena[o:o + m], m, rep.rel_anon[0], now)
         n = ist[I_NREL] - 1
-        _rel_swap(rep, 0, n)
+        _rel_swap(rep, np.int64(0), n)
         ist[I_NREL] = n
         j = 0
         while True:
@@ -450,7 +450,7 @@ def finish(req, rep, cfg, i):
     r_remove(rep, i)
     release_request(req, rep, i, now)
     if cfg[C_TRACK_FIN]:
-        emit(rep, EV_FINISH, i, now)
+        emit(rep, np.int64(EV_FINISH), i, now)
 
 
 @njit(cache=True)
@@ -464,7 +464,7 @@ def handoff(req, rep, cfg, cff, i):
     push_release(req, rep, i, end)
     req.kv_remote[i] = True
     req.status[i] = ST_TRANSFER
-    emit(rep, EV_KV_READY, i, end)
+    emit(rep, np.int64(EV_KV_READY), i, end)
 
 
 # ===================================================================================== preemption

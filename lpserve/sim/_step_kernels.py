@@ -39,7 +39,6 @@ CTL_NONE, CTL_DPP, CTL_RECORDER = 0, 1, 2
 # ctl_x (per replica controller scalars)
 X_U, X_CAP, X_QTOK, X_RESUMABLE, X_NPLAN = range(5)
 _BIG = 1 << 62
-_EMPTY = np.zeros(0, np.int64)
 
 
 # ===================================================================================== ranks
@@ -238,7 +237,7 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
                 if not allow_chunk:
                     if L > cfg[T.C_BUDGET]:
                         T.w_remove(req, rep, i)
-                        T.reject(req, i, T.R_CTX_BUDGET)
+                        T.reject(req, i, np.int64(T.R_CTX_BUDGET))
                         continue
                     break
                 chunk = budget
@@ -247,7 +246,7 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
             full = res if res > 0 else (L + bt - 1) // bt
             if full > p.ist[P.P_TOTAL] - wm:
                 T.w_remove(req, rep, i)
-                T.reject(req, i, T.R_CTX_KV)
+                T.reject(req, i, np.int64(T.R_CTX_KV))
                 continue
             n_hit_free = 0
             for k in range(n_hits):
@@ -370,7 +369,7 @@ def ctl_observe(req, rep, cfg, ctl, params, dt, ch_c, ch_h, n_ch, dctx, n_dec, d
     st = rep.ctl_st
     pen = 0.0
     if cfg[T.C_CTL] == CTL_DPP and n_dec > 0 and n_ch > 0:
-        t0 = iteration_time(params, _EMPTY, _EMPTY, dctx[:n_dec])
+        t0 = iteration_time(params, np.empty(0, np.int64), np.empty(0, np.int64), dctx[:n_dec])
         t1 = iteration_time(params, ch_c[:n_ch], ch_h[:n_ch], dctx[:n_dec])
         pen = n_dec * (t1 - t0)
     st[D.ST_LAST_PEN] = pen
@@ -435,7 +434,7 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
         dt += fst[T.F_SWAP_S]
         fst[T.F_SWAP_WAIT] += fst[T.F_SWAP_S]
         fst[T.F_SWAP_S] = 0.0
-    account(rep, dt, 1, n_ch == 0)
+    account(rep, dt, np.int64(1), n_ch == 0)
     done = np.empty(n_ch + n_dec, np.int64)
     nd = 0
     for k in range(n_ch):
@@ -494,7 +493,7 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
                                         first, used0, total, rep.ctl_x[X_QTOK], rep.ctl_q,
                                         ctl.w, rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl],
                                         int(rep.ctl_x[X_CAP]), int(rep.ctl_x[X_U]), max_iters,
-                                        True, now)
+                                        np.bool_(True), now)
             max_iters = max(k_lim, 1)
     free = p.ist[P.P_PLAIN]
     if cfg[T.C_PRIO] and ist[T.I_NWAIT] > 0:
@@ -510,8 +509,8 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
         npl = int(rep.ctl_x[X_NPLAN]) if c == CTL_DPP else 0
         _, end = D.dpp_decode_run(params, ctl.cp, rep.ctl_st, ctx0, held0, first, used0,
                                   total, rep.ctl_x[X_QTOK], rep.ctl_q, ctl.w,
-                                  rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl], 0, 0, n,
-                                  False, now)
+                                  rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl], np.int64(0), np.int64(0), n,
+                                  np.bool_(False), now)
         for k in range(n_dec):
             rep.ctl_lt[idx[k]] = end
     if n == 0:

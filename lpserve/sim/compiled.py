@@ -25,8 +25,8 @@ from lpserve.kernels import dpp as D
 from lpserve.policy.checks import check_ranks
 from lpserve.sim import _pool as P
 from lpserve.sim import _ranks as RK
-from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _replica_kernels as RX
+from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as SK
 from lpserve.sim import _structs as ST
