@@ -242,6 +242,9 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,
         "wall_s": info["wall_s"],
+        # which engine ran: "compiled" (numba replicas), "compiled+python-ranks" (a
+        # scheduler written in Python, asked at planning steps) or "python" (reference)
+        "engine": sim.engine_name,
     }
     if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
         stats["speculation"] = sim.spec.summary()

@@ -46,11 +46,26 @@ _LEVEL_SCALE = 1.0e7
 
 
 @njit(cache=True)
+def tick_index(now_s, quantum_s):
+    """Twin of :func:`lpserve.policy.roles.tick_index`: the ``k`` with
+    ``k * quantum_s <= now_s < (k + 1) * quantum_s`` in float64 (``quantum_s`` > 0)."""
+    k = math.floor(now_s / quantum_s)
+    for _ in range(4):  # the quotient is off by at most one
+        if (k + 1) * quantum_s <= now_s:
+            k += 1
+        elif k * quantum_s > now_s:
+            k -= 1
+        else:
+            return k
+    return k
+
+
+@njit(cache=True)
 def tick_of(now_s, quantum_s):
     """The quantum tick holding ``now_s`` (0 without a quantum)."""
     if quantum_s <= 0.0:
         return 0.0
-    return math.floor(now_s / quantum_s + 1e-9)
+    return tick_index(now_s, quantum_s)
 
 
 @njit(cache=True)
@@ -135,7 +150,7 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
             res[k] = float(gen[cand[k]] // q)
     elif kind == R_RR:
         qs = fp[0]
-        tick_s = math.floor(now / qs + 1e-9) * qs
+        tick_s = tick_index(now, qs) * qs
         for k in range(m):
             i = cand[k]
             if run[k]:
@@ -266,7 +281,7 @@ def _mlfq(fp, ip, cand, run, m, now, rep, arrival, prompt, phi, has_pred, rf, ri
     n_run = max(n_run, 1)
     use_thr = thr0 > 0.0
     thr = thr0
-    tick = math.floor(now / period + 1e-9)
+    tick = tick_index(now, period)
     if use_thr and tick <= xi[rep, XI_CHECK]:
         use_thr = False
     elif use_thr:

@@ -475,7 +475,7 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
     stop_s = min(stop, T.next_release_s(rep))
     q = cff[T.D_QUANTUM]
     if q > 0.0:
-        stop_s = min(stop_s, (math.floor(now / q) + 1) * q)
+        stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now
     max_iters = 1 if cfg[T.C_REFERENCE] else _BIG
     p = rep.pool
     used0 = float(P.used(p))

@@ -32,7 +32,10 @@ from lpserve.sim import _step_kernels as SK
 from lpserve.sim import _structs as ST
 from lpserve.sim.state import RunContext, State
 
-__all__ = ["CompiledReplica", "CompiledRun", "eligible", "finalize_reasons", "rank_spec"]
+__all__ = ["RANK_EXTERNAL", "CompiledReplica", "CompiledRun", "eligible", "finalize_reasons",
+           "rank_spec"]
+
+RANK_EXTERNAL = T.RANK_EXTERNAL  # rank_spec kind of a scheduler ranked in Python
 
 _BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
           "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}

@@ -105,6 +105,10 @@ class Simulation:
         self.spec = spec
         self.compiled = compiled.eligible(policy, self.reference,
                                           heterogeneous=replica_kw is not None)
+        self.engine_name = "python"
+        if self.compiled:
+            external = compiled.rank_spec(policy.scheduler)[0] == compiled.RANK_EXTERNAL
+            self.engine_name = "compiled+python-ranks" if external else "compiled"
         self.runset = None
         if self.compiled:
             self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None)
