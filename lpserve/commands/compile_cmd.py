@@ -23,26 +23,28 @@ def compile_kernels() -> dict[str, Any]:
     cached. Returns ``{"policies": n, "wall_s": s}``."""
     import numpy as np
 
-    import lpserve as lp
-    from lpserve.registry import policy_names
+    from lpserve.cluster import Cluster
+    from lpserve.instance import Instance
+    from lpserve.registry import policy_names, simulate
+    from lpserve.trace import Trace
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(0)
     n = 12
-    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 1.0, n)),
+    tr = Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 1.0, n)),
                               prompt_tokens=rng.integers(16, 400, n),
                               output_tokens=rng.integers(1, 24, n),
                               block_ids=[[1, 2, 3][:k] for k in rng.integers(0, 4, n)],
                               block_tokens=16)
-    colo = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2, gpu_memory_fraction=0.2)
-    disagg = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", prefill_replicas=1,
+    colo = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2, gpu_memory_fraction=0.2)
+    disagg = Cluster(gpu="a100-80gb", llm="llama-2-7b", prefill_replicas=1,
                         decode_replicas=1, gpu_memory_fraction=0.2)
     names = policy_names()
     for k, name in enumerate(names):
         try:
-            lp.simulate(lp.Instance(trace=tr, cluster=colo), name, check=k == 0)
+            simulate(Instance(trace=tr, cluster=colo), name, check=k == 0)
         except ValueError:  # a policy for disaggregated clusters
-            lp.simulate(lp.Instance(trace=tr, cluster=disagg), name, check=k == 0)
+            simulate(Instance(trace=tr, cluster=disagg), name, check=k == 0)
     return {"policies": len(names), "wall_s": round(time.perf_counter() - t0, 2)}
 
 

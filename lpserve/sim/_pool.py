@@ -63,8 +63,7 @@ K_CREDIT, K_PROTECT, K_AGE, K_SCALE = range(4)
 
 NOKEY = np.iinfo(np.int64).min  # parent key of a prompt's first block
 
-#: the pool's arrays, for the Python side (the kernels take :func:`pool_struct` of them)
-PoolArrays = namedtuple("PoolArrays", POOL_FIELDS)
+PoolArrays = namedtuple("PoolArrays", POOL_FIELDS)  # the kernels take pool_struct() of them
 
 
 def pool_struct(arrays: "PoolArrays") -> Any:

@@ -29,13 +29,14 @@ from lpserve.sim import preempt
 from lpserve.sim import views as V
 from lpserve.sim.blocks import BlockManager
 from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS, choose_evictions, queued_slots
+from lpserve.sim.moves import KVMoves
 from lpserve.sim.state import FINISHED, RUNNING, TRANSFER, WAITING, RunContext
 
 _BIG = 1 << 62
 _EMPTY = np.zeros(0, np.int64)
 
 
-class Replica:
+class Replica(KVMoves):
     """Engine of one replica; ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
 
     compiled = False
@@ -167,30 +168,6 @@ class Replica:
         self.n_iters += n_iters
         if decode_only:
             self.n_decode_iters += n_iters
-
-    def depart(self, i: int, end_s: float) -> None:
-        """Running request ``i`` leaves for another replica; its blocks stay held until
-        its KV copy ends at ``end_s``."""
-        S = self.S
-        self.running.remove(i)
-        heapq.heappush(self.releases, (end_s, i, S.slots[i], int(S.anon[i])))
-        S.slots[i] = []
-        S.nslots[i] = 0
-        S.anon[i] = 0
-        self._turn_gap.pop(i, None)
-
-    def reserve(self, i: int, n_blocks: int) -> None:
-        """Hold ``n_blocks`` blocks for request ``i``, arriving by a KV copy."""
-        self.make_room(n_blocks)
-        self.bm.take_anon(n_blocks)
-        self.inbound[i] = n_blocks
-
-    def land(self, i: int) -> None:
-        """Request ``i``'s copy landed: it joins the running batch with its blocks."""
-        S = self.S
-        S.anon[i] = self.inbound.pop(i)
-        S.status[i] = RUNNING
-        self.running.append(i)
 
     def cached_prefix_tokens(self, i: int) -> int:
         """Prompt tokens of waiting request ``i`` found in this replica's prefix cache."""

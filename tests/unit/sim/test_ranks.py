@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.arrays import readonly
 from lpserve.policies import mlfq, programs, schedulers
-from lpserve.policy import FCFS, SchedulerView
 from lpserve.policies.lyapunov import DPPScheduler
+from lpserve.policy import FCFS, SchedulerView
 from lpserve.sim import _ranks as K
 
 CLUSTER = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2)
@@ -70,6 +70,7 @@ def _compare(name, seed, steps=60, with_pred=True):
     rf, ri, pf, xf, xi, xr, g = _state(n, R, 5 + n)
     now = np.zeros(R)
     home = rng.integers(0, R, n)  # each request sits on one replica
+    prev: dict = {}  # the last candidates asked on each replica
     for step in range(steps):
         r = int(rng.integers(0, R))
         now[r] += float(rng.choice([0.0, 0.01, 0.05, 0.13, 0.4]))
@@ -80,7 +81,6 @@ def _compare(name, seed, steps=60, with_pred=True):
             cand = prev.get(r, pool)  # same candidates again: a cached decision
         else:
             cand = rng.permutation(pool)[:int(rng.integers(1, pool.size + 1))]
-        prev = locals().setdefault("prev", {})
         prev[r] = cand
         m = cand.size
         run = np.zeros(m, bool)
