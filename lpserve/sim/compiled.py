@@ -150,6 +150,8 @@ class CompiledRun:
             keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64))
         self.req = ST.new_req(*self.req_a)
         kind, fp, ip = rank_spec(pol.scheduler)
+        if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
+            pol.scheduler.check_size(n)
         self.rank_kind = kind
         R = cluster.n_replicas
         n_prog = known.size + n

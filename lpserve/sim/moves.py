@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import heapq
 
-from lpserve.sim.state import RUNNING
+from lpserve.sim.state import RUNNING, TRANSFER
 
 __all__ = ["KVMoves"]
 
 
 class KVMoves:
-    """``depart`` / ``reserve`` / ``land`` of a Python replica (its ``S`` state, ``running``
-    list, ``releases`` heap, ``inbound`` reservations, ``bm`` block manager)."""
+    """``depart`` / ``reserve`` / ``land`` and the P/D hand-off of a Python replica (its
+    ``S`` state, ``running`` list, ``releases`` heap, ``inbound`` reservations, ``bm``
+    block manager, ``link_free_s`` and ``cost``)."""
 
     def depart(self, i: int, end_s: float) -> None:
         """Running request ``i`` leaves for another replica; its blocks stay held until
@@ -37,3 +38,15 @@ class KVMoves:
         S.anon[i] = self.inbound.pop(i)
         S.status[i] = RUNNING
         self.running.append(i)
+
+    def _handoff(self, i: int) -> None:
+        """Send request ``i``'s KV to the decode pool over this replica's link."""
+        S, ctx = self.S, self.ctx
+        start = max(self.now, self.link_free_s)
+        end = start + float(self.cost.transfer_time_s(int(S.computed[i]),
+                                                     ctx.link_gbps)) * ctx.kv_scale
+        self.link_free_s = end
+        self.depart(i, end)
+        S.kv_remote[i] = True
+        S.status[i] = TRANSFER
+        ctx.events.kv_ready(end, i)

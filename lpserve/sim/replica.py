@@ -8,9 +8,8 @@ pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_a
 In reference mode the planner runs before every iteration instead. The semantics are
 written down in ``models/simulator.md``.
 
-A replica gets everything it needs from the run's :class:`~lpserve.sim.state.RunContext`
-and reports completions and KV handoffs through its ``events`` outbox; it never calls
-back into the event loop.
+It gets everything from the run's :class:`~lpserve.sim.state.RunContext` and reports
+completions and KV handoffs through its ``events`` outbox, never calling the event loop.
 """
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from lpserve.sim import views as V
 from lpserve.sim.blocks import BlockManager
 from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS, choose_evictions, queued_slots
 from lpserve.sim.moves import KVMoves
-from lpserve.sim.state import FINISHED, RUNNING, TRANSFER, WAITING, RunContext
+from lpserve.sim.state import FINISHED, RUNNING, WAITING, RunContext
 
 _BIG = 1 << 62
 _EMPTY = np.zeros(0, np.int64)
@@ -86,10 +85,8 @@ class Replica(KVMoves):
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public
-    @property
-    def outstanding(self) -> int:
-        """Requests routed here and not finished (waiting or running)."""
-        return len(self.waiting) + len(self.running)
+    outstanding = property(lambda self: len(self.waiting) + len(self.running),
+                           doc="Requests routed here and not finished (waiting or running).")
 
     n_waiting = property(lambda self: len(self.waiting), doc="Requests waiting.")
     n_running = property(lambda self: len(self.running), doc="Requests running.")
@@ -600,15 +597,3 @@ class Replica(KVMoves):
             self._observe("finish", i)
         S.forget_keys(i)
         self.ctx.events.finish(self.now, i)
-
-    def _handoff(self, i: int) -> None:
-        """Send request ``i``'s KV to the decode pool over this replica's link."""
-        S, ctx = self.S, self.ctx
-        start = max(self.now, self.link_free_s)
-        end = start + float(self.cost.transfer_time_s(int(S.computed[i]),
-                                                     ctx.link_gbps)) * ctx.kv_scale
-        self.link_free_s = end
-        self.depart(i, end)
-        S.kv_remote[i] = True
-        S.status[i] = TRANSFER
-        ctx.events.kv_ready(end, i)
