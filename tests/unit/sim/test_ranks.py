@@ -28,7 +28,7 @@ SCHEDULERS = {
     "mcsf-hi": lambda: schedulers.MemoryCheckedSF("hi", max_batch=6),
     "mcsf-lo": lambda: schedulers.MemoryCheckedSF("lo", max_batch=6),
     "mcsf-oracle": lambda: schedulers.MemoryCheckedSF("oracle", max_batch=6),
-    "slo": lambda: schedulers.SLOAware(quantum_s=0.2),
+    "slo": lambda: schedulers.SLOAware(quantum_s=0.2, ttft_s=1.0, tpot_s=0.05),
     "mlfq": lambda: mlfq.MLFQ(entry="first", starvation_s=0.5, starvation_period_s=0.4),
     "fastserve": lambda: mlfq.MLFQ(entry="prefill", demote_on=">="),
     "mlfq-pred-adaptive": lambda: mlfq.MLFQ(entry="predicted", adaptive_starvation=True,
