@@ -7,7 +7,7 @@ prefill:decode = 3:1, Llama-2-7B on A100-80GB TP1. Three tables:
    prefix caching, round robin) at 3 QPS on 1 replica, 12 QPS on 4 and 3 QPS on 4, with
    TTFT / TBT / E2E medians side by side with Vidur's;
 2. every registered policy with its own defaults (prefix caching on where the policy has
-   it) at 3 QPS on 1 replica: wall s, requests per second, speed-up over Vidur and the
+   it) at 3 QPS on 1 replica, SLO TTFT 2 s / TPOT 100 ms: wall s, requests per second, speed-up over Vidur and the
    medians (``--policies`` picks a subset);
 3. a scheduler written in plain Python (numpy ranks, shortest prompt first) on the vLLM
    engine defaults, which runs through the per-event Python path.
@@ -255,7 +255,8 @@ def main() -> int:
 
     trace = (vidur_requests(3.0, 1) if args.requests == 10_000 else None) \
         or vidur_workload(args.requests, 3.0)
-    inst = lp.Instance(trace=trace, cluster=cluster1)
+    # the SLO the SLO-mirroring policies (lyapunov, slo-aware) take their targets from
+    inst = lp.Instance(trace=trace, cluster=cluster1, slo=lp.SLO(ttft_s=2.0, tpot_s=0.1))
     small = inst.with_(trace=trace.head(200))
     vw = ref.get((3.0, 1), {}).get("wall_min_s", float("nan"))
     names = [n for n in args.policies.split(",") if n] or policy_names()
