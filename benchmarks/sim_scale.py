@@ -3,7 +3,9 @@ requests, on 1 and on 16 replicas, for each policy with its own defaults.
 
 Vidur's synthetic workload (Poisson arrivals, total tokens ~ U[512, 2048], prefill:decode
 3:1, seed 42) at 3 QPS per replica (the rate scales with the replicas), Llama-2-7B on
-A100-80GB TP1, SLO TTFT 2 s / TPOT 100 ms (the targets that ``lyapunov`` mirrors). For each policy and replica count prints the wall time and the wall time
+A100-80GB TP1, SLO TTFT 2 s / TPOT 100 ms (the targets that ``lyapunov`` mirrors);
+policies that read predicted lengths (``mcsf``) use the online History predictor. For each
+policy and replica count prints the wall time and the wall time
 per request at each size, their ratio (linear cost: within 1.5x), and the 100,000-request
 wall time on 16 replicas (target: under 5 s). Compilation (numba, first use) is excluded
 and printed apart.
@@ -56,13 +58,15 @@ def main() -> int:
             cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", tp=1, replicas=r)
             qps = args.qps_per_replica * r
             t0 = time.perf_counter()
-            lp.simulate(lp.Instance(trace=workload(200, qps), cluster=cl, slo=SLO), name)
+            # policies that read predicted lengths get lpserve's online History predictor
+            kw = {"predictor": "history"} if lp.make_policy(name).reads_predictions else {}
+            lp.simulate(lp.Instance(trace=workload(200, qps), cluster=cl, slo=SLO), name, **kw)
             compile_s = time.perf_counter() - t0
             walls = []
             for n in (args.small, args.large):
                 inst = lp.Instance(trace=workload(n, qps), cluster=cl, slo=SLO)
                 t = time.perf_counter()
-                res = lp.simulate(inst, name)
+                res = lp.simulate(inst, name, **kw)
                 walls.append(time.perf_counter() - t)
                 s = res.summary()
                 if s["n_finished"] != n:

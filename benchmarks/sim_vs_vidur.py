@@ -7,7 +7,8 @@ prefill:decode = 3:1, Llama-2-7B on A100-80GB TP1. Three tables:
    prefix caching, round robin) at 3 QPS on 1 replica, 12 QPS on 4 and 3 QPS on 4, with
    TTFT / TBT / E2E medians side by side with Vidur's;
 2. every registered policy with its own defaults (prefix caching on where the policy has
-   it) at 3 QPS on 1 replica, SLO TTFT 2 s / TPOT 100 ms: wall s, requests per second, speed-up over Vidur and the
+   it) at 3 QPS on 1 replica, SLO TTFT 2 s / TPOT 100 ms, the History predictor for the
+   policies that read predicted lengths: wall s, requests per second, speed-up over Vidur and the
    medians (``--policies`` picks a subset);
 3. a scheduler written in plain Python (numpy ranks, shortest prompt first) on the vLLM
    engine defaults, which runs through the per-event Python path.
@@ -265,12 +266,14 @@ def main() -> int:
           f"{'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'E2E p50 s':>9}  engine")
     slow = []
     for n in names:
+        # policies that read predicted lengths get lpserve's online History predictor
+        kw = {"predictor": "history"} if lp.make_policy(n).reads_predictions else {}
         try:
             t = time.perf_counter()
-            lp.simulate(small, n)
+            lp.simulate(small, n, **kw)
             c = time.perf_counter() - t
             t = time.perf_counter()
-            res = lp.simulate(inst, n)
+            res = lp.simulate(inst, n, **kw)
             wall = time.perf_counter() - t
         except (ValueError, PolicyError) as e:  # a policy this cluster cannot run
             print(f"{n:<24} not run on one colocated replica: {e}")
