@@ -199,7 +199,8 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rn
     ``max_steps`` of them; returns :data:`~lpserve.sim._step_kernels.IDLE` (nothing more
     to do before ``t``), ``STEPPED`` (``max_steps`` ran), ``NEED_RANKS`` (a scheduler
     written in Python must rank the candidates before the next step) or ``NEED_ROOM``
-    (the event outbox must be drained or the release arena grown first)."""
+    (the event outbox must be drained, or the release arena or the swap table
+    ``swap_tab`` grown first)."""
     stop = min(t, cff[T.D_HORIZON])
     steps = 0
     external = cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL
@@ -213,6 +214,8 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rn
             T.compact_arena(rep)
             if rep.ist[T.I_ARENA] + per_step * req.keybuf.shape[0] > rep.arena.shape[0]:
                 return S.NEED_ROOM
+        if rep.ist[T.I_SWAP_BLOCKS] + 3 * cfg[T.C_TOTAL] + 1 >= swap_tab.shape[0]:
+            return S.NEED_ROOM  # a step may swap 3 * total blocks: grow the swap table
         T.apply_releases(rep)
         if rep.fst[T.F_NOW] >= stop:
             return S.STEPPED if steps else S.IDLE

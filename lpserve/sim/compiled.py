@@ -179,7 +179,9 @@ class CompiledRun:
         cost = ctx.cost
         total = ctx.total_blocks
         ratio = float(eng.compression_ratio)
-        counts = np.arange(2 * total + 2)
+        # swap seconds by blocks moved since the last iteration: one step moves at most
+        # 3 * total (out, in, out again); grow_swap_table extends it when they pile up
+        counts = np.arange(3 * total + 2)
         self.swap_tab = np.array([float(cost.swap_time_s(int(k), bt)) for k in counts])
         if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
             self.cswap_tab = np.array([
@@ -229,6 +231,17 @@ class CompiledRun:
         else:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
+
+    def grow_swap_table(self, need: int) -> None:
+        """Extend ``swap_tab`` (seconds to swap ``k`` blocks, float64 ``(K,)``) to at
+        least ``need`` entries: swaps of several steps without an iteration between them
+        are priced together in the next iteration, as the Python replica does."""
+        n0 = self.swap_tab.size
+        if need <= n0:
+            return
+        cost, bt = self.ctx.cost, self.ctx.block_tokens
+        more = [float(cost.swap_time_s(k, bt)) for k in range(n0, max(need, 2 * n0))]
+        self.swap_tab = np.concatenate([self.swap_tab, np.asarray(more, np.float64)])
 
     def replica(self, index: int, role: str) -> "CompiledReplica":
         """A fresh compiled replica ``index`` with ``role``."""
@@ -394,6 +407,8 @@ class CompiledReplica:
             if code == SK.NEED_ROOM:
                 self._drain()
                 self._grow_arena()
+                run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS])
+                                    + 3 * int(self.cfg[T.C_TOTAL]) + 2)
                 continue
             self._drain()
             return code
