@@ -1,24 +1,39 @@
 """lpserve's simulator beside Vidur on Vidur's fixed workload.
 
 10,000 requests, Poisson arrivals (seed 42), total tokens ~ U[512, 2048] split
-prefill:decode = 3:1, Llama-2-7B on A100-80GB TP1, vLLM scheduler (batch cap 128, 4096
-tokens per batch), no prefix caching, round robin. Configurations: 3 QPS on 1 replica,
-12 QPS on 4 replicas, 3 QPS on 4 replicas. Prints wall time (numba compile excluded and
-reported separately), the speed-up over Vidur, and TTFT / TBT / E2E medians side by
-side. Vidur's measured figures are read from ``benchmarks/data/vidur_reference.json``;
-when Vidur's per-request file ``vidur_requests_<qps>qps_<replicas>r.csv.gz`` is there, the
-very same requests (arrival times and token counts) are simulated, else the workload is
-regenerated from the same distributions.
+prefill:decode = 3:1, Llama-2-7B on A100-80GB TP1. Three tables:
 
-    python benchmarks/sim_vs_vidur.py [--requests 10000] [--reference PATH]
+1. the fixed vLLM configuration Vidur runs (batch cap 128, 4096 tokens per batch, no
+   prefix caching, round robin) at 3 QPS on 1 replica, 12 QPS on 4 and 3 QPS on 4, with
+   TTFT / TBT / E2E medians side by side with Vidur's;
+2. every registered policy with its own defaults (prefix caching on where the policy has
+   it) at 3 QPS on 1 replica, SLO TTFT 2 s / TPOT 100 ms, the History predictor for the
+   policies that read predicted lengths: wall s, requests per second, speed-up over Vidur and the
+   medians (``--policies`` picks a subset);
+3. a scheduler written in plain Python (numpy ranks, shortest prompt first) on the vLLM
+   engine defaults, which runs through the per-event Python path.
 
-Exits 1 when a speed-up is below 50x (when Vidur's wall time is known).
+Vidur's wall time: when the Vidur environment exists (``bash scripts/vidur-env.sh``
+creates ``.venv-vidur``), Vidur runs the same workload in this invocation
+(``benchmarks/vidur_lpserve_cost.py``: Vidur's event loop and vLLM scheduler, priced by
+lpserve's cost model); else the recorded figures in ``benchmarks/data/vidur_reference.json``
+are used and the script says so. When Vidur's per-request file
+``vidur_requests_<qps>qps_<replicas>r.csv.gz`` is there, the very same requests (arrival
+times and token counts) are simulated, else the workload is regenerated from the same
+distributions. Compilation (numba, first use) is excluded from the rows and printed apart.
+
+    python benchmarks/sim_vs_vidur.py [--requests 10000] [--policies vllm,sarathi]
+        [--reference PATH] [--vidur-python PATH] [--no-live-vidur]
+
+Exits 1 when a registered policy is below 50x Vidur or the Python scheduler below 5x
+(when Vidur's wall time is known).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +42,7 @@ import numpy as np
 
 CONFIGS = [("3qps-1rep", 3.0, 1), ("12qps-4rep", 12.0, 4), ("3qps-4rep", 3.0, 4)]
 REF = Path(__file__).resolve().parent / "data" / "vidur_reference.json"
+VIDUR_PY = Path(__file__).resolve().parents[1] / ".venv-vidur" / "bin" / "python"
 
 
 def vidur_workload(n: int, qps: float, seed: int = 42):
@@ -126,28 +142,84 @@ def load_reference(path: Path) -> dict[tuple[float, int], dict] | None:
     return out
 
 
+def live_vidur(python: Path, n: int, qps: float, replicas: int) -> dict | None:
+    """Vidur's wall time and medians on the workload, run now in the Vidur environment
+    (``benchmarks/vidur_lpserve_cost.py``), or None when that run fails."""
+    cmd = [str(python), str(Path(__file__).resolve().parent / "vidur_lpserve_cost.py"),
+           "--requests", str(n), "--qps", f"{qps:g}", "--replicas", str(replicas)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        print(f"NOTE: the live Vidur run failed (exit {proc.returncode}): "
+              f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}")
+        return None
+    rec = json.loads(lines[-1])
+    return {"wall_s": float(rec["wall_s"]), "wall_min_s": float(rec["wall_s"]),
+            "iterations": None,
+            **{k: float(rec[k]) for k in ("ttft_p50_s", "tbt_p50_s", "e2e_p50_s") if k in rec}}
+
+
+class ShortestPromptFirst:
+    """A user scheduler in plain Python: numpy ranks, shortest prompt first (ties by
+    arrival), the kind of rule a user writes in a notebook."""
+
+    def __new__(cls):
+        from lpserve.policy import Scheduler
+
+        class _SPF(Scheduler):
+            name = "python-spf"
+
+            def rank(self, view):
+                return view.prompt_tokens.astype(np.float64) + 1e-9 * view.arrival_s
+
+        return _SPF()
+
+
+def _medians(s: dict) -> tuple[float, float, float]:
+    return s["ttft_s"]["p50"], s["tpot_s"]["p50"], s["e2e_s"]["p50"]
+
+
 def main() -> int:
     import lpserve as lp
+    from lpserve.policy import PolicyError
+    from lpserve.registry import policy_names
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--reference", type=Path, default=REF)
+    ap.add_argument("--policies", default="", help="comma-separated registered names "
+                    "(default: every registered policy)")
+    ap.add_argument("--vidur-python", type=Path, default=VIDUR_PY,
+                    help="python of the Vidur environment (scripts/vidur-env.sh)")
+    ap.add_argument("--no-live-vidur", action="store_true",
+                    help="use the recorded Vidur figures even when Vidur is installed")
     args = ap.parse_args()
+    cluster1 = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", tp=1, replicas=1)
     policy = lp.make_policy("vllm-v0", max_num_seqs=128, max_num_batched_tokens=4096,
                             prefix_caching=False)
     t0 = time.perf_counter()
-    warm = lp.Instance(trace=vidur_workload(50, 3.0), cluster=lp.Cluster(
-        gpu="a100-80gb", llm="llama-2-7b", tp=1, replicas=1))
+    warm = lp.Instance(trace=vidur_workload(50, 3.0), cluster=cluster1)
     lp.simulate(warm, policy)
     compile_s = time.perf_counter() - t0
-    ref = load_reference(args.reference)
-    if ref is None:
-        print(f"NOTE: {args.reference} is missing: Vidur's measured results are not "
-              "available, so no speed-up or median comparison can be made.")
+    ref = load_reference(args.reference) or {}
+    live = None
+    if args.vidur_python.exists() and not args.no_live_vidur:
+        live = live_vidur(args.vidur_python, args.requests, 3.0, 1)
+    if live is not None:
+        print(f"Vidur ran now on the 3 QPS, 1 replica workload: {live['wall_s']:.1f} s "
+              f"({args.requests / live['wall_s']:,.0f} requests/s)")
+        ref[(3.0, 1)] = {**ref.get((3.0, 1), {}), **live}
+    elif ref:
+        print(f"Vidur is not installed here ({args.vidur_python}): using Vidur's recorded "
+              f"figures ({args.reference.name}); the smaller of its measured and its "
+              "uncontended wall time")
+    else:
+        print(f"NOTE: no Vidur environment and {args.reference} is missing: no speed-up "
+              "or median comparison can be made.")
     print(f"numba compile + first small run: {compile_s:.2f} s (excluded below)")
-    print("vidur s: the smaller of Vidur's measured wall time and its uncontended wall time")
     hdr = (f"{'config':<11} {'lpserve s':>9} {'vidur s':>8} {'speedup':>8} | "
            f"{'TTFT p50 ms':>17} | {'TBT p50 ms':>15} | {'E2E p50 s':>15}")
+    print("\n1. Vidur's vLLM configuration (no prefix caching)")
     print(hdr)
     print(" " * 40 + "lpserve / vidur")
     ok = True
@@ -162,7 +234,7 @@ def main() -> int:
         res = lp.simulate(inst, policy)
         wall = time.perf_counter() - t
         s = res.summary()
-        v = (ref or {}).get((qps, reps))
+        v = ref.get((qps, reps))
         vw = v["wall_min_s"] if v else float("nan")
         speed = vw / wall if v and math.isfinite(vw) else float("nan")
         if math.isfinite(speed) and speed < 50:
@@ -181,6 +253,54 @@ def main() -> int:
               + f", preemptions {s['preemptions']}")
     print("TBT: lpserve's per-request TPOT (decode time / (output - 1)); Vidur's "
           "decode_time_execution_plus_preemption_normalized.")
+
+    trace = (vidur_requests(3.0, 1) if args.requests == 10_000 else None) \
+        or vidur_workload(args.requests, 3.0)
+    # the SLO the SLO-mirroring policies (lyapunov, slo-aware) take their targets from
+    inst = lp.Instance(trace=trace, cluster=cluster1, slo=lp.SLO(ttft_s=2.0, tpot_s=0.1))
+    small = inst.with_(trace=trace.head(200))
+    vw = ref.get((3.0, 1), {}).get("wall_min_s", float("nan"))
+    names = [n for n in args.policies.split(",") if n] or policy_names()
+    print("\n2. every registered policy with its own defaults, 3 QPS on 1 replica")
+    print(f"{'policy':<24} {'wall s':>7} {'req/s':>8} {'vs vidur':>8} {'compile s':>9} | "
+          f"{'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'E2E p50 s':>9}  engine")
+    slow = []
+    for n in names:
+        # policies that read predicted lengths get lpserve's online History predictor
+        kw = {"predictor": "history"} if lp.make_policy(n).reads_predictions else {}
+        try:
+            t = time.perf_counter()
+            lp.simulate(small, n, **kw)
+            c = time.perf_counter() - t
+            t = time.perf_counter()
+            res = lp.simulate(inst, n, **kw)
+            wall = time.perf_counter() - t
+        except (ValueError, PolicyError) as e:  # a policy this cluster cannot run
+            print(f"{n:<24} not run on one colocated replica: {e}")
+            continue
+        ttft, tpot, e2e = _medians(res.summary())
+        speed = vw / wall if math.isfinite(vw) else float("nan")
+        if math.isfinite(speed) and speed < 50:
+            slow.append(n)
+        print(f"{n:<24} {wall:>7.3f} {len(trace) / wall:>8,.0f} {speed:>7.0f}x {c:>9.2f} | "
+              f"{ttft * 1e3:>11.1f} {tpot * 1e3:>11.2f} {e2e:>9.2f}  "
+              f"{res.stats.get('engine', '')}")
+    if slow:
+        ok = False
+        print(f"below 50x Vidur: {', '.join(slow)}")
+
+    print("\n3. a scheduler in plain Python (numpy ranks) on vLLM's engine defaults")
+    py = lp.Policy(name="python-spf", scheduler=ShortestPromptFirst(),
+                   engine=lp.make_policy("vllm").engine)
+    lp.simulate(small, py)
+    t = time.perf_counter()
+    res = lp.simulate(inst, py)
+    wall = time.perf_counter() - t
+    speed = vw / wall if math.isfinite(vw) else float("nan")
+    print(f"{'python-spf':<24} {wall:>7.3f} {len(trace) / wall:>8,.0f} {speed:>7.1f}x "
+          f"(target >= 5x)  engine {res.stats.get('engine', '')}")
+    if math.isfinite(speed) and speed < 5:
+        ok = False
     return 0 if ok else 1
 
 

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lpserve.commands.gap_cmd",
     "lpserve.commands.capacity_cmd",
     "lpserve.commands.list_cmd",
+    "lpserve.commands.compile_cmd",
 )
 
 

@@ -20,3 +20,6 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.lpserve-install-*
   touch "$stamp"
 fi
+# compile the simulator's numba kernels into their cache once per checkout (a few
+# seconds when already cached); later processes load them
+.venv/bin/python -m lpserve.cli compile

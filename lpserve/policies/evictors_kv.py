@@ -118,10 +118,21 @@ def replay_hits(acc: Any, capacity_blocks: int, evictor: KVEvictorSpec) -> np.nd
 
 
 # ===================================================================================== adapters
+def _keys(s: np.ndarray | tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A score as its two sort keys ``(k1, k2)`` (``k2 = 0`` for a single score)."""
+    if isinstance(s, tuple):
+        return np.asarray(s[0], np.float64), np.asarray(s[1], np.float64)
+    k1 = np.asarray(s, np.float64)
+    return k1, np.zeros_like(k1)
+
+
 class ScoreEvictor(Evictor):
     """Simulator evictor: give up the ``need_blocks`` evictable blocks of lowest score.
 
-    ``score(view) -> float64 (n,)``; ties go to the deeper block. Never mutates the view.
+    ``score(view)`` returns float64 ``(n,)``, or a pair ``(k1, k2)`` compared
+    lexicographically; ties go to the deeper block, then to the lower slot. Never mutates
+    the view. The simulator's compiled engine keeps the same order incrementally
+    (``lpserve/sim/_pool.py``).
     """
 
     meta = Meta(online=True, engines=("lpserve",))
@@ -133,11 +144,22 @@ class ScoreEvictor(Evictor):
         self.reads_queue = bool(reads_queue)
         self.params = dict(params)
 
+    def kernel_spec(self) -> tuple[str, tuple[float, ...]] | None:
+        """``(kind, params)`` of the compiled twin of a built-in score, else None (see
+        :meth:`lpserve.policy.LRU.kernel_spec`)."""
+        kind = _KERNELS.get((type(self).__name__, getattr(self._score, "__name__", "")))
+        if kind is None:
+            return None
+        p = self.params
+        return kind, (float(p.get("credit_s", 0.0)), float(p.get("protect_depth", 0.0)),
+                      float(p.get("age_s", 1.0)), float(p.get("depth_scale", 1.0)))
+
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
-        """The first ``need_blocks`` positions into ``view`` (int64) by ascending score,
-        the deeper block first among equal scores."""
-        s = np.asarray(self._score(self, view), np.float64)
-        order = np.lexsort((-np.asarray(view.depth), s))
+        """The first ``need_blocks`` positions into ``view`` (int64) by ascending score
+        (a score, or a ``(primary, secondary)`` pair compared in that order), the deeper
+        block first among equal scores."""
+        k1, k2 = _keys(self._score(self, view))
+        order = np.lexsort((-np.asarray(view.depth), k2, k1))
         return order[:int(need_blocks)].astype(np.int64)
 
 
@@ -145,10 +167,9 @@ def _lru(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
     return np.asarray(v.last_access_s, np.float64)
 
 
-def _lfu(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
-    t = np.asarray(v.last_access_s, np.float64)
-    span = max(float(v.now_s) - float(t.min(initial=v.now_s)), 1.0)
-    return np.asarray(v.hits, np.float64) + (t - t.min(initial=0.0)) / (2.0 * span)
+def _lfu(ev: ScoreEvictor, v: EvictorView) -> tuple[np.ndarray, np.ndarray]:
+    # least touched first, then least recent
+    return np.asarray(v.hits, np.float64), np.asarray(v.last_access_s, np.float64)
 
 
 def _prefix(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
@@ -185,6 +206,8 @@ class LeafEvictor(ScoreEvictor):
     When in-use blocks pin the rest (a candidate whose child is running), the remainder
     comes from the other candidates by score."""
 
+    kernel_spec = ScoreEvictor.kernel_spec
+
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
         """``need_blocks`` positions into ``view`` (int64): radix leaves with no in-use
         child, lowest score first (deeper first on ties), a parent joining the heap once its
@@ -194,25 +217,26 @@ class LeafEvictor(ScoreEvictor):
 
         if view.children is None or view.parent is None:
             raise ValueError(f"{self.name}: the evictor view has no children/parent fields")
-        s = np.asarray(self._score(self, view), np.float64)
+        k1, k2 = _keys(self._score(self, view))
         depth = np.asarray(view.depth)
         parent = np.asarray(view.parent)
         kids = np.bincount(parent[parent >= 0], minlength=len(view))  # evictable children
         pinned = np.asarray(view.children) - kids  # children in use: never freed here
-        heap = [(s[j], -depth[j], j) for j in np.flatnonzero((kids == 0) & (pinned == 0))]
+        heap = [(k1[j], k2[j], -depth[j], j)
+                for j in np.flatnonzero((kids == 0) & (pinned == 0))]
         heapq.heapify(heap)
         out: list[int] = []
         while len(out) < need_blocks and heap:
-            _, _, j = heapq.heappop(heap)
+            j = heapq.heappop(heap)[-1]
             out.append(int(j))
             p = parent[j]
             if p >= 0:
                 kids[p] -= 1
                 if kids[p] == 0 and pinned[p] == 0:
-                    heapq.heappush(heap, (s[p], -depth[p], p))
+                    heapq.heappush(heap, (k1[p], k2[p], -depth[p], p))
         if len(out) < need_blocks:
             rest = np.setdiff1d(np.arange(len(view)), np.asarray(out, np.int64))
-            order = rest[np.lexsort((-depth[rest], s[rest]))]
+            order = rest[np.lexsort((-depth[rest], k2[rest], k1[rest]))]
             out.extend(order[:need_blocks - len(out)].tolist())
         return np.asarray(out, np.int64)
 
@@ -229,6 +253,13 @@ def _lookahead(ev: ScoreEvictor, v: EvictorView) -> np.ndarray:
     if v.queued is None:
         return t
     return t + np.where(np.asarray(v.queued), 1e12, 0.0)
+
+
+#: (evictor class, score function) -> kind of its compiled twin (lpserve/sim/_pool.py)
+_KERNELS = {("ScoreEvictor", "_lru"): "lru", ("ScoreEvictor", "_prefix"): "prefix-lru",
+            ("ScoreEvictor", "_session"): "session", ("ScoreEvictor", "_knapsack"): "knapsack",
+            ("ScoreEvictor", "_lookahead"): "lookahead", ("LeafEvictor", "_lru"): "radix-lru",
+            ("LeafEvictor", "_lfu"): "lfu", ("LeafEvictor", "_gdsf"): "gdsf"}
 
 
 def lru() -> Evictor:

@@ -57,6 +57,10 @@ class CostBasedDecider(PreemptionDecider):
         self.swap_budget_s = float(swap_budget_s)
         self.max_quality_loss = float(max_quality_loss)
 
+    def kernel_spec(self) -> tuple[str, tuple[float, float]]:
+        """``(kind, params)`` of this rule's compiled twin in the simulator."""
+        return "cost-based", (self.swap_budget_s, self.max_quality_loss)
+
     def decide(self, view: PreemptionView) -> str:
         """models/kv-compression-swap.md (6)."""
         rec = view.recompute_s

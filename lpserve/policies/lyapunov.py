@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.cost import iteration_time
-from lpserve.policies import _lyapunov_kernels as K
+from lpserve.kernels import dpp as K
 from lpserve.policy import (
     LRU,
     BudgetController,
@@ -123,7 +123,7 @@ class TBTRecorder(BudgetController):
         self._block_tokens = int(cluster.block_tokens)
 
     def cparams(self, block_tokens: int) -> np.ndarray:
-        """The ``cp`` array of :mod:`lpserve.policies._lyapunov_kernels`."""
+        """The ``cp`` array of :mod:`lpserve.kernels.dpp`."""
         cp = np.zeros(K.N_CP, np.float64)
         cp[K.CP_S_TBT] = self.tbt_slo_s
         cp[K.CP_ETA] = 1.0
@@ -131,6 +131,16 @@ class TBTRecorder(BudgetController):
         cp[K.CP_GRAIN] = 1.0
         cp[K.CP_BT] = float(block_tokens)
         return cp
+
+    def kernel_spec(self) -> tuple[str, tuple[float, ...]]:
+        """``(kind, class weights)`` of this controller's compiled twin in the simulator
+        (:mod:`lpserve.kernels.dpp`); its state comes back through :meth:`restore`."""
+        return "tbt-recorder", (1.0,)
+
+    def restore(self, replica: tuple[str, int], st: np.ndarray) -> None:
+        """The controller state ``st`` (layout ``ST_*`` of :mod:`lpserve.kernels.dpp`) a
+        compiled replica kept for ``replica``, so :meth:`report` covers it."""
+        self._state(replica).st[:] = st
 
     def _state(self, replica: tuple[str, int]) -> _RunState:
         s = self.states.get(replica)
@@ -261,7 +271,7 @@ class DPPController(TBTRecorder):
         self.class_weights = tuple(float(w) for w in class_weights)
 
     def cparams(self, block_tokens: int = 16) -> np.ndarray:
-        """The ``cp`` array of :mod:`lpserve.policies._lyapunov_kernels`."""
+        """The ``cp`` array of :mod:`lpserve.kernels.dpp`."""
         cp = np.zeros(K.N_CP, np.float64)
         cp[K.CP_V] = self.V
         cp[K.CP_S_TBT] = self.tbt_slo_s
@@ -274,6 +284,11 @@ class DPPController(TBTRecorder):
 
     def _weights(self) -> np.ndarray:
         return np.asarray(self.class_weights, np.float64)
+
+    def kernel_spec(self) -> tuple[str, tuple[float, ...]]:
+        """``(kind, class weights)`` of this controller's compiled twin (see
+        :meth:`TBTRecorder.kernel_spec`)."""
+        return "dpp", self.class_weights
 
     def _backlog(self, state: _RunState, view: BudgetView) -> None:
         """Prefill tokens per class: waiting requests to (re)compute and partial prefills."""
@@ -359,6 +374,10 @@ class DPPScheduler(Scheduler):
 
     def __init__(self, class_weights: tuple[float, ...] = (1.0,)) -> None:
         self.class_weights = tuple(float(w) for w in class_weights)
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "dpp-classes", list(self.class_weights), [len(self.class_weights)]
 
     def rank(self, view: SchedulerView) -> np.ndarray:
         """Float64 ``(n,)``: classes (tenant, clipped to the number of weights) ordered by

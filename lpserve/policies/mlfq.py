@@ -137,6 +137,16 @@ class MLFQ(TickCached):
                 self._dec = mean(lambda c: c.batch_time_s(decode_context=[1024]))
         self._base = float(self._dec if self.base_quantum_s is None else self.base_quantum_s)
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters after :meth:`reset` (see
+        :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        period = self.starvation_period_s or 1000.0 * max(self._dec, 1e-9)
+        return "mlfq", [self.quantum_s, self._base, self._pf, self._dec,
+                        -1.0 if self.starvation_s is None else self.starvation_s, period,
+                        float(self.default_tokens)], \
+            [("first", "prefill", "predicted").index(self.entry),
+             int(self.adaptive_starvation), int(self.demote_on == ">")]
+
     def _entry_service_s(self, view: SchedulerView, k: int) -> float:
         if self.entry == "first":
             return 0.0

@@ -88,6 +88,11 @@ class ProgramScheduler(TickCached):
         super().reset(cluster, rng)
         self._reset_state()
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "program", [self.quantum_s, self.base, -1.0 if self.beta is None else self.beta], \
+            [int(self.mode == "atlas"), int(self.two_level)]
+
     def _finish(self, i: int) -> None:
         c = self._call.pop(i, None)
         if c is None:
@@ -103,7 +108,7 @@ class ProgramScheduler(TickCached):
         self._last[rep] = now
         req = view.request.tolist()
         cur = set(req)
-        for gone in self._seen.get(rep, set()) - cur:
+        for gone in sorted(self._seen.get(rep, set()) - cur):  # in request order
             self._finish(gone)
         self._seen[rep] = cur
         run = view.running.tolist()

@@ -96,6 +96,10 @@ class SJFOracle(Scheduler):
             if remaining else ()
         self.meta = Meta(clairvoyant=True, claims=claims)
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "sjf", [0.0], [int(self.remaining)]
+
     def rank(self, view: SchedulerView) -> np.ndarray:
         """True output tokens still to produce (``remaining``) or in total, float64
         ``(n,)``; lower runs first."""
@@ -117,6 +121,11 @@ class WSPT(Scheduler):
         self.weights = dict(weights or {})
         for k, w in self.weights.items():
             _check_pos("wspt-oracle", f"weights[{k}]", w)
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        ten = sorted(self.weights)
+        return "wspt", [float(self.weights[t]) for t in ten] or [0.0], [len(ten), *ten]
 
     def rank(self, view: SchedulerView) -> np.ndarray:
         """True output tokens divided by the tenant's weight, float64 ``(n,)``: the
@@ -150,6 +159,10 @@ class SJFPredicted(Scheduler):
             raise ValueError(f"sjf-predicted: which must be 'lo', 'hi' or 'mid', got {which!r}")
         self.which = which
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "sjf-predicted", [0.0], [("lo", "hi", "mid").index(self.which)]
+
     def rank(self, view: SchedulerView) -> np.ndarray:
         """Predicted output tokens minus tokens generated, floored at 1, float64 ``(n,)``;
         ``arrival_s`` (FCFS) when the view has no predictions."""
@@ -179,6 +192,10 @@ class LAS(TickCached):
         self.service_quantum_tokens = int(_check_pos("las", "service_quantum_tokens",
                                                      service_quantum_tokens))
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "las", [self.quantum_s], [self.service_quantum_tokens]
+
     def _rank(self, view: SchedulerView) -> np.ndarray:
         return np.floor_divide(view.generated_tokens, self.service_quantum_tokens).astype(
             np.float64)
@@ -203,6 +220,10 @@ class RoundRobin(TickCached):
         """Forget the cached ranks and every request's last-served time."""
         super().reset(cluster, rng)
         self._served = {}
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "round-robin", [self.quantum_s], [0]
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
         req = view.request.tolist()
@@ -284,6 +305,11 @@ class MemoryCheckedSF(TickCached):
                         "test_lower_bound_adversary_ratio_grows_with_n")) \
             if assume != "lo" else ()
         self.meta = Meta(clairvoyant=assume == "oracle", claims=claims)
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "mcsf", [self.quantum_s], [("oracle", "hi", "lo").index(self.assume),
+                                          self.default_tokens, self.max_batch]
 
     def _planned(self, view: SchedulerView) -> np.ndarray:
         if self.assume == "oracle":
@@ -402,6 +428,11 @@ class SLOAware(TickCached):
                     for j in range(3):
                         base[j][k] = row[j]
         return tuple(base)
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "slo-aware", [self.quantum_s, self.ttft_s, self.tpot_s, self.iteration_s,
+                             float(self.default_tokens)], [0]
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
         p = predicted_tokens(view, "hi")

@@ -51,6 +51,10 @@ class NeverSpeculate(SpeculationDecider):
         kw.setdefault("max_k", 0)
         super().__init__(draft, acceptance, **kw)
 
+    def kernel_spec(self) -> tuple[str, tuple[int, int]]:
+        """``(kind, (k, draft))`` of this decider's compiled twin in the simulator."""
+        return "never", (0, 0)
+
     def choose(self, ctx: StepContext) -> int:
         """0, ``Arm(0)``: no draft tokens at any step."""
         return 0
@@ -73,6 +77,10 @@ class FixedSpeculation(SpeculationDecider):
                              f", got {draft_index!r}")
         self.draft_index = int(draft_index)
         self.name = f"fixed-k{self.k}"
+
+    def kernel_spec(self) -> tuple[str, tuple[int, int]]:
+        """``(kind, (k, draft))`` of this decider's compiled twin in the simulator."""
+        return "fixed", (self.k, self.draft_index)
 
     def choose(self, ctx: StepContext) -> int:
         """The index of ``Arm(k, draft_index)`` at every step."""
@@ -100,6 +108,10 @@ class UCBSpeculation(SpeculationDecider):
         if b is None:
             b = self._bandits[replica] = SpeculationBandit(len(self.arms))
         return b
+
+    def kernel_spec(self) -> tuple[str, tuple[int, int]]:
+        """``(kind, (k, draft))`` of this decider's compiled twin in the simulator."""
+        return "ucb", (0, 0)
 
     def choose(self, ctx: StepContext) -> int:
         """The UCB1 arm of ``ctx.key`` in this replica's bandit (each arm is tried once
@@ -138,6 +150,10 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
             a = self._learners[replica] = AcceptanceUCB()
         return a
 
+    def kernel_spec(self) -> tuple[str, tuple[int, int]]:
+        """``(kind, (k, draft))`` of this decider's compiled twin in the simulator."""
+        return "acceptance-ucb", (0, 0)
+
     def choose(self, ctx: StepContext) -> int:
         """The arm maximizing ``sum_i E[tokens](a~_i, k_j) / time_s(j)`` over the batch,
         with ``a~_i`` the optimistic acceptance rate of sequence ``i``'s (tenant, draft); ties
@@ -148,7 +164,7 @@ class AcceptanceUCBSpeculation(SpeculationDecider):
         for j, arm in enumerate(ctx.arms):
             d = max(arm.draft, 0)
             a = np.array([state.rate((t, d)) for t in tenants])
-            v = float(np.sum(expected_tokens(a, arm.k))) / ctx.time_s(j)
+            v = sum(expected_tokens(a, arm.k).tolist()) / ctx.time_s(j)  # left to right
             if v > best_v:
                 best, best_v = j, v
         return best
@@ -172,13 +188,17 @@ class OracleSpeculation(SpeculationDecider):
     name = "oracle"
     meta = Meta(engines=("lpserve",), clairvoyant=True)
 
+    def kernel_spec(self) -> tuple[str, tuple[int, int]]:
+        """``(kind, (k, draft))`` of this decider's compiled twin in the simulator."""
+        return "oracle", (0, 0)
+
     def choose(self, ctx: StepContext) -> int:
         """The arm maximizing expected tokens/s of this step with the true rates
         ``ctx.rates`` (``(batch_size, n_drafts)``); ties toward the smaller arm index."""
         best, best_v = 0, -np.inf
         for j, arm in enumerate(ctx.arms):
             a = ctx.rates[:, max(arm.draft, 0)]
-            v = float(np.sum(expected_tokens(a, arm.k))) / ctx.time_s(j)
+            v = sum(expected_tokens(a, arm.k).tolist()) / ctx.time_s(j)  # left to right
             if v > best_v:
                 best, best_v = j, v
         return best

@@ -64,6 +64,11 @@ class StaticOrder(Scheduler):
             raise PolicyError(f"StaticOrder {self.name!r} has {self.keys.size} keys, the trace "
                               f"has {int(n_requests)} requests")
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin (``lpserve/sim/_ranks.py``, kind ``static``): the keys after
+        one unused slot (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        return "static", [0.0, *self.keys.tolist()], [0]
+
     def rank(self, view: SchedulerView) -> np.ndarray:
         """``keys[view.request]`` (float64, shape (len(view),))."""
         req = np.asarray(view.request, np.int64)

@@ -222,6 +222,12 @@ class FCFS(Scheduler):
     name = "fcfs"
     rank_key = "arrival_s"
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """``(kind, float params, int params)`` of this scheduler's compiled twin in the
+        simulator (``lpserve/sim/_ranks.py``); a subclass without its own
+        ``kernel_spec`` is ranked in Python."""
+        return "fcfs", [0.0], [0]
+
     def rank(self, view: SchedulerView) -> np.ndarray:
         """Each candidate's ``arrival_s`` (a float64 copy, shape ``(n,)``): the earliest
         arrival runs first."""
@@ -232,6 +238,11 @@ class LRU(Evictor):
     """Least recently used first; among equal times the deepest block of a chain first."""
 
     name = "lru"
+
+    def kernel_spec(self) -> tuple[str, tuple[float, ...]]:
+        """``(kind, params)`` of this evictor's compiled twin in the simulator's prefix
+        cache (``lpserve/sim/_pool.py``)."""
+        return "lru", (0.0, 0.0, 1.0, 1.0)
 
     def evict(self, view: EvictorView, need_blocks: int) -> np.ndarray:
         """``need_blocks`` positions into ``view``, int64, oldest ``last_access_s`` first and

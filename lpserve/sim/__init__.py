@@ -230,20 +230,21 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         "iterations": int(sum(r.n_iters for r in reps)),
         "decode_iterations": int(sum(r.n_decode_iters for r in reps)),
         "swaps": int(sum(r.n_swaps for r in reps)),
-        # compressed swaps and swap time (models/kv-compression-swap.md); 0 in the
-        # compiled loop, which runs only without swaps
-        "compressed_swaps": int(sum(getattr(r, "n_compressed_swaps", 0) for r in reps)),
-        "compressed_tokens": int(sum(getattr(r, "compressed_tokens", 0) for r in reps)),
+        # compressed swaps and swap time (models/kv-compression-swap.md)
+        "compressed_swaps": int(sum(r.n_compressed_swaps for r in reps)),
+        "compressed_tokens": int(sum(r.compressed_tokens for r in reps)),
         "compression_quality_loss": float(policy.engine.compression_accuracy_cost * sum(
-            getattr(r, "compressed_tokens", 0) for r in reps)),
-        "swap_wait_s": float(sum(getattr(r, "swap_wait_s", 0.0) for r in reps)),
-        "busy_s": (float("nan") if sim.compiled
-                   else float(sum(r.busy_s for r in reps))),
+            r.compressed_tokens for r in reps)),
+        "swap_wait_s": float(sum(r.swap_wait_s for r in reps)),
+        "busy_s": float(sum(r.busy_s for r in reps)),
         "total_blocks": sim.total_blocks,
         "replica_total_blocks": [int(r.bm.total) for r in reps],
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,
         "wall_s": info["wall_s"],
+        # which engine ran: "compiled" (numba replicas), "compiled+python-ranks" (a
+        # scheduler written in Python, asked at planning steps) or "python" (reference)
+        "engine": sim.engine_name,
     }
     if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
         stats["speculation"] = sim.spec.summary()

@@ -1,164 +1,532 @@
-"""A replica whose whole event loop runs in numba (``_kernels.replica_advance``).
+"""The compiled replica engine: replicas whose planning runs in numba.
 
-Used in fast mode when the scheduler's rank is a fixed per-request key (it declares
-``rank_key``, e.g. FCFS ranks by ``arrival_s``; ``"static"``: the scheduler's own
-``keys`` array, as :class:`lpserve.policies.static_order.StaticOrder`), speculation is off, prefix caching is
-off, preemption is by recompute (or by swap with no host memory to swap to) with no
-per-victim decider, the cluster is colocated and homogeneous, the router reads no
-completions and the trace has no ``parent`` dependencies. It has the same interface as
-:class:`~lpserve.sim.replica.Replica` and gives the same results as the reference mode,
-which plans every iteration in Python.
+A :class:`CompiledRun` holds the arrays one run's replicas share (the per-request state,
+the scheduler's compiled state) and builds :class:`CompiledReplica` objects, which have
+the interface of :class:`lpserve.sim.replica.Replica` that the event loop, the migrator
+and the invariant checker use. The kernels are the twins of the Python engine
+(``_pool``, ``_ranks``, ``_state_kernels``, ``_step_kernels``, ``_replica_kernels``): the
+same per-request results, tested against the reference mode.
+
+Used whenever the policy's evictor, preemption decider and budget controller have
+compiled twins (every built-in one; see :func:`eligible`) and speculation is off. A
+scheduler written in Python runs too: the replica stops at the start of each planning
+step that has candidates, the scheduler ranks them from a
+:class:`~lpserve.policy.SchedulerView` (the same view the Python engine builds) and the
+step continues in numba.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from lpserve.sim import _kernels as K
-from lpserve.sim.state import WAITING, RunContext, State
+from lpserve.kernels import dpp as D
+from lpserve.policy.checks import check_ranks
+from lpserve.sim import _pool as P
+from lpserve.sim import _ranks as RK
+from lpserve.sim import _replica_kernels as RX
+from lpserve.sim import _spec_kernels as SP
+from lpserve.sim import _state_kernels as T
+from lpserve.sim import _step_kernels as SK
+from lpserve.sim import _structs as ST
+from lpserve.sim.state import RunContext, State
 
-__all__ = ["CompiledReplica", "RANK_KEYS", "eligible", "finalize_reasons"]
+__all__ = ["RANK_EXTERNAL", "CompiledReplica", "CompiledRun", "eligible", "finalize_reasons",
+           "rank_spec"]
 
-RANK_KEYS = ("arrival_s", "prompt_tokens", "static")
-_BATCHING = {"prefill-first": 0, "decode-first": 1, "mixed": 2, "static": 3}
-_REASONS = {K.R_CTX_KV: "context_exceeds_kv", K.R_CTX_BUDGET: "context_exceeds_token_budget"}
+RANK_EXTERNAL = T.RANK_EXTERNAL  # rank_spec kind of a scheduler ranked in Python
+
+_BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
+          "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}
+_PREEMPT = {"recompute": T.PRE_RECOMPUTE, "swap": T.PRE_SWAP, "compress-swap": T.PRE_COMPRESS}
+_ROLE = {"colocated": T.ROLE_COLOCATED, "prefill": T.ROLE_PREFILL, "decode": T.ROLE_DECODE}
+_CTL = {"dpp": SK.CTL_DPP, "tbt-recorder": SK.CTL_RECORDER}
 
 
-def eligible(policy: Any, reference: bool, disaggregated: bool, dependencies: bool,
-             host_blocks: int, heterogeneous: bool = False) -> bool:
-    """Whether a run of ``policy`` can use compiled replicas (not on a heterogeneous
-    cluster, whose replicas have their own cost parameters and KV blocks, nor behind a
-    router that reads completions, which compiled replicas do not report)."""
+def _spec(obj: Any) -> Any:
+    """``obj.kernel_spec()`` when ``obj``'s own class defines it (a subclass that does not
+    is a different policy and runs in Python), else None."""
+    if obj is None or "kernel_spec" not in type(obj).__dict__:
+        return None
+    return obj.kernel_spec()
+
+
+def rank_spec(scheduler: Any) -> tuple[int, np.ndarray, np.ndarray]:
+    """``(kind, float params, int params)`` of the scheduler's compiled twin, or
+    ``RANK_EXTERNAL`` for a scheduler ranked in Python."""
+    s = _spec(scheduler)
+    if s is None:
+        return T.RANK_EXTERNAL, np.zeros(1), np.zeros(1, np.int64)
+    kind, fp, ip = s
+    return RK.RANK_KINDS[kind], np.asarray(fp, np.float64), np.asarray(ip, np.int64)
+
+
+def eligible(policy: Any, reference: bool, heterogeneous: bool = False) -> bool:
+    """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
+    heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
+    no router that reads completions or the replicas' cached tokens (compiled replicas do
+    not report them), and compiled twins for its evictor (when prefix caching is on), its
+    preemption decider, its budget controller and its speculation decider."""
     eng = policy.engine
-    return (not reference and not disaggregated and not dependencies and not heterogeneous
-            and not getattr(policy.router, "reads_completions", False)
-            and eng.speculation is None and eng.budget_controller is None
-            and not eng.priority_preemption and policy.rebalancer is None
-            and getattr(policy.scheduler, "rank_key", None) in RANK_KEYS
-            and policy.scheduler.quantum_s is None and not eng.prefix_caching
-            and eng.preemption_decider is None
-            and (eng.preemption == "recompute"
-                 or (eng.preemption == "swap" and host_blocks == 0)))
+    if reference or heterogeneous or (eng.speculation is not None
+                                      and _spec(eng.speculation) is None):
+        return False
+    if any(getattr(getattr(policy, role, None), "reads_completions", False)
+           for role in ("router", "decode_router")):
+        return False
+    if eng.prefix_caching and _spec(policy.evictor) is None:
+        return False
+    if eng.preemption_decider is not None and _spec(eng.preemption_decider) is None:
+        return False
+    return eng.budget_controller is None or _spec(eng.budget_controller) is not None
 
 
-class _Pool:
-    """Block-pool counters of a compiled replica (the router's view reads these)."""
+class _Blocks:
+    """The block-pool counters of a compiled replica (what the router and migrator read)."""
 
-    def __init__(self, total: int, ist: np.ndarray) -> None:
-        """Counters over the kernel's int state ``ist``."""
-        self.total = total
-        self._ist = ist
+    def __init__(self, rep: "CompiledReplica") -> None:
+        self._r = rep
 
-    @property
-    def used(self) -> int:
-        """Blocks in use."""
-        return self.total - int(self._ist[K.I_FREE])
+    total = property(lambda self: int(self._r.pool.ist[P.P_TOTAL]))
+    plain_free = property(lambda self: int(self._r.pool.ist[P.P_PLAIN]))
+    evictable = property(lambda self: int(self._r.pool.ist[P.P_EVICTABLE]))
+    anon_used = property(lambda self: int(self._r.pool.ist[P.P_ANON]))
+    hashed_used = property(lambda self: int(self._r.pool.ist[P.P_HASHED]))
+    used = property(lambda self: int(self._r.pool.ist[P.P_ANON] + self._r.pool.ist[P.P_HASHED]))
+    available = property(lambda self: int(self._r.pool.ist[P.P_PLAIN]
+                                          + self._r.pool.ist[P.P_EVICTABLE]))
+
+    def take_anon(self, n: int) -> None:
+        """Take ``n`` plain free blocks as anonymous used blocks."""
+        if not P.take_anon(self._r.r.pool, int(n)):
+            raise RuntimeError(f"take_anon({n}) with only {self.plain_free} plain free blocks")
+
+
+class CompiledRun:
+    """The arrays every compiled replica of one run shares.
+
+    Args:
+        ctx: the run's :class:`~lpserve.sim.state.RunContext`.
+        cluster: the instance's cluster (block size, roles).
+        track_finished: report completions to the event loop (dependency releases).
+    """
+
+    def __init__(self, ctx: RunContext, cluster: Any, track_finished: bool) -> None:
+        self.ctx = ctx
+        S: State = ctx.state
+        pol = ctx.policy
+        eng = pol.engine
+        n, bt = S.n, ctx.block_tokens
+        tr = S.trace
+        n_full = S.prompt // bt
+        slot_off = np.zeros(n + 1, np.int64)
+        np.cumsum(n_full, out=slot_off[1:])
+        if tr.block_flat is not None:
+            chain = T.trace_chain(np.asarray(tr.block_flat, np.int64),
+                                  np.asarray(tr.block_offsets, np.int64))
+            chain_off = np.asarray(tr.block_offsets, np.int64)
+        else:
+            chain, chain_off = np.zeros(0, np.int64), np.zeros(n + 1, np.int64)
+        pid = np.full(n, -1, np.int64) if tr.program_id is None else \
+            np.asarray(tr.program_id, np.int64)
+        known = np.unique(pid[pid >= 0])
+        prog = np.where(pid >= 0, np.searchsorted(known, pid), known.size + np.arange(n))
+        has_pred = ctx.pred_lo is not None
+        self.plo = _mutable(ctx.pred_lo if has_pred else np.ones(n, np.int64))
+        self.phi = _mutable(ctx.pred_hi if has_pred else np.ones(n, np.int64))
+        self.req_a = T.Req(
+            prompt=S.prompt, out=S.out, arrival=S.arrival, computed=S.computed,
+            dcomp=S.draft_computed, gen=S.gen, anon=S.anon, nslots=S.nslots,
+            host_blocks=S.host_blocks, swap_gpu=S.swap_gpu_blocks, swapped=S.swapped,
+            compressed=S.compressed, kv_remote=S.kv_remote, status=S.status,
+            first_sched=S.first_sched, first_token=S.first_token, finish=S.finish,
+            preempt=S.preempt, cached_tok=S.cached_tok, seen_tok=S.seen_tok,
+            replica=S.replica, decode_replica=S.decode_replica, reason=S.reason_code,
+            tenant=S.tenant, plo=self.plo, phi=self.phi, prog=prog.astype(np.int64),
+            wnext=np.full(n, -1, np.int64), wprev=np.full(n, -1, np.int64),
+            slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
+            turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
+            keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64))
+        self.req = ST.new_req(*self.req_a)
+        kind, fp, ip = rank_spec(pol.scheduler)
+        if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
+            pol.scheduler.check_size(n)
+        self.rank_kind = kind
+        R = cluster.n_replicas
+        n_prog = known.size + n
+        rf = np.zeros((RK.N_RF, n))
+        rf[RK.RF_SERVED] = np.nan
+        ticked = kind in RK.TICKED
+        width = n if ticked else 1
+        self.rk_a = SK.Rk(fp=fp, ip=ip, rf=rf, ri=np.zeros((RK.N_RI, n), np.int64),
+                        pf=np.zeros((4, n_prog if kind == RK.R_PROG else 1)),
+                        xf=np.full((R, 2), np.nan),
+                        xi=np.zeros((R, RK.N_XI_HEAD + 2 * width), np.int64),
+                        xr=np.zeros((R, width)), g=np.zeros(4, np.int64),
+                          cand=np.zeros(n, np.int64), run=np.zeros(n, np.int64))
+        self.rk = ST.new_rk(*self.rk_a)
+        c = eng.budget_controller
+        cs = _spec(c)
+        self.ctl_kind = SK.CTL_NONE if cs is None else _CTL[cs[0]]
+        self.ctl_obj = c
+        if cs is None:
+            self.ctl_a = SK.Ctl(cp=np.zeros(D.N_CP), w=np.ones(1))
+        else:
+            self.ctl_a = SK.Ctl(cp=np.asarray(c.cparams(block_tokens=bt), np.float64),
+                                w=np.asarray(cs[1], np.float64))
+        self.ctl = ST.new_ctl(*self.ctl_a)
+        cost = ctx.cost
+        total = ctx.total_blocks
+        ratio = float(eng.compression_ratio)
+        # swap seconds by blocks moved since the last iteration: one step moves at most
+        # 3 * total (out, in, out again); grow_swap_table extends it when they pile up
+        counts = np.arange(3 * total + 2)
+        self.swap_tab = np.array([float(cost.swap_time_s(int(k), bt)) for k in counts])
+        if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
+            self.cswap_tab = np.array([
+                float(cost.swap_time_s(int(k), bt)) / ratio
+                + float(cost.kv_quantize_time_s(int(k), bt, ratio)) for k in counts])
+        else:
+            self.cswap_tab = np.zeros(counts.size)
+        a, d = _transfer_coefficients(cost, ctx.link_gbps)
+        dec = _spec(eng.preemption_decider)
+        self.cff = np.zeros(T.N_CFF)
+        self.cff[T.D_RATIO] = ratio
+        self.cff[T.D_ACC_COST] = float(eng.compression_accuracy_cost)
+        self.cff[T.D_KV_SCALE] = ctx.kv_scale
+        self.cff[T.D_TR_A], self.cff[T.D_TR_D] = a, d
+        self.cff[T.D_QUANTUM] = float(pol.scheduler.quantum_s or 0.0)
+        self.cff[T.D_HORIZON] = ctx.horizon_s
+        self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
+            (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
+        self.cfg = np.zeros(T.N_CFG, np.int64)
+        cfg = self.cfg
+        cfg[T.C_BATCH] = _BATCH[eng.batching]
+        cfg[T.C_MAX_SEQS] = eng.max_num_seqs
+        cfg[T.C_BUDGET] = eng.max_num_batched_tokens
+        cfg[T.C_CHUNKED] = int(eng.chunked_prefill)
+        cfg[T.C_RESERVE] = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // bt)
+        cfg[T.C_WM] = int(eng.watermark * total)
+        cfg[T.C_BT] = bt
+        cfg[T.C_TOTAL] = total
+        cfg[T.C_CACHING] = int(eng.prefix_caching)
+        cfg[T.C_PREEMPT] = _PREEMPT[eng.preemption]
+        cfg[T.C_PRIO] = int(eng.priority_preemption)
+        cfg[T.C_EVICT_BATCH] = eng.evict_batch_blocks
+        cfg[T.C_REFERENCE] = int(ctx.reference)
+        cfg[T.C_TRACK_FIN] = int(track_finished)
+        cfg[T.C_RANK_KIND] = kind
+        cfg[T.C_DECIDER] = 0 if dec is None else 1
+        cfg[T.C_CTL] = self.ctl_kind
+        cfg[T.C_TRACE_BT] = int(tr.block_tokens) if tr.block_flat is not None else 0
+        cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len
+        cfg[T.C_HAS_PRED] = int(has_pred)
+        cfg[T.C_SPEC] = int(ctx.spec is not None)
+        self.sr_a = _spec_run(ctx, n)
+        self.sr = ST.new_specrun(*self.sr_a)
+        ev = _spec(pol.evictor) if eng.prefix_caching else None
+        if ev is None:
+            self.ev_kind, self.ev_params = P.EV_LRU, (0.0, 0.0, 1.0, 1.0)
+        else:
+            self.ev_kind = P.EVICTOR_KINDS[ev[0]]
+            self.ev_params = tuple(float(x) for x in ev[1])
+
+    def grow_swap_table(self, need: int) -> None:
+        """Extend ``swap_tab`` (seconds to swap ``k`` blocks, float64 ``(K,)``) to at
+        least ``need`` entries: swaps of several steps without an iteration between them
+        are priced together in the next iteration, as the Python replica does."""
+        n0 = self.swap_tab.size
+        if need <= n0:
+            return
+        cost, bt = self.ctx.cost, self.ctx.block_tokens
+        more = [float(cost.swap_time_s(k, bt)) for k in range(n0, max(need, 2 * n0))]
+        self.swap_tab = np.concatenate([self.swap_tab, np.asarray(more, np.float64)])
+
+    def replica(self, index: int, role: str) -> "CompiledReplica":
+        """A fresh compiled replica ``index`` with ``role``."""
+        return CompiledReplica(self, index, role)
+
+    def sync_policy_state(self, replicas: list["CompiledReplica"]) -> None:
+        """Copy the compiled twins' state back where the policy objects report it (the
+        MLFQ demotion counter, the budget controller's statistics per replica)."""
+        sched = self.ctx.policy.scheduler
+        if self.ctx.spec is not None:
+            keys = ("steps", "speculative_steps", "draft_tokens", "accepted_tokens",
+                    "emitted_tokens", "sequence_steps")
+            for k, v in zip(keys, self.sr_a.counts.tolist()):
+                self.ctx.spec.counts[k] = int(v)
+        if self.rank_kind == RK.R_MLFQ:
+            sched.demotions = int(self.rk_a.g[RK.G_DEMOTIONS])
+        if self.ctl_kind != SK.CTL_NONE:
+            for r in replicas:
+                self.ctl_obj.restore(r.key, r.r.ctl_st)
+
+
+def _mutable(a: Any) -> np.ndarray:
+    """``a`` as a writable int64 array (the trace's read-only columns are copied)."""
+    arr = np.asarray(a, np.int64)
+    return arr if arr.flags.writeable and arr.flags.c_contiguous else arr.copy()
+
+
+def _spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
+    """The speculation arrays of a run (off: placeholders)."""
+    ip = np.zeros(SP.N_Q, np.int64)
+    runner = ctx.spec
+    if runner is None:
+        return SP.SpecRun(ip=ip, tparams=np.zeros(1), dparams=np.zeros((1, 1)),
+                          rates=np.zeros((1, 1)), edges=np.ones(1, np.int64),
+                          counts=np.zeros(6, np.int64))
+    dec = runner.decider
+    kind, params = _spec(dec)
+    ip[SP.Q_KIND] = SP.SPEC_KINDS[kind]
+    ip[SP.Q_MAX_K] = dec.max_k
+    ip[SP.Q_DRAFTS] = len(dec.drafts)
+    ip[SP.Q_FIXED_K], ip[SP.Q_FIXED_D] = params
+    ip[SP.Q_EAGER] = int(runner.eager)
+    ip[SP.Q_CLASSES] = int(ctx.state.tenant.max(initial=-1)) + 2
+    ip[SP.Q_BUCKETS] = len(dec.bucket_edges) + 1
+    return SP.SpecRun(ip=ip, tparams=np.array(runner.target_params, np.float64),
+                      dparams=np.stack(runner.draft_params),
+                      rates=np.ascontiguousarray(runner.rates, np.float64),
+                      edges=np.asarray(dec.bucket_edges, np.int64),
+                      counts=np.zeros(6, np.int64))
+
+
+def _transfer_coefficients(cost: Any, link_gbps: float) -> tuple[float, float]:
+    """``(a, d)`` with ``cost.transfer_time_s(n, link) == n * a / d`` exactly."""
+    sizes = getattr(cost, "sizes", cost)
+    if cost.transfer_time_s(1, link_gbps) == 0.0:
+        return 0.0, 1.0
+    bw = sizes.default_link_gbps() if link_gbps is None else float(link_gbps)
+    return float(sizes.kv_bytes_per_token), bw * 1e9
 
 
 class CompiledReplica:
-    """Colocated replica driven by :func:`lpserve.sim._kernels.replica_advance`."""
+    """One replica driven by :mod:`lpserve.sim._replica_kernels` (see the module
+    docstring); ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
 
-    role = "colocated"
     compiled = True
 
-    def __init__(self, ctx: RunContext, index: int) -> None:
+    def __init__(self, run: CompiledRun, index: int, role: str) -> None:
+        self.runset = run
+        ctx = run.ctx
         self.ctx = ctx
-        self.S = S = ctx.state
+        self.S = ctx.state
         self.index = index
-        eng = ctx.policy.engine
-        self.eng = eng
+        self.role = role
+        self.key = (role, index)
+        self.eng = ctx.policy.engine
         self.bt = ctx.block_tokens
         total = ctx.total_blocks
-        reserve = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // self.bt)
-        self.wm_blocks = int(eng.watermark * total)
-        self.reserve_blocks = reserve
-        self.cfg = np.array([_BATCHING[eng.batching], eng.max_num_seqs,
-                             eng.max_num_batched_tokens, int(eng.chunked_prefill), reserve,
-                             self.wm_blocks, self.bt, total], np.int64)
-        self.ist = np.array([total, 0, 0, 0, -1, 0, 0], np.int64)
-        self.fst = np.zeros(2)
-        self.run = np.zeros(eng.max_num_seqs + 1, np.int64)
-        n = S.n
-        self.w_id = np.zeros(n, np.int64)
-        self.w_key = np.zeros(n)
-        self.w_seq = np.zeros(n, np.int64)
-        key = ctx.policy.scheduler.rank_key
-        if key == "static":  # a fixed per-request key array (StaticOrder.keys), shape (n,)
-            ctx.policy.scheduler.check_size(n)
-            self.rkey = np.ascontiguousarray(ctx.policy.scheduler.keys, dtype=np.float64)
-        else:
-            self.rkey = S.arrival if key == "arrival_s" else S.prompt.astype(np.float64)
-        self.bm = _Pool(total, self.ist)
-        self.releases: list = []
-        self.n_swaps = 0
+        self.cfg = run.cfg.copy()
+        self.cfg[T.C_ROLE] = _ROLE[role]
+        self.cfg[T.C_INDEX] = index
+        self.wm_blocks = int(self.cfg[T.C_WM])
+        self.reserve_blocks = int(self.cfg[T.C_RESERVE])
+        pool = P.new_pool_arrays(total, self.eng.prefix_caching, run.ev_kind, run.ev_params)
+        n = self.S.n
+        ist = np.zeros(T.N_IST, np.int64)
+        ist[T.I_WHEAD] = ist[T.I_WTAIL] = -1
+        ist[T.I_HOST_FREE] = ctx.host_blocks
+        n_ev = 4 * (self.eng.max_num_seqs + 1)
+        n_rel = total + 2
+        ctl_q = np.zeros(run.ctl_a.w.shape[0])
+        self.r = T.Rep(
+            ist=ist, fst=np.zeros(T.N_FST), run=np.zeros(self.eng.max_num_seqs + 2, np.int64),
+            pool=P.pool_struct(pool), rel_t=np.zeros(n_rel), rel_i=np.zeros(n_rel, np.int64),
+            rel_anon=np.zeros(n_rel, np.int64), rel_off=np.zeros(n_rel, np.int64),
+            rel_n=np.zeros(n_rel, np.int64),
+            arena=np.zeros(4 * total + 2 * (self.eng.max_num_seqs + 1)
+                           * run.req_a.keybuf.shape[0] + 16, np.int64),
+            ev_i=np.zeros(n_ev, np.int64), ev_t=np.zeros(n_ev), ev_k=np.zeros(n_ev, np.int64),
+            ctl_st=np.zeros(D.N_ST), ctl_lt=np.full(n if run.ctl_kind else 1, np.nan),
+            ctl_q=ctl_q, ctl_plan=np.zeros((2, n + 1), np.int64), ctl_x=np.zeros(5),
+            hold=np.zeros(run.req_a.keybuf.shape[0] + 1, np.int64))
+        self.rep = ST.new_rep(*self.r)
+        self.pool = pool
+        self.bm = _Blocks(self)
+        sip = run.sr_a.ip
+        n_arms = 1 + int(sip[SP.Q_DRAFTS]) * int(sip[SP.Q_MAX_K])
+        n_ctx = max(int(sip[SP.Q_CLASSES]) * int(sip[SP.Q_BUCKETS]), 1)
+        n_cls, n_dr = max(int(sip[SP.Q_CLASSES]), 1), max(int(sip[SP.Q_DRAFTS]), 1)
+        self.ss = ST.new_specrep(np.zeros((n_ctx, n_arms), np.int64),
+                                 np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
+                                 np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64))
+        # the acceptance draws: the replica's own generator, spawned as the Python engine's
+        self.rng = (ctx.spec.start(self.key).rng if ctx.spec is not None
+                    else np.random.default_rng(0))
+        self.inbound: dict[int, int] = {}
+        self.params = ctx.params
 
-    # interface shared with Replica ------------------------------------------------
-    now = property(lambda self: float(self.fst[K.F_NOW]))
-    used_block_s = property(lambda self: float(self.fst[K.F_AREA]))
-    n_iters = property(lambda self: int(self.ist[K.I_ITERS]))
-    n_decode_iters = property(lambda self: int(self.ist[K.I_DITERS]))
+    # ------------------------------------------------------------------ state
+    now = property(lambda self: float(self.r.fst[T.F_NOW]),
+                   lambda self, v: self.r.fst.__setitem__(T.F_NOW, v))
+    link_free_s = property(lambda self: float(self.r.fst[T.F_LINK_FREE]),
+                           lambda self, v: self.r.fst.__setitem__(T.F_LINK_FREE, v))
+    used_block_s = property(lambda self: float(self.r.fst[T.F_AREA]))
+    busy_s = property(lambda self: float(self.r.fst[T.F_BUSY]))
+    swap_wait_s = property(lambda self: float(self.r.fst[T.F_SWAP_WAIT]))
+    n_iters = property(lambda self: int(self.r.ist[T.I_ITERS]))
+    n_decode_iters = property(lambda self: int(self.r.ist[T.I_DITERS]))
+    n_swaps = property(lambda self: int(self.r.ist[T.I_NSWAPS]))
+    n_compressed_swaps = property(lambda self: int(self.r.ist[T.I_NCOMP]))
+    n_recomputes = property(lambda self: int(self.r.ist[T.I_NRECOMP]))
+    compressed_tokens = property(lambda self: int(self.r.ist[T.I_COMP_TOK]))
+    host_free = property(lambda self: int(self.r.ist[T.I_HOST_FREE]))
+    releases = property(lambda self: int(self.r.ist[T.I_NREL]))
 
     @property
     def running(self) -> list[int]:
-        return self.run[:self.ist[K.I_NRUN]].tolist()
+        """Running requests in admission order."""
+        return self.r.run[:self.r.ist[T.I_NRUN]].tolist()
 
     @property
     def waiting(self) -> list[int]:
-        return self.w_id[:self.ist[K.I_NWAIT]].tolist()
+        """Waiting requests in queue order."""
+        return T.waiting_ids(self.runset.req, self.rep).tolist()
+
+    n_waiting = property(lambda self: int(self.r.ist[T.I_NWAIT]), doc="Requests waiting.")
+    n_running = property(lambda self: int(self.r.ist[T.I_NRUN]), doc="Requests running.")
 
     @property
     def outstanding(self) -> int:
-        return int(self.ist[K.I_NRUN] + self.ist[K.I_NWAIT])
+        """Requests routed here and not finished (waiting or running)."""
+        return int(self.r.ist[T.I_NRUN] + self.r.ist[T.I_NWAIT])
+
+    # ------------------------------------------------------------------ running
+    def _call(self, t: float, max_steps: int) -> int:
+        run = self.runset
+        while True:
+            code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
+                              run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, self.rng, t,
+                              max_steps)
+            if code == SK.NEED_RANKS:
+                self._rank_in_python()
+                continue
+            if code == SK.NEED_ROOM:
+                self._drain()
+                self._grow_arena()
+                run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS])
+                                    + 3 * int(self.cfg[T.C_TOTAL]) + 2)
+                continue
+            self._drain()
+            return code
 
     def advance(self, t: float) -> None:
         """Run every iteration that starts before ``min(t, horizon)``."""
-        stop = min(t, self.ctx.horizon_s)
-        if self.fst[K.F_NOW] >= stop or (self.ist[K.I_NRUN] == 0 and self.ist[K.I_NWAIT] == 0):
+        if self.ctx.check is None:
+            self._call(t, 1 << 62)
             return
-        S = self.S
-        K.replica_advance(self.ctx.params, self.cfg, self.ist, self.fst, stop, self.run,
-                          self.w_id, self.w_key, self.w_seq, self.rkey, S.prompt, S.out,
-                          S.computed, S.gen, S.anon, S.first_sched, S.first_token, S.finish,
-                          S.preempt, S.status, S.reason_code, S.seen_tok)
-        if self.ctx.check is not None:
+        while self._call(t, 1) == SK.STEPPED:  # check the invariants after every step
             self.ctx.check(self)
+
+    def step(self, stop: float) -> bool:
+        """One planning step before ``stop`` (see :meth:`Replica.step`)."""
+        code = self._call(stop, 1)
+        if code == SK.STEPPED and self.ctx.check is not None:
+            self.ctx.check(self)
+        return code == SK.STEPPED
 
     def enqueue(self, i: int, t: float) -> None:
         """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
         self.advance(t)
-        S = self.S
-        reason = S.reject_reason(i, self.eng, self.bm.total, self.wm_blocks,
-                                 self.reserve_blocks, self.bt)
-        if reason:
-            S.reject(i, reason)
+        code = RX.enqueue(self.runset.req, self.rep, self.cfg, i, t)
+        if code == 0 and self.ctx.check is not None:
+            self.ctx.check(self)
+
+    def _drain(self) -> None:
+        """Hand the kernel's events (completions, KV handoffs) to the event loop."""
+        rep = self.r
+        n = int(rep.ist[T.I_NEV])
+        if not n:
             return
-        if self.fst[K.F_NOW] < t:
-            self.fst[K.F_NOW] = t
-        n = self.ist[K.I_NWAIT]
-        self.w_id[n] = i
-        self.w_key[n] = self.rkey[i]
-        self.w_seq[n] = self.ist[K.I_SEQ]
-        self.ist[K.I_SEQ] += 1
-        self.ist[K.I_NWAIT] = n + 1
-        S.status[i] = WAITING
-        S.replica[i] = self.index
+        ev = self.ctx.events
+        for k, i, t in zip(rep.ev_k[:n].tolist(), rep.ev_i[:n].tolist(), rep.ev_t[:n].tolist()):
+            if k == T.EV_KV_READY:
+                ev.kv_ready(t, i)
+            else:
+                ev.finish(t, i)
+        rep.ist[T.I_NEV] = 0
+
+    def _grow_arena(self) -> None:
+        T.compact_arena(self.rep)
+        r = self.r
+        need = r.ist[T.I_ARENA] + (self.eng.max_num_seqs + 1) * self.runset.req_a.keybuf.size
+        if need > r.arena.size:
+            arena = np.zeros(2 * need, np.int64)
+            arena[:r.arena.size] = r.arena
+            ST.set_arena(self.rep, arena)
+            self.r = r._replace(arena=arena)
+
+    def _rank_in_python(self) -> None:
+        """The scheduler ranks this step's candidates (it has no compiled twin)."""
+        from lpserve.sim.views import scheduler_view
+
+        cand = self.waiting + self.running
+        view = scheduler_view(self, cand)
+        r = check_ranks(self.ctx.policy.scheduler.rank(view), len(cand),
+                        self.ctx.who("scheduler"), view.request)
+        self.runset.req_a.rk[np.asarray(cand, np.int64)] = r
+        self.r.ist[T.I_RANKED] = 1
+
+    def cached_prefix_tokens(self, i: int) -> int:
+        """Prompt tokens of waiting request ``i`` found in this replica's prefix cache."""
+        run = self.runset
+        nk = T.block_keys(run.req, self.cfg, i)
+        return int(P.match(self.r.pool, run.req_a.keybuf, nk, self.r.hold)) * self.bt
+
+    # ------------------------------------------------------------------ memory
+    def make_room(self, need: int) -> bool:
+        """Ensure ``need`` plain free blocks, evicting cached ones; False if impossible."""
+        return bool(T.make_room(self.runset.req, self.rep, self.cfg, int(need)))
+
+    def admit_need(self, i: int) -> int:
+        """KV blocks waiting request ``i`` needs to be admitted (its whole context)."""
+        return int(T.admit_need(self.runset.req, self.rep, self.cfg, int(i)))
+
+    def depart(self, i: int, end_s: float) -> None:
+        """Running request ``i`` leaves; its blocks stay held until ``end_s``."""
+        T.r_remove(self.rep, int(i))
+        T.push_release(self.runset.req, self.rep, int(i), float(end_s))
+
+    def reserve(self, i: int, n_blocks: int) -> None:
+        """Hold ``n_blocks`` blocks for request ``i``, arriving by a KV copy."""
+        self.make_room(n_blocks)
+        self.bm.take_anon(n_blocks)
+        self.inbound[i] = int(n_blocks)
+
+    def land(self, i: int) -> None:
+        """Request ``i``'s copy landed: it joins the running batch with its blocks."""
+        S = self.S
+        S.anon[i] = self.inbound.pop(i)
+        S.status[i] = T.ST_RUNNING
+        T.r_append(self.rep, int(i))
 
     def check(self) -> str:
         """Empty string when the block and queue counters are consistent."""
-        S = self.S
-        free = int(self.ist[K.I_FREE])
-        held = int(S.anon[self.running].sum())
-        if free < 0 or free + held != self.bm.total:
-            return f"free {free} + held {held} != total {self.bm.total}"
-        if self.running and np.any(S.arrival[self.running] > self.now):
+        S, p = self.S, self.pool
+        ist = p.ist
+        if min(ist[P.P_PLAIN], ist[P.P_ANON], ist[P.P_HASHED], ist[P.P_EVICTABLE]) < 0:
+            return "negative block count"
+        if ist[P.P_PLAIN] + ist[P.P_ANON] + ist[P.P_HASHED] + ist[P.P_EVICTABLE] != \
+                ist[P.P_TOTAL]:
+            return "free + used != total"
+        run = self.running
+        pend = self.r.rel_anon[:self.r.ist[T.I_NREL]].sum()
+        anon = int(S.anon[run].sum()) + int(pend) + sum(self.inbound.values())
+        if anon != ist[P.P_ANON]:
+            return f"anonymous blocks of requests {anon} != pool {int(ist[P.P_ANON])}"
+        if run and np.any(S.arrival[run] > self.now):
             return "a request ran before it arrived"
+        if self.host_free < 0:
+            return f"host_free = {self.host_free} < 0"
         return ""
 
 
 def finalize_reasons(S: State) -> None:
-    """Copy the kernels' reason codes into the string reasons."""
-    for code, text in _REASONS.items():
+    """Copy the compiled replicas' reason codes into the string reasons."""
+    for code, text in T.REASONS.items():
         for i in np.flatnonzero(S.reason_code == code).tolist():
             if not S.reason[i]:
                 S.reason[i] = text

@@ -103,19 +103,24 @@ class Simulation:
             horizon_s=self.horizon_s, reference=self.reference, pred_lo=pred_lo,
             pred_hi=pred_hi, events=self.events, check=checker, spec=spec)
         self.spec = spec
-        self.compiled = compiled.eligible(policy, self.reference, cl.disaggregated,
-                                          self.deps is not None, host,
+        self.compiled = compiled.eligible(policy, self.reference,
                                           heterogeneous=replica_kw is not None)
+        self.engine_name = "python"
         if self.compiled:
-            self.front = [compiled.CompiledReplica(self.ctx, k) for k in range(cl.replicas)]
-            self.back = []
-        elif cl.disaggregated:
-            self.front = [Replica(self.ctx, k, "prefill") for k in range(cl.prefill_replicas)]
-            self.back = [Replica(self.ctx, k, "decode") for k in range(cl.decode_replicas)]
+            external = compiled.rank_spec(policy.scheduler)[0] == compiled.RANK_EXTERNAL
+            self.engine_name = "compiled+python-ranks" if external else "compiled"
+        self.runset = None
+        if self.compiled:
+            self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None)
+            make = self.runset.replica
         else:
-            self.front = [Replica(self.ctx, k, "colocated",
-                                  **(replica_kw[k] if replica_kw else {}))
-                          for k in range(cl.replicas)]
+            def make(k: int, role: str) -> Replica:
+                return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
+        if cl.disaggregated:
+            self.front = [make(k, "prefill") for k in range(cl.prefill_replicas)]
+            self.back = [make(k, "decode") for k in range(cl.decode_replicas)]
+        else:
+            self.front = [make(k, "colocated") for k in range(cl.replicas)]
             self.back = []
         # what KV-aware routers read (RouterView.cached_tokens / prefill_tokens /
         # completions): the cached tokens each routed request had where it went, and per
@@ -167,8 +172,8 @@ class Simulation:
                 r.advance(t)
             return {
                 "outstanding": np.array([r.outstanding for r in pool]),
-                "waiting": np.array([len(r.waiting) for r in pool]),
-                "running": np.array([len(r.running) for r in pool]),
+                "waiting": np.array([r.n_waiting for r in pool]),
+                "running": np.array([r.n_running for r in pool]),
                 "used_blocks": np.array([r.bm.used for r in pool]),
                 "total_blocks": np.array([r.bm.total for r in pool]),
                 # the longest prompt a replica admits (State.reject_reason: p + 1 tokens
@@ -184,14 +189,11 @@ class Simulation:
             # events report); one lookup per matched block plus one, never a cache scan
             for r in pool:  # the caches as of t
                 r.advance(t)
-            bt = self.ctx.block_tokens
             out = np.zeros((len(req), len(pool)), np.int64)
             for q, i in enumerate(req):
-                keys = S.block_keys(i, bt)
-                if keys:
+                if S.prompt[i] >= self.ctx.block_tokens:  # a full prompt block
                     for k, r in enumerate(pool):
-                        match = getattr(r.bm, "match", None)
-                        out[q, k] = 0 if match is None else len(match(keys)) * bt
+                        out[q, k] = r.cached_prefix_tokens(i)
             hit.append(out)
             return out
 
@@ -461,10 +463,11 @@ class Simulation:
                 r.advance(math.inf)
         if self.compiled:
             compiled.finalize_reasons(S)
+            self.runset.sync_policy_state(self.replicas())
         self._label_unfinished()
         if deps is not None:
             deps.label(S)
-        if self.check and not self.compiled:
+        if self.check:
             check_final(S)
         return {"wall_s": time.perf_counter() - t0}
 

@@ -31,7 +31,7 @@ from lpserve.cost import iteration_time
 from lpserve.policy import PolicyError, RebalanceView
 from lpserve.policy.checks import check_migrations
 from lpserve.sim.invariants import InvariantError
-from lpserve.sim.state import RUNNING, STATUS_NAMES, TRANSFER, RunContext
+from lpserve.sim.state import STATUS_NAMES, TRANSFER, RunContext
 
 __all__ = ["Migrator"]
 
@@ -157,18 +157,12 @@ class Migrator:
         if len(B.running) + len(B.inbound) >= seats:
             raise PolicyError(f"{name}: destination {dest} has no seat for request {i} "
                               f"(max_num_seqs={seats})")
-        B.make_room(nb)
-        B.bm.take_anon(nb)
-        B.inbound[i] = nb
+        B.reserve(i, nb)
         begin = max(A.now, A.link_free_s)
         dt = float(ctx.cost.transfer_time_s(context, ctx.link_gbps)) * ctx.kv_scale  # + draft
         end = begin + dt
         A.link_free_s = end
-        A.running.remove(i)
-        heapq.heappush(A.releases, (end, i, S.slots[i], int(S.anon[i])))  # freed at end
-        S.slots[i] = []
-        S.nslots[i] = 0
-        S.anon[i] = 0
+        A.depart(i, end)  # its blocks stay held there until the copy ends
         S.status[i] = TRANSFER
         S.migrations[i] += 1  # counted when the copy starts (one cut by the horizon counts)
         S.migrated_to[i] = dest
@@ -188,7 +182,7 @@ class Migrator:
         B.advance(end)
         if B.now < end:
             B.now = end
-        nb = B.inbound.pop(i)
+        nb = B.inbound[i]
         if self.ctx.check is not None:
             context = int(S.computed[i])
             if S.gen[i] != gen0 or context != S.prompt[i] + S.gen[i] - 1 or \
@@ -196,9 +190,7 @@ class Migrator:
                 raise InvariantError(f"migration of request {i}: tokens or blocks changed in "
                                      f"flight (gen {gen0} -> {S.gen[i]}, context {context}, "
                                      f"blocks {nb})")
-        S.anon[i] = nb
-        S.status[i] = RUNNING
-        B.running.append(i)
+        B.land(i)
         if self.ctx.check is not None:
             self.ctx.check(B)
 

@@ -8,9 +8,8 @@ pure-decode iterations between events go to :func:`lpserve.sim._kernels.decode_a
 In reference mode the planner runs before every iteration instead. The semantics are
 written down in ``models/simulator.md``.
 
-A replica gets everything it needs from the run's :class:`~lpserve.sim.state.RunContext`
-and reports completions and KV handoffs through its ``events`` outbox; it never calls
-back into the event loop.
+It gets everything from the run's :class:`~lpserve.sim.state.RunContext` and reports
+completions and KV handoffs through its ``events`` outbox, never calling the event loop.
 """
 from __future__ import annotations
 
@@ -29,13 +28,14 @@ from lpserve.sim import preempt
 from lpserve.sim import views as V
 from lpserve.sim.blocks import BlockManager
 from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS, choose_evictions, queued_slots
-from lpserve.sim.state import FINISHED, RUNNING, TRANSFER, WAITING, RunContext
+from lpserve.sim.moves import KVMoves
+from lpserve.sim.state import FINISHED, RUNNING, WAITING, RunContext
 
 _BIG = 1 << 62
 _EMPTY = np.zeros(0, np.int64)
 
 
-class Replica:
+class Replica(KVMoves):
     """Engine of one replica; ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
 
     compiled = False
@@ -79,13 +79,17 @@ class Replica:
         self._turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
         self.ctl = eng.budget_controller  # sets decode-first budgets, observes iterations
         self.observer = getattr(ctx.policy.evictor, "observes_requests", False)
+        # a scheduler without a compiled twin is asked at the start of every planning step
+        # that has candidates (so the compiled engine can ask it at the same points)
+        self._eager_ranks = "kernel_spec" not in type(ctx.policy.scheduler).__dict__
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public
-    @property
-    def outstanding(self) -> int:
-        """Requests routed here and not finished (waiting or running)."""
-        return len(self.waiting) + len(self.running)
+    outstanding = property(lambda self: len(self.waiting) + len(self.running),
+                           doc="Requests routed here and not finished (waiting or running).")
+
+    n_waiting = property(lambda self: len(self.waiting), doc="Requests waiting.")
+    n_running = property(lambda self: len(self.running), doc="Requests running.")
 
     def enqueue(self, i: int, t: float) -> None:
         """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
@@ -161,6 +165,10 @@ class Replica:
         self.n_iters += n_iters
         if decode_only:
             self.n_decode_iters += n_iters
+
+    def cached_prefix_tokens(self, i: int) -> int:
+        """Prompt tokens of waiting request ``i`` found in this replica's prefix cache."""
+        return len(self.bm.match(self.S.block_keys(i, self.bt))) * self.bt
 
     def _check(self) -> None:
         if self.ctx.check is not None:
@@ -413,6 +421,8 @@ class Replica:
         S, eng = self.S, self.eng
         self._ranks = None
         self._resumed = False
+        if self._eager_ranks:
+            self.ranks()
         chunks: list[tuple[int, int, int]] = []
         budget = eng.max_num_batched_tokens
         admit_ok = bool(self.waiting) and not (eng.batching == "static" and self.running)
@@ -587,19 +597,3 @@ class Replica:
             self._observe("finish", i)
         S.forget_keys(i)
         self.ctx.events.finish(self.now, i)
-
-    def _handoff(self, i: int) -> None:
-        """Send request ``i``'s KV to the decode pool over this replica's link."""
-        S, ctx = self.S, self.ctx
-        self.running.remove(i)
-        start = max(self.now, self.link_free_s)
-        end = start + float(self.cost.transfer_time_s(int(S.computed[i]),
-                                                     ctx.link_gbps)) * ctx.kv_scale
-        self.link_free_s = end
-        heapq.heappush(self.releases, (end, i, S.slots[i], int(S.anon[i])))
-        S.slots[i] = []
-        S.nslots[i] = 0
-        S.anon[i] = 0
-        S.kv_remote[i] = True
-        S.status[i] = TRANSFER
-        ctx.events.kv_ready(end, i)

@@ -39,8 +39,9 @@ class State:
         self.release = self.arrival.copy()
         if trace.parent is not None:
             self.release[np.asarray(trace.parent) >= 0] = np.nan
-        self.prompt = np.asarray(trace.prompt_tokens, np.int64)
-        self.out = np.asarray(trace.output_tokens, np.int64)
+        # writable copies: the compiled engine's structures hold mutable arrays
+        self.prompt = np.array(trace.prompt_tokens, np.int64, copy=True)
+        self.out = np.array(trace.output_tokens, np.int64, copy=True)
         self.computed = np.zeros(n, np.int64)
         # tokens of the context in the draft model's KV (speculative decoding only)
         self.draft_computed = np.zeros(n, np.int64)
@@ -69,13 +70,14 @@ class State:
         self.reason = np.full(n, "", dtype=object)
         self.reason_code = np.zeros(n, np.int8)  # set by compiled replicas
         none = np.full(n, -1, np.int64)
-        self.tenant = none if trace.tenant is None else np.asarray(trace.tenant, np.int64)
-        self.session = none if trace.session_id is None else np.asarray(trace.session_id,
-                                                                          np.int64)
+        self.tenant = none.copy() if trace.tenant is None else np.array(trace.tenant, np.int64)
+        self.session = none.copy() if trace.session_id is None else \
+            np.array(trace.session_id, np.int64)
         # conversation (program, else session) and wait kind, for session-aware evictors
-        self.thread = self.session if trace.program_id is None else np.asarray(
+        self.thread = self.session if trace.program_id is None else np.array(
             trace.program_id, np.int64)
-        self.wait = none if trace.wait_kind is None else np.asarray(trace.wait_kind, np.int64)
+        self.wait = none.copy() if trace.wait_kind is None else np.array(trace.wait_kind,
+                                                                          np.int64)
         self._trace_keys: dict[int, np.ndarray] = {}
         self._block_keys: dict[int, tuple[int, list]] = {}  # of requests in the system
 

@@ -28,11 +28,11 @@ def cached_estimate(rep: Any, cand: Sequence[int]) -> np.ndarray:
     """
     out = np.zeros(len(cand), np.int64)
     bm, S = rep.bm, rep.S
-    if not rep.eng.prefix_caching or bm.hashed_used + bm.evictable == 0:
+    if not rep.eng.prefix_caching or bm.used - bm.anon_used + bm.evictable == 0:
         return out
     for k, i in enumerate(cand[:PREFIX_ESTIMATE_MAX]):
         if S.status[i] == WAITING and not S.swapped[i]:
-            out[k] = len(bm.match(S.block_keys(i, rep.bt))) * rep.bt
+            out[k] = rep.cached_prefix_tokens(i)
     return out
 
 

@@ -22,6 +22,7 @@ LAYERS = {
     "lpserve.cost": 1,
     "lpserve.instance": 2, "lpserve.objectives": 2,
     "lpserve.policy": 3,
+    "lpserve.kernels": 3.5,  # numba kernels shared by policies and sim
     "lpserve.policies": 4, "lpserve.sim": 4,
     "lpserve.opt": 5,  # 4': may import policies (export() returns a policy) and sim
     "lpserve.registry": 6,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policies import _lyapunov_kernels as K
+from lpserve.kernels import dpp as K
 from lpserve.policies.lyapunov import constants, slotted_optimum
 
 COST = lp.cost_model(gpu="a100-80gb", llm="mistral-7b")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lpserve as lp
-from lpserve.policies import _lyapunov_kernels as K
+from lpserve.kernels import dpp as K
 from lpserve.policies.disagg import link_schedule, lyapunov_disagg, pool_sizes
 from lpserve.policies.lyapunov import DPPController, TBTRecorder, constants, lyapunov, with_recorder
 from lpserve.policy import EngineConfig

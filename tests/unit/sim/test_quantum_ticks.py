@@ -89,3 +89,27 @@ def test_fractional_round_model_arrivals_fast_equals_reference(inst, name):
     fast, _ = fast_and_reference(inst, make_policy(name), label=name)
     a = fast.arrays
     assert np.all((a["status"] == "finished") | (a["reason"] != ""))
+
+
+class _SwapPricedRound(lp.UnitRoundCost):
+    """The round model with swaps priced at 1 ms per block (one way), so every swapped
+    block shows in the request times."""
+
+    def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
+        return 1e-3 * int(n_blocks)
+
+
+@pytest.mark.parametrize("cost", [lp.UnitRoundCost(memory_tokens=13),
+                                  _SwapPricedRound(memory_tokens=13)])
+def test_swaps_piled_up_between_iterations_are_priced_alike(cost):
+    # found by the fractional-arrivals test above: FastServe swaps 37 blocks of a 13-block
+    # pool between two iterations (preempted, resumed and preempted again, priced together
+    # in the next iteration); the compiled engine's swap-time table ended at 2 * 13 + 1
+    # blocks and read past its end (a garbage finish time or an empty decode run)
+    tr = lp.Trace.from_arrays(arrival_s=np.array([0.0, 3.05, 7.1, 11.05]),
+                              prompt_tokens=[1, 6, 8, 7], output_tokens=[1, 6, 8, 7])
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                    block_tokens=1), cost=cost)
+    for _ in range(3):  # a stale read depends on what the memory held before
+        fast, ref = fast_and_reference(inst, make_policy("fastserve"), label="fastserve")
+    assert ref.stats["swaps"] > 0 and np.isfinite(ref.arrays["finish_s"][[0, 1, 3]]).all()

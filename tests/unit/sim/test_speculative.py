@@ -34,9 +34,11 @@ def _inst(trace, llm="llama-2-7b", frac=0.9, replicas=1, **cl):
                                                        gpu_memory_fraction=frac, **cl))
 
 
-def _run_recording(inst, policy, seed=0, reference=False):
+def _run_recording(inst, policy, seed=0, reference=True):
     """Simulate and record, for every speculative step, (k played, tokens per sequence,
-    remaining output before the step)."""
+    remaining output before the step). The steps are read from the Python replicas
+    (reference mode); the compiled ones give the same per-request results
+    (tests/properties/test_engine_equivalence.py)."""
     sim = Simulation(inst, policy, seed, reference=reference, check=True)
     steps = []
     for r in sim.replicas():
@@ -194,11 +196,23 @@ def test_meta_and_registry():
         "decode-first"
 
 
-def test_compiled_loop_is_off_with_speculation():
+def test_compiled_replicas_only_with_a_compiled_speculation_twin():
+    import dataclasses
+
     inst = _inst(_trace(n=5)).with_(cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
     plain = Simulation(inst, lp.make_policy("vllm", prefix_caching=False))
-    spec = Simulation(inst, lp.make_policy("spec-never", prefix_caching=False))
-    assert plain.compiled and not spec.compiled
+    spec_pol = lp.make_policy("spec-never", prefix_caching=False)
+    spec = Simulation(inst, spec_pol)
+    decider = spec_pol.engine.speculation
+
+    class UserDecider(type(decider)):  # a user's subclass: no compiled twin of its own
+        pass
+
+    user = dataclasses.replace(spec_pol, engine=dataclasses.replace(
+        spec_pol.engine, speculation=UserDecider.__new__(UserDecider)))
+    user.engine.speculation.__dict__.update(decider.__dict__)
+    assert plain.compiled and spec.compiled
+    assert not Simulation(inst, user).compiled
 
 
 # ------------------------------------------------------------------ errors

@@ -400,11 +400,11 @@ def dpp_slotted(params, cp, arrivals_tokens, n_dec, ctx_tokens, cap_tokens, tota
         ctx = np.full(n_dec[t], ctx_tokens, np.int64)
         backlog[t] = q[0]
         plan[0] = int(q[0])
-        u = dpp_decide(params, cp, st, q, w, plan, zero, ctx, 0, total_blocks,
+        u = dpp_decide(params, cp, st, q, w, plan, zero, ctx, np.int64(0), total_blocks,
                        cap_tokens - n_dec[t])
         one[0] = u
         dt = iteration_time(params, one, zero, ctx)
-        dpp_observe(cp, st, dt, n_dec[t], 0, total_blocks, q[0], nogaps)
+        dpp_observe(cp, st, dt, n_dec[t], np.int64(0), total_blocks, q[0], nogaps)
         q[0] = q[0] - u + arrivals_tokens[t]
     return st, backlog
 

@@ -1,0 +1,600 @@
+"""Numba kernels of a replica's paged KV pool with hash-chained prefix caching.
+
+The compiled twin of :class:`lpserve.sim.blocks.BlockManager` and of the built-in
+evictors (:mod:`lpserve.policies.evictors_kv`, :class:`lpserve.policy.LRU`): the same
+four block states (plain free, anonymous used, hashed used, evictable), the same slot
+order (a LIFO stack of free slots, first ``0, 1, 2, ...``), and the same eviction order.
+Every cost is per operation, never per cached block: keys live in an open-addressing
+table (linear probing, backward-shift deletion) and evictable blocks in lazy binary
+heaps whose stale entries are skipped on pop and compacted away when a heap fills.
+
+An evictor orders evictable blocks by ``(k1, k2, -depth, slot)`` (lower goes first):
+
+=========  =========================================================================
+kind       key
+=========  =========================================================================
+lru        ``k1 = last access``
+prefix     ``k1 = last + credit * (depth < protect and hits > 0)`` (prefix-lru)
+session    ``k1 = last + min(turn gap, credit)``
+gdsf       ``k1 = last / age + (1 + depth / scale) * (hits + 1)``, radix leaves first
+radix      ``k1 = last``, radix leaves first (radix-lru)
+lfu        ``k1 = hits, k2 = last``, radix leaves first
+knapsack   ``k1 = last + credit * p(c)`` with the reuse class ``c = min(hits, 3)`` and
+           ``p(c) = (#hits > c + 1) / (#hits >= c + 2)`` over the evictable blocks,
+           fixed for one eviction batch (one heap per class, ordered by last access)
+lookahead  ``k1 = last + 1e12 * queued`` (blocks the first waiting requests would hit)
+=========  =========================================================================
+
+"Radix leaves first": only blocks without a cached child are taken while there are
+such leaves (evicting a leaf can make its parent one, within the same batch); then the
+rest by key (SGLang's radix cache). Heaps: 0 holds every evictable block (k2 = 0 unless
+lfu); 1 holds leaves (leaf kinds); knapsack uses heaps 0-3, one per class.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from lpserve.sim._structs import POOL_FIELDS, new_pool
+
+# evictor kinds
+EV_LRU, EV_PREFIX, EV_SESSION, EV_GDSF, EV_RADIX, EV_LFU, EV_KNAPSACK, EV_LOOKAHEAD = range(8)
+EVICTOR_KINDS = {"lru": EV_LRU, "prefix-lru": EV_PREFIX, "session": EV_SESSION,
+                 "gdsf": EV_GDSF, "radix-lru": EV_RADIX, "lfu": EV_LFU,
+                 "knapsack": EV_KNAPSACK, "lookahead": EV_LOOKAHEAD}
+N_HEAPS = 4
+
+# ist: int state
+P_TOTAL, P_PLAIN, P_ANON, P_HASHED, P_EVICTABLE, P_FSP, P_MASK, P_KIND, P_CACHING, \
+    P_STAMP = range(10)
+P_KNAP = 10  # five counts: evictable blocks with hits 0, 1, 2, 3 and > 3
+N_PIST = 15
+# si rows (int64 per slot)
+S_REF, S_DEPTH, S_HITS, S_HASKEY, S_KEY, S_PKEY, S_STAMP = range(7)
+N_SI = 7
+# sf rows (float64 per slot)
+F_LAST, F_CREATED, F_GAP = range(3)
+N_SF = 3
+# evictor parameters
+K_CREDIT, K_PROTECT, K_AGE, K_SCALE = range(4)
+
+NOKEY = np.iinfo(np.int64).min  # parent key of a prompt's first block
+
+PoolArrays = namedtuple("PoolArrays", POOL_FIELDS)  # the kernels take pool_struct() of them
+
+
+def pool_struct(arrays: "PoolArrays") -> Any:
+    """The kernels' structure over the pool's arrays (they share memory)."""
+    return new_pool(*arrays)
+
+
+def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
+                    params: tuple[float, ...] = (0.0, 0.0, 1.0, 1.0)) -> PoolArrays:
+    """The arrays of an empty pool of ``total_blocks`` blocks with evictor ``kind`` and its
+    parameters ``(credit_s, protect_depth, age_s, depth_scale)``."""
+    total = int(total_blocks)
+    cap = 16
+    while cap < 4 * total:
+        cap *= 2
+    hcap = 2 * total + 64
+    ist = np.zeros(N_PIST, np.int64)
+    ist[P_TOTAL] = total
+    ist[P_PLAIN] = total
+    ist[P_FSP] = total
+    ist[P_MASK] = cap - 1
+    ist[P_KIND] = kind
+    ist[P_CACHING] = int(bool(prefix_caching))
+    si = np.zeros((N_SI, total), np.int64)
+    si[S_STAMP] = -1
+    si[S_PKEY] = NOKEY
+    return PoolArrays(ist=ist, si=si, sf=np.zeros((N_SF, total)),
+                fstack=np.arange(total - 1, -1, -1, dtype=np.int64),
+                hk=np.zeros(cap, np.int64), hs=np.full(cap, -1, np.int64),
+                hc=np.zeros(cap, np.int64), hu=np.zeros(cap, np.int64),
+                hk1=np.zeros((N_HEAPS, hcap)), hk2=np.zeros((N_HEAPS, hcap)),
+                hneg=np.zeros((N_HEAPS, hcap), np.int64),
+                hslot=np.zeros((N_HEAPS, hcap), np.int64),
+                hstamp=np.zeros((N_HEAPS, hcap), np.int64),
+                hsize=np.zeros(N_HEAPS, np.int64), kp=np.asarray(params, np.float64),
+                mark=np.zeros(total, np.int64))
+
+
+# ===================================================================================== keys
+@njit(cache=True)
+def mix64(x):
+    """splitmix64's finalizer on the bits of int64 ``x`` (int64 in, int64 out)."""
+    z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.int64(z)
+
+
+@njit(cache=True)
+def _slot_of_table(p, key):
+    """Table index of ``key`` (-1 if absent)."""
+    mask = p.ist[P_MASK]
+    j = mix64(key) & mask
+    while p.hu[j]:
+        if p.hk[j] == key:
+            return j
+        j = (j + 1) & mask
+    return -1
+
+
+@njit(cache=True)
+def _table_get_or_add(p, key):
+    mask = p.ist[P_MASK]
+    j = mix64(key) & mask
+    while p.hu[j]:
+        if p.hk[j] == key:
+            return j
+        j = (j + 1) & mask
+    p.hu[j] = 1
+    p.hk[j] = key
+    p.hs[j] = -1
+    p.hc[j] = 0
+    return j
+
+
+@njit(cache=True)
+def _table_drop_if_empty(p, j):
+    """Delete entry ``j`` when it holds no cached block and no cached child (backward
+    shift, so probing stays exact)."""
+    if p.hs[j] >= 0 or p.hc[j] > 0:
+        return
+    mask = p.ist[P_MASK]
+    p.hu[j] = 0
+    i = j
+    k = (j + 1) & mask
+    while p.hu[k]:
+        home = mix64(p.hk[k]) & mask
+        # move k to the hole at i when its home is not in (i, k] (cyclically)
+        if (k > i and (home <= i or home > k)) or (k < i and (home <= i and home > k)):
+            p.hk[i] = p.hk[k]
+            p.hs[i] = p.hs[k]
+            p.hc[i] = p.hc[k]
+            p.hu[i] = 1
+            p.hu[k] = 0
+            i = k
+        k = (k + 1) & mask
+
+
+@njit(cache=True)
+def cached_slot(p, key):
+    """Slot holding ``key`` (-1 if not cached)."""
+    j = _slot_of_table(p, key)
+    return -1 if j < 0 else p.hs[j]
+
+
+@njit(cache=True)
+def n_children(p, s):
+    """Cached blocks whose prefix chain ends in the block of slot ``s``."""
+    j = _slot_of_table(p, p.si[S_KEY, s])
+    return 0 if j < 0 else p.hc[j]
+
+
+# ===================================================================================== heaps
+@njit(cache=True)
+def _less(p, h, a, b):
+    if p.hk1[h, a] != p.hk1[h, b]:
+        return p.hk1[h, a] < p.hk1[h, b]
+    if p.hk2[h, a] != p.hk2[h, b]:
+        return p.hk2[h, a] < p.hk2[h, b]
+    if p.hneg[h, a] != p.hneg[h, b]:
+        return p.hneg[h, a] < p.hneg[h, b]
+    return p.hslot[h, a] < p.hslot[h, b]
+
+
+@njit(cache=True)
+def _swap(p, h, a, b):
+    t1 = p.hk1[h, a]
+    p.hk1[h, a] = p.hk1[h, b]
+    p.hk1[h, b] = t1
+    t2 = p.hk2[h, a]
+    p.hk2[h, a] = p.hk2[h, b]
+    p.hk2[h, b] = t2
+    t3 = p.hneg[h, a]
+    p.hneg[h, a] = p.hneg[h, b]
+    p.hneg[h, b] = t3
+    t4 = p.hslot[h, a]
+    p.hslot[h, a] = p.hslot[h, b]
+    p.hslot[h, b] = t4
+    t5 = p.hstamp[h, a]
+    p.hstamp[h, a] = p.hstamp[h, b]
+    p.hstamp[h, b] = t5
+
+
+@njit(cache=True)
+def _sift_up(p, h, i):
+    while i > 0:
+        par = (i - 1) >> 1
+        if _less(p, h, i, par):
+            _swap(p, h, i, par)
+            i = par
+        else:
+            break
+
+
+@njit(cache=True)
+def _sift_down(p, h, i):
+    n = p.hsize[h]
+    while True:
+        le = 2 * i + 1
+        if le >= n:
+            break
+        c = le
+        if le + 1 < n and _less(p, h, le + 1, le):
+            c = le + 1
+        if _less(p, h, c, i):
+            _swap(p, h, c, i)
+            i = c
+        else:
+            break
+
+
+@njit(cache=True)
+def _valid(p, h, pos):
+    s = p.hslot[h, pos]
+    if p.si[S_HASKEY, s] == 0 or p.si[S_REF, s] != 0 or p.si[S_STAMP, s] != p.hstamp[h, pos]:
+        return False
+    if h == 1 and p.ist[P_KIND] != EV_KNAPSACK and n_children(p, s) != 0:
+        return False
+    return True
+
+
+@njit(cache=True)
+def _compact(p, h):
+    """Drop stale entries and re-heapify (when the heap is full)."""
+    n = p.hsize[h]
+    m = 0
+    for pos in range(n):
+        if _valid(p, h, pos):
+            p.hk1[h, m] = p.hk1[h, pos]
+            p.hk2[h, m] = p.hk2[h, pos]
+            p.hneg[h, m] = p.hneg[h, pos]
+            p.hslot[h, m] = p.hslot[h, pos]
+            p.hstamp[h, m] = p.hstamp[h, pos]
+            m += 1
+    p.hsize[h] = m
+    for i in range(m // 2 - 1, -1, -1):
+        _sift_down(p, h, i)
+
+
+@njit(cache=True)
+def _push(p, h, k1, k2, s):
+    if p.hsize[h] >= p.hk1.shape[1]:
+        _compact(p, h)
+    i = p.hsize[h]
+    p.hk1[h, i] = k1
+    p.hk2[h, i] = k2
+    p.hneg[h, i] = -p.si[S_DEPTH, s]
+    p.hslot[h, i] = s
+    p.hstamp[h, i] = p.si[S_STAMP, s]
+    p.hsize[h] = i + 1
+    _sift_up(p, h, i)
+
+
+@njit(cache=True)
+def _pop_top(p, h):
+    n = p.hsize[h] - 1
+    _swap(p, h, np.int64(0), n)
+    p.hsize[h] = n
+    if n > 0:
+        _sift_down(p, h, np.int64(0))
+
+
+@njit(cache=True)
+def _top(p, h):
+    """Position 0 after discarding stale entries, or -1 when the heap is empty."""
+    while p.hsize[h] > 0:
+        if _valid(p, h, np.int64(0)):
+            return 0
+        _pop_top(p, h)
+    return -1
+
+
+# ===================================================================================== keys of an evictor
+@njit(cache=True)
+def _score(p, s):
+    kind = p.ist[P_KIND]
+    last = p.sf[F_LAST, s]
+    kp = p.kp
+    if kind == EV_PREFIX:
+        bonus = kp[K_CREDIT] if (p.si[S_DEPTH, s] < kp[K_PROTECT] and p.si[S_HITS, s] > 0) \
+            else 0.0
+        return last + bonus
+    if kind == EV_SESSION:
+        return last + min(p.sf[F_GAP, s], kp[K_CREDIT])
+    if kind == EV_GDSF:
+        value = (1.0 + p.si[S_DEPTH, s] / kp[K_SCALE]) * (p.si[S_HITS, s] + 1.0)
+        return last / kp[K_AGE] + value
+    if kind == EV_LFU:
+        return float(p.si[S_HITS, s])
+    return last
+
+
+@njit(cache=True)
+def _hits_bucket(hits):
+    return hits if hits < 4 else 4
+
+
+@njit(cache=True)
+def _became_evictable(p, s):
+    """Slot ``s`` just turned evictable: push its heap entries."""
+    p.ist[P_STAMP] += 1
+    p.si[S_STAMP, s] = p.ist[P_STAMP]
+    kind = p.ist[P_KIND]
+    if kind == EV_KNAPSACK:
+        h = p.si[S_HITS, s]
+        p.ist[P_KNAP + _hits_bucket(h)] += 1
+        _push(p, h if h < 3 else 3, p.sf[F_LAST, s], 0.0, s)
+        return
+    k2 = p.sf[F_LAST, s] if kind == EV_LFU else 0.0
+    k1 = _score(p, s)
+    _push(p, np.int64(0), k1, k2, s)
+    if (kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU) and n_children(p, s) == 0:
+        _push(p, np.int64(1), k1, k2, s)
+
+
+@njit(cache=True)
+def _left_evictable(p, s):
+    """Slot ``s`` stops being evictable (acquired or dropped): its entries go stale."""
+    if p.si[S_STAMP, s] >= 0 and p.ist[P_KIND] == EV_KNAPSACK:
+        p.ist[P_KNAP + _hits_bucket(p.si[S_HITS, s])] -= 1
+    p.si[S_STAMP, s] = -1
+
+
+@njit(cache=True)
+def _became_leaf(p, s):
+    """The last cached child of slot ``s`` was dropped."""
+    kind = p.ist[P_KIND]
+    if (kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU) and \
+            p.si[S_HASKEY, s] and p.si[S_REF, s] == 0:
+        k2 = p.sf[F_LAST, s] if kind == EV_LFU else 0.0
+        _push(p, np.int64(1), _score(p, s), k2, s)
+
+
+# ===================================================================================== pool ops
+@njit(cache=True)
+def available(p):
+    """Blocks an allocation can get (plain free + evictable)."""
+    return p.ist[P_PLAIN] + p.ist[P_EVICTABLE]
+
+
+@njit(cache=True)
+def used(p):
+    """Blocks in use (anonymous + hashed used)."""
+    return p.ist[P_ANON] + p.ist[P_HASHED]
+
+
+@njit(cache=True)
+def match(p, keys, n_keys, out):
+    """Slots of the longest cached leading run of ``keys[:n_keys]`` (written to ``out``);
+    returns its length."""
+    m = 0
+    for k in range(n_keys):
+        s = cached_slot(p, keys[k])
+        if s < 0:
+            break
+        out[m] = s
+        m += 1
+    return m
+
+
+@njit(cache=True)
+def acquire(p, slots, n, now_s, gap_s):
+    """Take a reference on the cached blocks ``slots[:n]`` (a prefix hit)."""
+    for k in range(n):
+        s = slots[k]
+        if p.si[S_REF, s] == 0:
+            p.ist[P_EVICTABLE] -= 1
+            p.ist[P_HASHED] += 1
+            _left_evictable(p, s)
+        p.si[S_REF, s] += 1
+        p.si[S_HITS, s] += 1
+        p.sf[F_LAST, s] = now_s
+        p.sf[F_GAP, s] = gap_s
+
+
+@njit(cache=True)
+def take_anon(p, n):
+    """Take ``n`` plain free blocks as anonymous used blocks (False if too few)."""
+    if n > p.ist[P_PLAIN]:
+        return False
+    p.ist[P_PLAIN] -= n
+    p.ist[P_ANON] += n
+    return True
+
+
+@njit(cache=True)
+def take_hashed(p, key, depth, now_s, parent_key, gap_s):
+    """One plain free block for a full prompt block ``key`` whose chain ends in
+    ``parent_key`` (:data:`NOKEY` for a prompt's first block); the slot, or -1 when the
+    block stays anonymous (caching off, or the key is cached already)."""
+    if p.ist[P_CACHING] == 0 or cached_slot(p, key) >= 0:
+        take_anon(p, np.int64(1))
+        return -1
+    p.ist[P_PLAIN] -= 1
+    p.ist[P_HASHED] += 1
+    p.ist[P_FSP] -= 1
+    s = p.fstack[p.ist[P_FSP]]
+    j = _table_get_or_add(p, key)
+    p.hs[j] = s
+    si, sf = p.si, p.sf
+    si[S_KEY, s] = key
+    si[S_HASKEY, s] = 1
+    si[S_REF, s] = 1
+    si[S_HITS, s] = 0
+    si[S_DEPTH, s] = depth
+    si[S_PKEY, s] = parent_key
+    si[S_STAMP, s] = -1
+    sf[F_CREATED, s] = now_s
+    sf[F_LAST, s] = now_s
+    sf[F_GAP, s] = gap_s
+    if parent_key != NOKEY:
+        jp = _table_get_or_add(p, parent_key)
+        p.hc[jp] += 1
+    return s
+
+
+@njit(cache=True)
+def _drop(p, s):
+    """Slot ``s`` loses its key and returns to the free stack."""
+    key = p.si[S_KEY, s]
+    pk = p.si[S_PKEY, s]
+    _left_evictable(p, s)
+    if pk != NOKEY:
+        jp = _slot_of_table(p, pk)
+        p.hc[jp] -= 1
+        if p.hc[jp] == 0:
+            ps = p.hs[jp]
+            if ps >= 0:
+                _became_leaf(p, ps)
+            _table_drop_if_empty(p, jp)
+    j = _slot_of_table(p, key)
+    p.hs[j] = -1
+    _table_drop_if_empty(p, j)
+    p.si[S_HASKEY, s] = 0
+    p.si[S_PKEY, s] = NOKEY
+    p.fstack[p.ist[P_FSP]] = s
+    p.ist[P_FSP] += 1
+
+
+@njit(cache=True)
+def release(p, slots, n, n_anon, now_s):
+    """Drop one request's references: its hashed ``slots[:n]`` and ``n_anon`` blocks."""
+    p.ist[P_ANON] -= n_anon
+    p.ist[P_PLAIN] += n_anon
+    for k in range(n):
+        s = slots[k]
+        p.si[S_REF, s] -= 1
+        if p.si[S_REF, s] == 0:
+            p.ist[P_HASHED] -= 1
+            p.sf[F_LAST, s] = now_s
+            if p.ist[P_CACHING]:
+                p.ist[P_EVICTABLE] += 1
+                _became_evictable(p, s)
+            else:
+                _drop(p, s)
+                p.ist[P_PLAIN] += 1
+
+
+@njit(cache=True)
+def _evict_one(p, s):
+    _drop(p, s)
+    p.ist[P_EVICTABLE] -= 1
+    p.ist[P_PLAIN] += 1
+
+
+@njit(cache=True)
+def _knap_p(p, c):
+    above = 0
+    at_least = 0
+    for b in range(5):
+        cnt = p.ist[P_KNAP + b]
+        if b > c:
+            above += cnt
+        if b >= c:
+            at_least += cnt
+    return (above + 1.0) / (at_least + 2.0)
+
+
+@njit(cache=True)
+def _pick_knapsack(p, probs):
+    """Heap (class) whose head has the lowest ``(last + credit p, -depth, slot)``."""
+    best = -1
+    bk = 0.0
+    bn = 0
+    bs = 0
+    for h in range(4):
+        if _top(p, h) < 0:
+            continue
+        k = p.hk1[h, 0] + p.kp[K_CREDIT] * probs[h]
+        ng = p.hneg[h, 0]
+        s = p.hslot[h, 0]
+        if best < 0 or k < bk or (k == bk and (ng < bn or (ng == bn and s < bs))):
+            best, bk, bn, bs = h, k, ng, s
+    return best
+
+
+@njit(cache=True)
+def evict(p, n, queued, n_queued):
+    """Evict ``n`` evictable blocks in the evictor's order (``n <= evictable``).
+
+    ``queued[:n_queued]`` are the slots the first waiting requests would hit (used by
+    ``lookahead`` only)."""
+    kind = p.ist[P_KIND]
+    if kind == EV_KNAPSACK:
+        probs = np.empty(4)
+        for c in range(4):
+            probs[c] = _knap_p(p, c)
+        for _ in range(n):
+            h = _pick_knapsack(p, probs)
+            s = p.hslot[h, 0]
+            _pop_top(p, h)
+            _evict_one(p, s)
+        return
+    if kind == EV_LOOKAHEAD:
+        _evict_lookahead(p, n, queued, n_queued)
+        return
+    leafy = kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU
+    done = 0
+    if leafy:
+        while done < n and _top(p, np.int64(1)) >= 0:
+            s = p.hslot[1, 0]
+            _pop_top(p, np.int64(1))
+            _evict_one(p, s)
+            done += 1
+    while done < n:
+        _top(p, np.int64(0))
+        s = p.hslot[0, 0]
+        _pop_top(p, np.int64(0))
+        _evict_one(p, s)
+        done += 1
+
+
+@njit(cache=True)
+def _evict_lookahead(p, n, queued, n_queued):
+    mark = p.mark
+    for k in range(n_queued):
+        mark[queued[k]] = 1
+    aside = np.empty(p.ist[P_EVICTABLE], np.int64)
+    n_aside = 0
+    done = 0
+    while done < n and _top(p, np.int64(0)) >= 0:
+        s = p.hslot[0, 0]
+        _pop_top(p, np.int64(0))
+        if mark[s]:
+            aside[n_aside] = s
+            n_aside += 1
+            continue
+        _evict_one(p, s)
+        done += 1
+    if done < n:  # only queued blocks are left: by (last + 1e12, -depth, slot)
+        key = np.empty(n_aside)
+        neg = np.empty(n_aside, np.int64)
+        for k in range(n_aside):
+            key[k] = p.sf[F_LAST, aside[k]] + 1e12
+            neg[k] = -p.si[S_DEPTH, aside[k]]
+        o1 = np.argsort(aside[:n_aside], kind="mergesort")
+        o2 = np.argsort(neg[o1], kind="mergesort")
+        o12 = o1[o2]
+        o3 = np.argsort(key[o12], kind="mergesort")
+        order = o12[o3]
+        for k in range(n_aside):
+            s = aside[order[k]]
+            if done < n:
+                _evict_one(p, s)
+                done += 1
+            else:
+                _push(p, np.int64(0), p.sf[F_LAST, s], 0.0, s)
+    else:
+        for k in range(n_aside):
+            s = aside[k]
+            _push(p, np.int64(0), p.sf[F_LAST, s], 0.0, s)
+    for k in range(n_queued):
+        mark[queued[k]] = 0

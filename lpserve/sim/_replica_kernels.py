@@ -1,0 +1,234 @@
+"""The compiled replica engine's entry points (numba): :func:`advance` (run planning
+steps until an event), :func:`enqueue` (a request joins a replica) and the step itself,
+the twin of :meth:`lpserve.sim.replica.Replica._step` (``models/simulator.md``).
+Layouts are in :mod:`lpserve.sim._state_kernels`, the step's parts in
+:mod:`lpserve.sim._step_kernels`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from lpserve.sim import _pool as P
+from lpserve.sim import _spec_kernels as SP
+from lpserve.sim import _state_kernels as T
+from lpserve.sim import _step_kernels as S
+
+
+@njit(cache=True)
+def reject_reason(req, cfg, i, total, wm):
+    """Why request ``i`` can never be served here (0 if it can): ``State.reject_reason``."""
+    p = req.prompt[i]
+    bt = cfg[T.C_BT]
+    if cfg[T.C_MAX_LEN] > 0 and p + req.out[i] > cfg[T.C_MAX_LEN]:
+        return T.R_MAX_LEN
+    if cfg[T.C_RESERVE] and cfg[T.C_RESERVE] > total:
+        return T.R_PROMPT_KV
+    if (p + 1 + bt - 1) // bt > total - wm:
+        return T.R_PROMPT_KV
+    if not cfg[T.C_CHUNKED] and p > cfg[T.C_BUDGET] and not req.kv_remote[i]:
+        return T.R_PROMPT_BUDGET
+    return 0
+
+
+@njit(cache=True)
+def enqueue(req, rep, cfg, i, t):
+    """Request ``i`` joins this replica at ``t`` (the replica already advanced to ``t``);
+    returns the rejection code (0: it joined the waiting list)."""
+    code = reject_reason(req, cfg, i, rep.pool.ist[P.P_TOTAL], cfg[T.C_WM])
+    if code:
+        T.reject(req, i, code)
+        return code
+    if rep.fst[T.F_NOW] < t:
+        rep.fst[T.F_NOW] = t
+    T.w_append(req, rep, i)
+    req.status[i] = T.ST_WAITING
+    if cfg[T.C_ROLE] == T.ROLE_DECODE:
+        req.decode_replica[i] = cfg[T.C_INDEX]
+    else:
+        req.replica[i] = cfg[T.C_INDEX]
+    return 0
+
+
+@njit(cache=True)
+def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, stop):
+    """Plan and run one iteration (or a run of decode iterations); False if idle."""
+    ist = rep.ist
+    if ist[T.I_NRUN] == 0 and ist[T.I_NWAIT] == 0:
+        return False
+    ist[T.I_RANKED] = 1 if cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL else 0
+    ist[T.I_RESUMED] = 0
+    p = rep.pool
+    bt = cfg[T.C_BT]
+    batch = cfg[T.C_BATCH]
+    cap = cfg[T.C_MAX_SEQS] + 1
+    ch_i = np.empty(cap, np.int64)
+    ch_c = np.empty(cap, np.int64)
+    ch_h = np.empty(cap, np.int64)
+    n_ch = 0
+    budget = cfg[T.C_BUDGET]
+    admit_ok = ist[T.I_NWAIT] > 0 and not (batch == T.BATCH_STATIC and ist[T.I_NRUN] > 0)
+    if admit_ok and cfg[T.C_PRIO] and ist[T.I_NRUN] > 0:
+        n_run = ist[T.I_NRUN]
+        S.preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
+        if ist[T.I_NRUN] < n_run:
+            ist[T.I_RESUMED] = 1
+    if batch == T.BATCH_PREFILL and admit_ok:
+        n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
+                               n_ch, np.bool_(False))
+        admit_ok = False
+        if n_ch > 0:
+            return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h,
+                             n_ch, ch_i, np.int64(0))
+    # running requests in decode phase and in (chunked) prefill phase
+    n_run = ist[T.I_NRUN]
+    dec = np.empty(n_run, np.int64)
+    part = np.empty(n_run, np.int64)
+    n_dec = 0
+    n_part = 0
+    for k in range(n_run):
+        i = rep.run[k]
+        left = req.prompt[i] + req.gen[i] - req.computed[i]
+        if left == 1:
+            dec[n_dec] = i
+            n_dec += 1
+        elif left > 1:
+            part[n_part] = i
+            n_part += 1
+    need = 0
+    for k in range(n_dec):
+        i = dec[k]
+        if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+            need += 1
+    while need > p.ist[P.P_PLAIN]:
+        if T.make_room(req, rep, cfg, need):
+            break
+        S.ensure_ranks(req, rep, cfg, rk)
+        v = S.worst_running(req, rep)
+        if ist[T.I_NRUN] == 1 and ist[T.I_NREL] == 0:
+            T.r_remove(rep, v)
+            T.release_request(req, rep, v, rep.fst[T.F_NOW])
+            T.reject(req, v, np.int64(T.R_CTX_KV))
+        else:
+            T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
+        m = 0
+        for k in range(n_dec):
+            if dec[k] != v:
+                dec[m] = dec[k]
+                m += 1
+        n_dec = m
+        need = 0
+        for k in range(n_dec):
+            i = dec[k]
+            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+                need += 1
+        admit_ok = False  # as vLLM: no new admissions in a step that preempted
+        ist[T.I_RESUMED] = 1  # the next step plans again (single iteration now)
+    if need:
+        n_grow = 0
+        for k in range(n_dec):
+            i = dec[k]
+            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+                req.anon[i] += 1
+                n_grow += 1
+        P.take_anon(p, n_grow)
+    budget -= n_dec
+    if cfg[T.C_CTL] != S.CTL_NONE and batch == T.BATCH_DECODE:
+        if cfg[T.C_CTL] == S.CTL_DPP:
+            budget = min(budget, S.dpp_budget(req, rep, cfg, rk, ctl, params, dec, n_dec,
+                                              budget))
+        else:  # an observing controller leaves the budget; its view holds the ranks
+            S.ensure_ranks(req, rep, cfg, rk)
+    if batch == T.BATCH_DECODE:
+        m = 0
+        for k in range(n_part):  # still running (preemptions above removed some)
+            if T.r_index(rep, part[k]) >= 0:
+                part[m] = part[k]
+                m += 1
+        n_part = m
+        if n_part > 0:
+            S.ensure_ranks(req, rep, cfg, rk)
+            pos = np.empty(n_part, np.int64)
+            key = np.empty(n_part)
+            for k in range(n_part):
+                pos[k] = T.r_index(rep, part[k])
+                key[k] = req.rk[part[k]]
+            o1 = np.argsort(pos, kind="mergesort")
+            o2 = o1[np.argsort(key[o1], kind="mergesort")]
+            order = part[:n_part][o2].copy()
+            for k in range(n_part):
+                if budget <= 0:
+                    break
+                i = order[k]
+                L = req.prompt[i] + req.gen[i]
+                c = min(L - req.computed[i], budget)
+                held = req.anon[i] + req.nslots[i]
+                room = (held + P.available(p)) * bt - req.computed[i]
+                c = min(c, room)
+                if c <= 0:
+                    continue
+                T.alloc_prompt_blocks(req, rep, cfg, i, (req.computed[i] + c + bt - 1) // bt,
+                                      rep.fst[T.F_NOW])
+                ch_i[n_ch] = i
+                ch_c[n_ch] = c
+                ch_h[n_ch] = req.computed[i]
+                n_ch += 1
+                budget -= c
+    if admit_ok and budget > 0:
+        n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
+                               n_ch, cfg[T.C_CHUNKED] != 0)
+    if n_ch == 0 and n_dec == 0:
+        return ist[T.I_RESUMED] != 0  # a resumed request decodes next step; else idle
+    any_new = False
+    for k in range(n_dec):
+        if req.gen[dec[k]] == 0:
+            any_new = True
+    if n_ch > 0 or ist[T.I_SWAP_BLOCKS] or rep.fst[T.F_SWAP_S] or ist[T.I_RESUMED] or \
+            cfg[T.C_ROLE] == T.ROLE_PREFILL or any_new:
+        return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_ch,
+                         dec, n_dec)
+    if cfg[T.C_SPEC]:  # one speculative step (lpserve/sim/_spec_kernels.py)
+        return SP.step(req, rep, cfg, sr, ss, rng, dec, n_dec)
+    return S.decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop)
+
+
+@njit(cache=True)
+def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, t,
+            max_steps):
+    """Run the planning steps that start before ``min(t, horizon)``, at most
+    ``max_steps`` of them; returns :data:`~lpserve.sim._step_kernels.IDLE` (nothing more
+    to do before ``t``), ``STEPPED`` (``max_steps`` ran), ``NEED_RANKS`` (a scheduler
+    written in Python must rank the candidates before the next step) or ``NEED_ROOM``
+    (the event outbox must be drained, or the release arena or the swap table
+    ``swap_tab`` grown first)."""
+    stop = min(t, cff[T.D_HORIZON])
+    steps = 0
+    external = cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL
+    per_step = cfg[T.C_MAX_SEQS] + 1  # most events and released slot lists of one step
+    while True:
+        if steps >= max_steps:
+            return S.STEPPED
+        if rep.ist[T.I_NEV] + per_step > rep.ev_i.shape[0]:
+            return S.NEED_ROOM
+        if rep.ist[T.I_ARENA] + per_step * req.keybuf.shape[0] > rep.arena.shape[0]:
+            T.compact_arena(rep)
+            if rep.ist[T.I_ARENA] + per_step * req.keybuf.shape[0] > rep.arena.shape[0]:
+                return S.NEED_ROOM
+        if rep.ist[T.I_SWAP_BLOCKS] + 3 * cfg[T.C_TOTAL] + 1 >= swap_tab.shape[0]:
+            return S.NEED_ROOM  # a step may swap 3 * total blocks: grow the swap table
+        T.apply_releases(rep)
+        if rep.fst[T.F_NOW] >= stop:
+            return S.STEPPED if steps else S.IDLE
+        if external and rep.ist[T.I_RANKED] == 0 and \
+                (rep.ist[T.I_NRUN] > 0 or rep.ist[T.I_NWAIT] > 0):
+            return S.NEED_RANKS
+        ran = step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, stop)
+        rep.ist[T.I_RANKED] = 0
+        if not ran:
+            nr = T.next_release_s(rep)
+            if nr < stop:
+                rep.fst[T.F_NOW] = max(rep.fst[T.F_NOW], nr)
+                steps += 1
+                continue
+            return S.IDLE
+        steps += 1

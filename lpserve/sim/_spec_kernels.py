@@ -1,0 +1,286 @@
+"""Numba twin of the simulator's speculative decoding (:mod:`lpserve.sim.speculative`) and
+of the built-in speculation deciders (:mod:`lpserve.policies.speculation`): never, fixed,
+UCB1 per (request class, batch bucket), optimistic acceptance rates, and the oracle.
+Equations are ``models/speculative-decoding.md`` (4)-(11); acceptance draws come from the
+replica's numpy ``Generator`` (the same stream as the Python engine's).
+
+``SpecRun`` holds the run's arrays (decider parameters ``ip``, the target's and drafts'
+cost parameters, every request's acceptance rates ``(n, n_drafts)``, the batch-bucket
+edges, the run's counters); ``SpecRep`` one replica's learner state.
+"""
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from lpserve.cost import iteration_time
+from lpserve.sim import _pool as P
+from lpserve.sim import _state_kernels as T
+from lpserve.sim._structs import SPECREP_FIELDS, SPECRUN_FIELDS
+
+#: the run's and a replica's speculation arrays (Python side; the kernels take the
+#: structures of :mod:`lpserve.sim._structs` over them)
+SpecRun = namedtuple("SpecRun", SPECRUN_FIELDS)
+SpecRep = namedtuple("SpecRep", SPECREP_FIELDS)
+
+# decider kinds
+SP_OFF, SP_NEVER, SP_FIXED, SP_UCB, SP_ACC, SP_ORACLE = range(6)
+SPEC_KINDS = {"never": SP_NEVER, "fixed": SP_FIXED, "ucb": SP_UCB,
+              "acceptance-ucb": SP_ACC, "oracle": SP_ORACLE}
+# ip layout
+Q_KIND, Q_MAX_K, Q_DRAFTS, Q_FIXED_K, Q_FIXED_D, Q_EAGER, Q_CLASSES, Q_BUCKETS = range(8)
+N_Q = 8
+# counts layout (SpecRunner.counts)
+K_STEPS, K_SPEC_STEPS, K_DRAFT, K_ACCEPTED, K_EMITTED, K_SEQ_STEPS = range(6)
+A_MAX = 1.0 - 1e-6
+
+
+@njit(cache=True)
+def arm_of(sr, j):
+    """``(k, draft)`` of arm ``j`` (``draft`` -1 for plain decoding)."""
+    if j == 0:
+        return 0, -1
+    mk = sr.ip[Q_MAX_K]
+    return (j - 1) % mk + 1, (j - 1) // mk
+
+
+@njit(cache=True)
+def arm_index(sr, k, d):
+    """Index of arm ``(k, d)``."""
+    return 0 if k == 0 else 1 + d * sr.ip[Q_MAX_K] + (k - 1)
+
+
+@njit(cache=True)
+def prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch):
+    """Seconds the drafts add to an iteration with these prefill chunks, eq. (4); the
+    drafts' KV catches up with the chunks."""
+    if sr.ip[Q_KIND] == SP_OFF or not sr.ip[Q_EAGER] or n_ch == 0:
+        return 0.0
+    t = 0.0
+    for d in range(sr.ip[Q_DRAFTS]):
+        t += iteration_time(sr.dparams[d], ch_c[:n_ch], ch_h[:n_ch], np.empty(0, np.int64))
+    for k in range(n_ch):
+        req.dcomp[ch_i[k]] = ch_h[k] + ch_c[k]
+    return t
+
+
+@njit(cache=True)
+def _draft_iter_s(sr, d, i, c, lag):
+    D = sr.dparams[d]
+    m = c.shape[0]
+    n_late = 0
+    for k in range(m):
+        if lag[k] > 0:
+            n_late += 1
+    if i == 0 and n_late > 0:  # (5) catch-up: lag + 1 tokens on the draft's KV
+        pt = np.empty(n_late, np.int64)
+        pc = np.empty(n_late, np.int64)
+        dc = np.empty(m - n_late, np.int64)
+        a = 0
+        b = 0
+        for k in range(m):
+            if lag[k] > 0:
+                pt[a] = lag[k] + 1
+                pc[a] = c[k] - lag[k]
+                a += 1
+            else:
+                dc[b] = c[k]
+                b += 1
+        return iteration_time(D, pt, pc, dc)
+    return iteration_time(D, np.empty(0, np.int64), np.empty(0, np.int64), c + i)
+
+
+@njit(cache=True)
+def _time_s(sr, j, c, lag, times, dmemo):
+    """Step time of arm ``j`` for contexts ``c`` (eq. (5)-(6)), memoized in ``times``."""
+    if not math.isnan(times[j]):
+        return times[j]
+    k, d = arm_of(sr, j)
+    if k == 0:
+        t = iteration_time(sr.tparams, np.empty(0, np.int64), np.empty(0, np.int64), c)
+    else:
+        t = 0.0
+        for i in range(k):
+            if math.isnan(dmemo[d, i]):
+                dmemo[d, i] = _draft_iter_s(sr, d, i, c, lag)
+            t += dmemo[d, i]
+        t = t + iteration_time(sr.tparams, np.full(c.shape[0], k + 1, np.int64), c, np.empty(0, np.int64))
+    times[j] = t
+    return t
+
+
+@njit(cache=True)
+def _expected_sum(rates, k):
+    """``sum_i E[tokens](a_i, k)`` left to right, E = (1 - a^(k+1)) / (1 - a)."""
+    v = 0.0
+    for a in rates:
+        v += (1.0 - math.pow(a, k + 1.0)) / (1.0 - a)
+    return v
+
+
+@njit(cache=True)
+def _acc_rate(ss, cls, d):
+    n = ss.acc_n[cls, d]
+    if n == 0:
+        return A_MAX
+    t = ss.acc_steps[0] + 1
+    return min(A_MAX, ss.acc_s[cls, d] / n + math.sqrt(2.0 * math.log(max(t, 2)) / n))
+
+
+@njit(cache=True)
+def step(req, rep, cfg, sr, ss, rng, dec, n_dec):
+    """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
+    each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`."""
+    ip = sr.ip
+    bt = cfg[T.C_BT]
+    p = rep.pool
+    m = n_dec
+    idx = dec[:m].copy()
+    c = np.empty(m, np.int64)
+    lag = np.empty(m, np.int64)
+    held0 = np.empty(m, np.int64)
+    ten = np.empty(m, np.int64)
+    for q in range(m):
+        i = idx[q]
+        c[q] = req.computed[i]
+        lag[q] = c[q] - req.dcomp[i]
+        held0[q] = req.anon[i] + req.nslots[i]
+        ten[q] = req.tenant[i]
+    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
+    times = np.full(n_arms, np.nan)
+    dmemo = np.full((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1)), np.nan)
+    # the bandit context: the batch's most common tenant (ties: smallest) and its bucket
+    n_cls = ip[Q_CLASSES]
+    cnt = np.zeros(n_cls, np.int64)
+    for q in range(m):
+        cnt[ten[q] + 1] += 1
+    cls = 0
+    for t in range(n_cls):
+        if cnt[t] > cnt[cls]:
+            cls = t
+    edges = sr.edges
+    bucket = np.searchsorted(edges, m)
+    if bucket > edges.shape[0]:
+        bucket = edges.shape[0]
+    ctx_id = cls * ip[Q_BUCKETS] + bucket
+    kind = ip[Q_KIND]
+    j = 0
+    if kind == SP_FIXED:
+        j = arm_index(sr, ip[Q_FIXED_K], ip[Q_FIXED_D])
+    elif kind == SP_UCB:
+        nn = ss.ucb_n[ctx_id]
+        j = -1
+        for a in range(n_arms):
+            if nn[a] == 0:
+                j = a
+                break
+        if j < 0:
+            tot = 0
+            for a in range(n_arms):
+                tot += nn[a]
+            best = -np.inf
+            for a in range(n_arms):
+                v = ss.ucb_s[ctx_id, a] / nn[a] + math.sqrt(2.0 * math.log(tot) / nn[a])
+                if v > best:
+                    best, j = v, a
+    elif kind == SP_ACC or kind == SP_ORACLE:
+        best = -np.inf
+        ar = np.empty(m)
+        for a in range(n_arms):
+            k, d = arm_of(sr, a)
+            dd = max(d, 0)
+            for q in range(m):
+                ar[q] = _acc_rate(ss, ten[q] + 1, dd) if kind == SP_ACC else sr.rates[idx[q], dd]
+            v = _expected_sum(ar, k) / _time_s(sr, a, c, lag, times, dmemo)
+            if v > best:
+                best, j = v, a
+    k, d = arm_of(sr, j)
+    d = max(d, 0)
+    # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
+    grow = np.zeros(m, np.int64)
+    while k > 0:
+        need = 0
+        for q in range(m):
+            grow[q] = max((c[q] + k + 1 + bt - 1) // bt - held0[q], 0)
+            need += grow[q]
+        if need == 0 or T.make_room(req, rep, cfg, need):
+            break
+        k -= 1
+        grow[:] = 0
+    j = arm_index(sr, k, d)
+    n_grow = 0
+    for q in range(m):
+        n_grow += grow[q]
+    if n_grow:
+        P.take_anon(p, n_grow)
+        for q in range(m):
+            req.anon[idx[q]] += grow[q]
+    dt = _time_s(sr, j, c, lag, times, dmemo)
+    fst = rep.fst
+    fst[T.F_NOW] += dt
+    fst[T.F_BUSY] += dt
+    fst[T.F_AREA] += P.used(p) * dt
+    rep.ist[T.I_ITERS] += 1
+    rep.ist[T.I_DITERS] += 1
+    # (8) accepted drafts: the leading run of i.i.d. Bernoulli(a_i) acceptances
+    accepted = np.zeros(m, np.int64)
+    if k:
+        u = rng.random((m, k))
+        for q in range(m):
+            a = sr.rates[idx[q], d]
+            n = 0
+            while n < k and u[q, n] < a:
+                n += 1
+            accepted[q] = n
+    # (9) tokens emitted: accepted + 1, never past the request's output
+    emitted = 0
+    n_trim = 0
+    for q in range(m):
+        i = idx[q]
+        e = min(accepted[q] + 1, req.out[i] - req.gen[i])
+        emitted += e
+        new_c = c[q] + e
+        req.computed[i] = new_c
+        req.gen[i] += e
+        if k:
+            req.dcomp[i] = min(c[q] + k, new_c)
+        trim = held0[q] + grow[q] - max(held0[q], (new_c + bt - 1) // bt)
+        if trim:
+            req.anon[i] -= trim
+            n_trim += trim
+    if n_trim:
+        P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW])
+    if kind == SP_UCB or kind == SP_ACC:  # (10) normalized reward in [0, 1]
+        bound = 0.0
+        for a in range(n_arms):
+            ka, _ = arm_of(sr, a)
+            bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo))
+        reward = min(1.0, emitted / dt / bound)
+        if kind == SP_UCB:
+            ss.ucb_n[ctx_id, j] += 1
+            ss.ucb_s[ctx_id, j] += reward
+        else:
+            ss.acc_steps[0] += 1
+            if k:
+                for q in range(m):
+                    cl = ten[q] + 1
+                    ss.acc_s[cl, d] += accepted[q]
+                    ss.acc_n[cl, d] += accepted[q] + (1 if accepted[q] < k else 0)
+    cn = sr.counts
+    cn[K_STEPS] += 1
+    cn[K_SPEC_STEPS] += 1 if k > 0 else 0
+    cn[K_DRAFT] += k * m
+    acc_sum = 0
+    for q in range(m):
+        acc_sum += accepted[q]
+    cn[K_ACCEPTED] += acc_sum
+    cn[K_EMITTED] += emitted
+    cn[K_SEQ_STEPS] += m
+    for q in range(m):
+        i = idx[q]
+        if req.gen[i] >= req.out[i]:
+            T.finish(req, rep, cfg, i)
+    return True

@@ -1,0 +1,535 @@
+"""The compiled replica engine's step planner (numba): the twin of
+:meth:`lpserve.sim.replica.Replica._step` and everything it calls, on the arrays of
+:mod:`lpserve.sim._state_kernels`.
+
+One call of :func:`advance` runs every planning step that starts before ``stop_s``
+(at most ``max_steps``; one for the event loop's conservative stepping and for
+``check=True``), each either one iteration or a run of pure-decode iterations between
+events (:func:`lpserve.sim._kernels.decode_advance`). Ranks come from the scheduler's
+compiled twin (:mod:`lpserve.sim._ranks`), computed at the points of the step where the
+Python engine asks for them, or, for a scheduler written in Python, from ``req.rk`` as
+the event loop filled them at the start of the step (:data:`NEED_RANKS`). The
+drift-plus-penalty budget controller runs as :mod:`lpserve.kernels.dpp`.
+"""
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from lpserve.cost import iteration_time
+from lpserve.kernels import dpp as D
+from lpserve.sim import _pool as P
+from lpserve.sim import _ranks as RK
+from lpserve.sim import _spec_kernels as SP
+from lpserve.sim import _state_kernels as T
+from lpserve.sim._kernels import decode_advance
+from lpserve.sim._structs import CTL_FIELDS, RK_FIELDS
+
+#: the scheduler's compiled state and the budget controller's parameters (Python side;
+#: the kernels take the structures of :mod:`lpserve.sim._structs` over them)
+Rk = namedtuple("Rk", RK_FIELDS)
+Ctl = namedtuple("Ctl", CTL_FIELDS)
+
+# advance() results
+IDLE, STEPPED, NEED_RANKS, NEED_ROOM = 0, 1, 2, 3
+CTL_NONE, CTL_DPP, CTL_RECORDER = 0, 1, 2
+# ctl_x (per replica controller scalars)
+X_U, X_CAP, X_QTOK, X_RESUMABLE, X_NPLAN = range(5)
+_BIG = 1 << 62
+
+
+# ===================================================================================== ranks
+@njit(cache=True)
+def candidates(req, rep, rk):
+    """Waiting then running requests into ``rk.cand`` (with ``rk.run`` flags); count."""
+    m = 0
+    k = rep.ist[T.I_WHEAD]
+    while k >= 0:
+        rk.cand[m] = k
+        rk.run[m] = 0
+        m += 1
+        k = req.wnext[k]
+    for j in range(rep.ist[T.I_NRUN]):
+        rk.cand[m] = rep.run[j]
+        rk.run[m] = 1
+        m += 1
+    return m
+
+
+@njit(cache=True)
+def ensure_ranks(req, rep, cfg, rk):
+    """Compute this step's ranks of the replica's candidates into ``req.rk`` (once)."""
+    if rep.ist[T.I_RANKED]:
+        return
+    if rep.ist[T.I_NRUN] == 0 and rep.ist[T.I_NWAIT] == 0:
+        return  # nothing to rank (the Python engine asks only with candidates)
+    rep.ist[T.I_RANKED] = 1
+    kind = cfg[T.C_RANK_KIND]
+    if kind == T.RANK_EXTERNAL:
+        return  # filled by the event loop at the start of the step
+    m = candidates(req, rep, rk)
+    res = np.empty(m)
+    RK.ranks(kind, rk.fp, rk.ip, rk.cand, rk.run, m, rep.fst[T.F_NOW], cfg[T.C_INDEX],
+             req.arrival, req.prompt, req.gen, req.computed, req.out, req.tenant, req.plo,
+             req.phi, cfg[T.C_HAS_PRED] != 0, req.prog, cfg[T.C_TOTAL], cfg[T.C_BT], rk.rf,
+             rk.ri, rk.pf, rk.xf, rk.xi, rk.xr, rk.g, res)
+    for k in range(m):
+        req.rk[rk.cand[k]] = res[k]
+
+
+@njit(cache=True)
+def worst_running(req, rep):
+    """Running request with the worst ``(rank, position)`` (-1 if none)."""
+    best = -1
+    bk = -np.inf
+    for pos in range(rep.ist[T.I_NRUN]):
+        i = rep.run[pos]
+        r = req.rk[i]
+        if best < 0 or r >= bk:
+            best, bk = i, r
+    return best
+
+
+@njit(cache=True)
+def waiting_by_rank(req, rep):
+    """Waiting requests with a finite rank, by (rank, queue position)."""
+    ids = T.waiting_ids(req, rep)
+    r = np.empty(ids.shape[0])
+    for k in range(ids.shape[0]):
+        r[k] = req.rk[ids[k]]
+    order = np.argsort(r, kind="mergesort")
+    m = 0
+    for k in range(order.shape[0]):
+        if r[order[k]] != np.inf:
+            m += 1
+    out = np.empty(m, np.int64)
+    j = 0
+    for k in range(order.shape[0]):
+        if r[order[k]] != np.inf:
+            out[j] = ids[order[k]]
+            j += 1
+    return out
+
+
+@njit(cache=True)
+def preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
+    """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
+    ensure_ranks(req, rep, cfg, rk)
+    p = rep.pool
+    order = waiting_by_rank(req, rep)
+    n_run = rep.ist[T.I_NRUN]
+    alive = rep.run[:n_run].copy()
+    alive_n = n_run
+    seats = cfg[T.C_MAX_SEQS] - n_run
+    free = P.available(p) - cfg[T.C_WM]
+    max_need = p.ist[P.P_TOTAL] - cfg[T.C_WM]
+    taken = np.zeros(p.ist[P.P_TOTAL], np.int64)
+    victims = np.empty(n_run, np.int64)
+    n_v = 0
+    floor = np.inf
+    for t in range(order.shape[0]):
+        w = order[t]
+        r = req.rk[w]
+        if r >= floor:
+            break
+        nd = T.admit_need(req, rep, cfg, w)
+        if nd > max_need:
+            continue
+        stop = False
+        while seats < 1 or free < nd:
+            v = -1
+            vk = -np.inf
+            vpos = -1
+            for pos in range(alive_n):
+                i = alive[pos]
+                if v < 0 or req.rk[i] >= vk:
+                    v, vk, vpos = i, req.rk[i], pos
+            if v < 0 or vk <= r:
+                stop = True
+                break
+            for pos in range(vpos, alive_n - 1):
+                alive[pos] = alive[pos + 1]
+            alive_n -= 1
+            victims[n_v] = v
+            n_v += 1
+            floor = min(floor, vk)
+            seats += 1
+            free += T.freed_blocks(req, rep, v, taken)
+        if stop:
+            break
+        seats -= 1
+        free -= nd
+    for k in range(n_v):
+        T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, victims[k])
+
+
+@njit(cache=True)
+def free_cap(req, rep, cfg, rk):
+    """:func:`lpserve.sim.preempt.free_cap`: most blocks a decode run may take before a
+    priority preemption could fire."""
+    ensure_ranks(req, rep, cfg, rk)
+    worst = -np.inf
+    for j in range(rep.ist[T.I_NRUN]):
+        worst = max(worst, req.rk[rep.run[j]])
+    p = rep.pool
+    max_need = p.ist[P.P_TOTAL] - cfg[T.C_WM]
+    total = 0
+    any_need = False
+    k = rep.ist[T.I_WHEAD]
+    while k >= 0:
+        r = req.rk[k]
+        if r != np.inf and r < worst:
+            nd = T.admit_need(req, rep, cfg, k)
+            if nd <= max_need:
+                total += nd
+                any_need = True
+        k = req.wnext[k]
+    if not any_need:
+        return _BIG
+    return P.available(p) - cfg[T.C_WM] - total
+
+
+# ===================================================================================== admission
+@njit(cache=True)
+def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, allow_chunk):
+    """Admit waiting requests in rank order as prefill chunks; returns ``(n_ch, budget)``."""
+    ensure_ranks(req, rep, cfg, rk)
+    ist, p, bt = rep.ist, rep.pool, cfg[T.C_BT]
+    now = rep.fst[T.F_NOW]
+    wm = cfg[T.C_WM]
+    order = waiting_by_rank(req, rep)
+    hits = rep.hold
+    for t in range(order.shape[0]):
+        i = order[t]
+        if ist[T.I_NRUN] >= cfg[T.C_MAX_SEQS] or budget <= 0:
+            break
+        L = req.prompt[i] + req.gen[i]
+        if req.swapped[i] or req.kv_remote[i]:
+            n = req.swap_gpu[i] if req.swapped[i] else (req.computed[i] + bt - 1) // bt
+            if P.available(p) - n < wm:
+                break
+            T.make_room(req, rep, cfg, n)
+            P.take_anon(p, n)
+            req.anon[i] = n
+            if req.swapped[i]:
+                ist[T.I_HOST_FREE] += req.host_blocks[i]
+                if req.compressed[i]:  # dequantize pass and compressed PCIe bytes
+                    rep.fst[T.F_SWAP_S] += cswap_tab[n]
+                    req.compressed[i] = False
+                else:
+                    ist[T.I_SWAP_BLOCKS] += n
+                req.host_blocks[i] = 0
+                req.swap_gpu[i] = 0
+                req.swapped[i] = False
+            req.kv_remote[i] = False
+            ist[T.I_RESUMED] = 1
+        else:
+            n_hits = 0
+            if cfg[T.C_CACHING]:
+                nk = T.block_keys(req, cfg, i)
+                n_hits = P.match(p, req.keybuf, nk, hits)
+            cached = min(n_hits * bt, L - 1)
+            chunk = L - cached
+            if chunk > budget:
+                if not allow_chunk:
+                    if L > cfg[T.C_BUDGET]:
+                        T.w_remove(req, rep, i)
+                        T.reject(req, i, np.int64(T.R_CTX_BUDGET))
+                        continue
+                    break
+                chunk = budget
+            res = cfg[T.C_RESERVE]
+            target = res if res > 0 else (cached + chunk + bt - 1) // bt
+            full = res if res > 0 else (L + bt - 1) // bt
+            if full > p.ist[P.P_TOTAL] - wm:
+                T.w_remove(req, rep, i)
+                T.reject(req, i, np.int64(T.R_CTX_KV))
+                continue
+            n_hit_free = 0
+            for k in range(n_hits):
+                if p.si[P.S_REF, hits[k]] == 0:
+                    n_hit_free += 1
+            if P.available(p) - n_hit_free - (target - n_hits) < wm:
+                break
+            gap = 0.0
+            if n_hits * bt >= 1024:  # SESSION_MIN_HIT_TOKENS: a returning session
+                gap = now - p.sf[P.F_LAST, hits[n_hits - 1]]
+                req.turn_gap[i] = gap
+            P.acquire(p, hits, n_hits, now, gap)
+            off = req.slot_off[i]
+            for k in range(n_hits):
+                req.slot_buf[off + k] = hits[k]
+            req.nslots[i] = n_hits
+            req.computed[i] = cached
+            req.cached_tok[i] += cached
+            req.seen_tok[i] += L
+            T.alloc_prompt_blocks(req, rep, cfg, i, target, now)
+            ch_i[n_ch] = i
+            ch_c[n_ch] = chunk
+            ch_h[n_ch] = cached
+            n_ch += 1
+            budget -= chunk
+        if math.isnan(req.first_sched[i]):
+            req.first_sched[i] = now
+        T.w_remove(req, rep, i)
+        T.r_append(rep, i)
+        req.status[i] = T.ST_RUNNING
+    return n_ch, budget
+
+
+# ===================================================================================== controller
+@njit(cache=True)
+def dpp_budget(req, rep, cfg, rk, ctl, params, dec, n_dec, cap):
+    """:meth:`lpserve.policies.lyapunov.DPPController.budget` on the replica's arrays."""
+    ensure_ranks(req, rep, cfg, rk)
+    x, q = rep.ctl_x, rep.ctl_q
+    nq = q.shape[0]
+    for c in range(nq):
+        q[c] = 0.0
+    m = candidates(req, rep, rk)
+    left = np.empty(m, np.int64)
+    resumable = False
+    for k in range(m):
+        i = rk.cand[k]
+        raw = req.prompt[i] + req.gen[i] - req.computed[i]
+        ready = req.swapped[i] or req.kv_remote[i]
+        lf = 0 if ready else raw
+        if lf <= 1 and rk.run[k]:
+            lf = 0
+        left[k] = lf
+        c = min(max(req.tenant[i], 0), nq - 1) if nq > 1 else 0
+        q[c] += float(lf)
+        if ready and not rk.run[k]:
+            resumable = True
+    qtok = 0.0
+    for c in range(nq):
+        qtok += q[c]
+    x[X_QTOK] = qtok
+    x[X_RESUMABLE] = 1.0 if resumable else 0.0
+    # the plan: partial prefills by (rank, position), then waiting ones by (rank, position)
+    nw = rep.ist[T.I_NWAIT]
+    pos = np.empty(m, np.int64)
+    key = np.empty(m)
+    grp = np.empty(m, np.int64)
+    n = 0
+    for k in range(nw, m):
+        if left[k] > 0:
+            pos[n], key[n], grp[n] = k, req.rk[rk.cand[k]], 0
+            n += 1
+    for k in range(nw):
+        if left[k] > 0 and req.rk[rk.cand[k]] != np.inf:
+            pos[n], key[n], grp[n] = k, req.rk[rk.cand[k]], 1
+            n += 1
+    o1 = np.argsort(pos[:n], kind="mergesort")
+    o2 = o1[np.argsort(key[:n][o1], kind="mergesort")]
+    order = o2[np.argsort(grp[:n][o2], kind="mergesort")]
+    plan = rep.ctl_plan
+    total = 0
+    n_plan = 0
+    for t in range(n):
+        i = rk.cand[pos[order[t]]]
+        tok = req.prompt[i] + req.gen[i] - req.computed[i]
+        plan[0, n_plan] = tok
+        plan[1, n_plan] = req.computed[i]
+        n_plan += 1
+        total += tok
+        if total >= cap:
+            break
+    x[X_NPLAN] = n_plan
+    ctx = np.empty(n_dec, np.int64)
+    for k in range(n_dec):
+        ctx[k] = req.computed[dec[k]]
+    p = rep.pool
+    u = D.dpp_decide(params, ctl.cp, rep.ctl_st, q, ctl.w, plan[0, :n_plan], plan[1, :n_plan],
+                     ctx, float(P.used(p)), float(p.ist[P.P_TOTAL]), cap)
+    x[X_U] = u
+    x[X_CAP] = cap
+    if u == 0 and cap > 0 and resumable:
+        return 1
+    return u
+
+
+@njit(cache=True)
+def ctl_observe(req, rep, cfg, ctl, params, dt, ch_c, ch_h, n_ch, dctx, n_dec, done, n_done):
+    """:meth:`lpserve.policies.lyapunov.TBTRecorder.observe` of one iteration."""
+    now = rep.fst[T.F_NOW]
+    lt = rep.ctl_lt
+    gaps = np.empty(n_done)
+    ng = 0
+    for k in range(n_done):
+        i = done[k]
+        t = lt[i]
+        if req.gen[i] >= 1 and not math.isnan(t):
+            gaps[ng] = now - t
+            ng += 1
+        lt[i] = now
+    st = rep.ctl_st
+    pen = 0.0
+    if cfg[T.C_CTL] == CTL_DPP and n_dec > 0 and n_ch > 0:
+        t0 = iteration_time(params, np.empty(0, np.int64), np.empty(0, np.int64), dctx[:n_dec])
+        t1 = iteration_time(params, ch_c[:n_ch], ch_h[:n_ch], dctx[:n_dec])
+        pen = n_dec * (t1 - t0)
+    st[D.ST_LAST_PEN] = pen
+    p = rep.pool
+    D.dpp_observe(ctl.cp, st, dt, n_dec, float(P.used(p)), float(p.ist[P.P_TOTAL]),
+                  rep.ctl_x[X_QTOK], gaps[:ng])
+    rep.ctl_x[X_QTOK] = 0.0
+
+
+@njit(cache=True)
+def ctl_first_gaps(rep, idx, now):
+    lt = rep.ctl_lt
+    first = np.empty(idx.shape[0])
+    for k in range(idx.shape[0]):
+        t = lt[idx[k]]
+        first[k] = 0.0 if math.isnan(t) else now - t
+    return first
+
+
+# ===================================================================================== iterations
+@njit(cache=True)
+def produce(req, rep, cfg, cff, i):
+    """Request ``i`` produced a token at ``now``."""
+    req.gen[i] += 1
+    if math.isnan(req.first_token[i]):
+        req.first_token[i] = rep.fst[T.F_NOW]
+    if req.gen[i] >= req.out[i]:
+        T.finish(req, rep, cfg, i)
+    elif cfg[T.C_ROLE] == T.ROLE_PREFILL:
+        T.handoff(req, rep, cfg, cff, i)
+
+
+@njit(cache=True)
+def account(rep, dt, n_iters, decode_only):
+    """Advance the clock by ``n_iters`` iterations taking ``dt`` seconds in all."""
+    fst = rep.fst
+    fst[T.F_NOW] += dt
+    fst[T.F_BUSY] += dt
+    fst[T.F_AREA] += P.used(rep.pool) * dt
+    rep.ist[T.I_ITERS] += n_iters
+    if decode_only:
+        rep.ist[T.I_DITERS] += n_iters
+
+
+@njit(cache=True)
+def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_ch, dec,
+            n_dec):
+    """One iteration with prefill chunks and/or decodes (blocks already allocated)."""
+    dctx = np.empty(n_dec, np.int64)
+    for k in range(n_dec):
+        dctx[k] = req.computed[dec[k]]
+    dt = iteration_time(params, ch_c[:n_ch], ch_h[:n_ch], dctx)
+    if cfg[T.C_SPEC]:  # the drafts prefill the chunks too
+        dt += SP.prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch)
+    ist, fst = rep.ist, rep.fst
+    if ist[T.I_SWAP_BLOCKS]:
+        if ist[T.I_SWAP_BLOCKS] >= swap_tab.shape[0]:  # advance() grows it before a step
+            raise RuntimeError("internal: swap table too small")
+        sw = swap_tab[ist[T.I_SWAP_BLOCKS]] * cff[T.D_KV_SCALE]
+        dt += sw
+        fst[T.F_SWAP_WAIT] += sw
+        ist[T.I_SWAP_BLOCKS] = 0
+    if fst[T.F_SWAP_S]:
+        dt += fst[T.F_SWAP_S]
+        fst[T.F_SWAP_WAIT] += fst[T.F_SWAP_S]
+        fst[T.F_SWAP_S] = 0.0
+    account(rep, dt, np.int64(1), n_ch == 0)
+    done = np.empty(n_ch + n_dec, np.int64)
+    nd = 0
+    for k in range(n_ch):
+        i = ch_i[k]
+        req.computed[i] += ch_c[k]
+        if req.computed[i] == req.prompt[i] + req.gen[i]:
+            done[nd] = i
+            nd += 1
+    for k in range(n_dec):
+        i = dec[k]
+        req.computed[i] += 1
+        done[nd] = i
+        nd += 1
+    if cfg[T.C_CTL] != CTL_NONE:
+        ctl_observe(req, rep, cfg, ctl, params, dt, ch_c, ch_h, n_ch, dctx, n_dec, done, nd)
+    for k in range(nd):
+        produce(req, rep, cfg, cff, done[k])
+    return True
+
+
+@njit(cache=True)
+def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
+    """A run of pure-decode iterations of ``dec[:n_dec]`` until an event."""
+    ist, fst = rep.ist, rep.fst
+    idx = dec[:n_dec].copy()
+    ctx = np.empty(n_dec, np.int64)
+    gen = np.empty(n_dec, np.int64)
+    out = np.empty(n_dec, np.int64)
+    held0 = np.empty(n_dec, np.int64)
+    for k in range(n_dec):
+        i = idx[k]
+        ctx[k] = req.computed[i]
+        gen[k] = req.gen[i]
+        out[k] = req.out[i]
+        held0[k] = req.anon[i] + req.nslots[i]
+    held = held0.copy()
+    now = fst[T.F_NOW]
+    stop_s = min(stop, T.next_release_s(rep))
+    q = cff[T.D_QUANTUM]
+    if q > 0.0:
+        stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now
+    max_iters = 1 if cfg[T.C_REFERENCE] else _BIG
+    p = rep.pool
+    used0 = float(P.used(p))
+    total = float(p.ist[P.P_TOTAL])
+    c = cfg[T.C_CTL]
+    if c != CTL_NONE:
+        left = out[0] - gen[0]
+        for k in range(n_dec):
+            left = min(left, out[k] - gen[k])
+        max_iters = min(max_iters, left)
+        if c == CTL_DPP and rep.ctl_x[X_QTOK] > 0 and max_iters > 1:
+            npl = int(rep.ctl_x[X_NPLAN])
+            first = ctl_first_gaps(rep, idx, now)
+            k_lim, _ = D.dpp_decode_run(params, ctl.cp, rep.ctl_st, ctx.copy(), held0.copy(),
+                                        first, used0, total, rep.ctl_x[X_QTOK], rep.ctl_q,
+                                        ctl.w, rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl],
+                                        int(rep.ctl_x[X_CAP]), int(rep.ctl_x[X_U]), max_iters,
+                                        np.bool_(True), now)
+            max_iters = max(k_lim, 1)
+    free = p.ist[P.P_PLAIN]
+    if cfg[T.C_PRIO] and ist[T.I_NWAIT] > 0:
+        cap = free_cap(req, rep, cfg, rk)
+        free = min(free, max(cap, 0))
+        if cap < 0:
+            max_iters = 1
+    ctx0 = ctx.copy()
+    n, now2, taken, _, area = decode_advance(params, ctx, gen, out, held, cfg[T.C_BT], free,
+                                             P.used(p), now, stop_s, max_iters)
+    if c != CTL_NONE:
+        first = ctl_first_gaps(rep, idx, now)
+        npl = int(rep.ctl_x[X_NPLAN]) if c == CTL_DPP else 0
+        _, end = D.dpp_decode_run(params, ctl.cp, rep.ctl_st, ctx0, held0, first, used0,
+                                  total, rep.ctl_x[X_QTOK], rep.ctl_q, ctl.w,
+                                  rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl], np.int64(0), np.int64(0), n,
+                                  np.bool_(False), now)
+        for k in range(n_dec):
+            rep.ctl_lt[idx[k]] = end
+    if n == 0:
+        raise RuntimeError("internal: empty decode run")
+    P.take_anon(p, taken)
+    for k in range(n_dec):
+        i = idx[k]
+        req.anon[i] += held[k] - held0[k]
+        req.computed[i] = ctx[k]
+        req.gen[i] = gen[k]
+    fst[T.F_BUSY] += now2 - now
+    fst[T.F_NOW] = now2
+    fst[T.F_AREA] += area
+    ist[T.I_ITERS] += n
+    ist[T.I_DITERS] += n
+    for k in range(n_dec):
+        i = idx[k]
+        if req.gen[i] >= req.out[i]:
+            T.finish(req, rep, cfg, i)
+    return True

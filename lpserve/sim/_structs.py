@@ -1,0 +1,350 @@
+"""The structures of the compiled replica engine: numba StructRefs (passed between
+kernels as one pointer, which keeps compile times short) with cached constructors.
+
+Each ``new_*`` takes the numpy arrays of the structure's fields, in the order of its
+``*_FIELDS``, and returns the structure; the kernels read and write those same arrays,
+so the Python side keeps its own references to them. Layouts and meanings are in the
+modules that use them (``_pool``, ``_state_kernels``, ``_step_kernels``,
+``_spec_kernels``).
+"""
+from __future__ import annotations
+
+from numba import njit, types
+from numba.experimental import structref
+
+__all__ = ["new_pool", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep"]
+
+
+def _struct(name: str):
+    """A registered StructRef type class and its Python proxy."""
+
+    class _Type(types.StructRef):
+        def preprocess_fields(self, fields):
+            return tuple((n, types.unliteral(t)) for n, t in fields)
+
+    _Type.__name__ = _Type.__qualname__ = f"{name}Type"
+
+    class _Proxy(structref.StructRefProxy):
+        pass
+
+    _Proxy.__name__ = _Proxy.__qualname__ = name
+    return _Type, _Proxy
+
+PoolType, Pool = _struct("Pool")
+PoolType = structref.register(PoolType)
+structref.define_boxing(PoolType, Pool)
+POOL_FIELDS = (
+    'ist', 'si', 'sf', 'fstack', 'hk', 'hs', 'hc', 'hu', 'hk1', 'hk2', 'hneg', 'hslot',
+    'hstamp', 'hsize', 'kp', 'mark',
+)
+POOL_T = PoolType([
+    ("ist", types.int64[::1]),
+    ("si", types.int64[:, ::1]),
+    ("sf", types.float64[:, ::1]),
+    ("fstack", types.int64[::1]),
+    ("hk", types.int64[::1]),
+    ("hs", types.int64[::1]),
+    ("hc", types.int64[::1]),
+    ("hu", types.int64[::1]),
+    ("hk1", types.float64[:, ::1]),
+    ("hk2", types.float64[:, ::1]),
+    ("hneg", types.int64[:, ::1]),
+    ("hslot", types.int64[:, ::1]),
+    ("hstamp", types.int64[:, ::1]),
+    ("hsize", types.int64[::1]),
+    ("kp", types.float64[::1]),
+    ("mark", types.int64[::1]),
+])
+
+
+@njit(cache=True)
+def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp, hsize, kp,
+             mark):
+    """A Pool over these arrays (see ``POOL_FIELDS``)."""
+    s = structref.new(POOL_T)
+    s.ist = ist
+    s.si = si
+    s.sf = sf
+    s.fstack = fstack
+    s.hk = hk
+    s.hs = hs
+    s.hc = hc
+    s.hu = hu
+    s.hk1 = hk1
+    s.hk2 = hk2
+    s.hneg = hneg
+    s.hslot = hslot
+    s.hstamp = hstamp
+    s.hsize = hsize
+    s.kp = kp
+    s.mark = mark
+    return s
+
+ReqType, Req = _struct("Req")
+ReqType = structref.register(ReqType)
+structref.define_boxing(ReqType, Req)
+REQ_FIELDS = (
+    'prompt', 'out', 'arrival', 'computed', 'dcomp', 'gen', 'anon', 'nslots', 'host_blocks',
+    'swap_gpu', 'swapped', 'compressed', 'kv_remote', 'status', 'first_sched', 'first_token',
+    'finish', 'preempt', 'cached_tok', 'seen_tok', 'replica', 'decode_replica', 'reason',
+    'tenant', 'plo', 'phi', 'prog', 'wnext', 'wprev', 'slot_off', 'slot_buf', 'turn_gap', 'rk',
+    'chain', 'chain_off', 'keybuf',
+)
+REQ_T = ReqType([
+    ("prompt", types.int64[::1]),
+    ("out", types.int64[::1]),
+    ("arrival", types.float64[::1]),
+    ("computed", types.int64[::1]),
+    ("dcomp", types.int64[::1]),
+    ("gen", types.int64[::1]),
+    ("anon", types.int64[::1]),
+    ("nslots", types.int64[::1]),
+    ("host_blocks", types.int64[::1]),
+    ("swap_gpu", types.int64[::1]),
+    ("swapped", types.boolean[::1]),
+    ("compressed", types.boolean[::1]),
+    ("kv_remote", types.boolean[::1]),
+    ("status", types.int8[::1]),
+    ("first_sched", types.float64[::1]),
+    ("first_token", types.float64[::1]),
+    ("finish", types.float64[::1]),
+    ("preempt", types.int64[::1]),
+    ("cached_tok", types.int64[::1]),
+    ("seen_tok", types.int64[::1]),
+    ("replica", types.int64[::1]),
+    ("decode_replica", types.int64[::1]),
+    ("reason", types.int8[::1]),
+    ("tenant", types.int64[::1]),
+    ("plo", types.int64[::1]),
+    ("phi", types.int64[::1]),
+    ("prog", types.int64[::1]),
+    ("wnext", types.int64[::1]),
+    ("wprev", types.int64[::1]),
+    ("slot_off", types.int64[::1]),
+    ("slot_buf", types.int64[::1]),
+    ("turn_gap", types.float64[::1]),
+    ("rk", types.float64[::1]),
+    ("chain", types.int64[::1]),
+    ("chain_off", types.int64[::1]),
+    ("keybuf", types.int64[::1]),
+])
+
+
+@njit(cache=True)
+def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_blocks, swap_gpu,
+            swapped, compressed, kv_remote, status, first_sched, first_token, finish, preempt,
+            cached_tok, seen_tok, replica, decode_replica, reason, tenant, plo, phi, prog,
+            wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf):
+    """A Req over these arrays (see ``REQ_FIELDS``)."""
+    s = structref.new(REQ_T)
+    s.prompt = prompt
+    s.out = out
+    s.arrival = arrival
+    s.computed = computed
+    s.dcomp = dcomp
+    s.gen = gen
+    s.anon = anon
+    s.nslots = nslots
+    s.host_blocks = host_blocks
+    s.swap_gpu = swap_gpu
+    s.swapped = swapped
+    s.compressed = compressed
+    s.kv_remote = kv_remote
+    s.status = status
+    s.first_sched = first_sched
+    s.first_token = first_token
+    s.finish = finish
+    s.preempt = preempt
+    s.cached_tok = cached_tok
+    s.seen_tok = seen_tok
+    s.replica = replica
+    s.decode_replica = decode_replica
+    s.reason = reason
+    s.tenant = tenant
+    s.plo = plo
+    s.phi = phi
+    s.prog = prog
+    s.wnext = wnext
+    s.wprev = wprev
+    s.slot_off = slot_off
+    s.slot_buf = slot_buf
+    s.turn_gap = turn_gap
+    s.rk = rk
+    s.chain = chain
+    s.chain_off = chain_off
+    s.keybuf = keybuf
+    return s
+
+RepType, Rep = _struct("Rep")
+RepType = structref.register(RepType)
+structref.define_boxing(RepType, Rep)
+REP_FIELDS = (
+    'ist', 'fst', 'run', 'pool', 'rel_t', 'rel_i', 'rel_anon', 'rel_off', 'rel_n', 'arena',
+    'ev_i', 'ev_t', 'ev_k', 'ctl_st', 'ctl_lt', 'ctl_q', 'ctl_plan', 'ctl_x', 'hold',
+)
+REP_T = RepType([
+    ("ist", types.int64[::1]),
+    ("fst", types.float64[::1]),
+    ("run", types.int64[::1]),
+    ("pool", POOL_T),
+    ("rel_t", types.float64[::1]),
+    ("rel_i", types.int64[::1]),
+    ("rel_anon", types.int64[::1]),
+    ("rel_off", types.int64[::1]),
+    ("rel_n", types.int64[::1]),
+    ("arena", types.int64[::1]),
+    ("ev_i", types.int64[::1]),
+    ("ev_t", types.float64[::1]),
+    ("ev_k", types.int64[::1]),
+    ("ctl_st", types.float64[::1]),
+    ("ctl_lt", types.float64[::1]),
+    ("ctl_q", types.float64[::1]),
+    ("ctl_plan", types.int64[:, ::1]),
+    ("ctl_x", types.float64[::1]),
+    ("hold", types.int64[::1]),
+])
+
+
+@njit(cache=True)
+def new_rep(ist, fst, run, pool, rel_t, rel_i, rel_anon, rel_off, rel_n, arena, ev_i, ev_t,
+            ev_k, ctl_st, ctl_lt, ctl_q, ctl_plan, ctl_x, hold):
+    """A Rep over these arrays (see ``REP_FIELDS``)."""
+    s = structref.new(REP_T)
+    s.ist = ist
+    s.fst = fst
+    s.run = run
+    s.pool = pool
+    s.rel_t = rel_t
+    s.rel_i = rel_i
+    s.rel_anon = rel_anon
+    s.rel_off = rel_off
+    s.rel_n = rel_n
+    s.arena = arena
+    s.ev_i = ev_i
+    s.ev_t = ev_t
+    s.ev_k = ev_k
+    s.ctl_st = ctl_st
+    s.ctl_lt = ctl_lt
+    s.ctl_q = ctl_q
+    s.ctl_plan = ctl_plan
+    s.ctl_x = ctl_x
+    s.hold = hold
+    return s
+
+RkType, Rk = _struct("Rk")
+RkType = structref.register(RkType)
+structref.define_boxing(RkType, Rk)
+RK_FIELDS = (
+    'fp', 'ip', 'rf', 'ri', 'pf', 'xf', 'xi', 'xr', 'g', 'cand', 'run',
+)
+RK_T = RkType([
+    ("fp", types.float64[::1]),
+    ("ip", types.int64[::1]),
+    ("rf", types.float64[:, ::1]),
+    ("ri", types.int64[:, ::1]),
+    ("pf", types.float64[:, ::1]),
+    ("xf", types.float64[:, ::1]),
+    ("xi", types.int64[:, ::1]),
+    ("xr", types.float64[:, ::1]),
+    ("g", types.int64[::1]),
+    ("cand", types.int64[::1]),
+    ("run", types.int64[::1]),
+])
+
+
+@njit(cache=True)
+def new_rk(fp, ip, rf, ri, pf, xf, xi, xr, g, cand, run):
+    """A Rk over these arrays (see ``RK_FIELDS``)."""
+    s = structref.new(RK_T)
+    s.fp = fp
+    s.ip = ip
+    s.rf = rf
+    s.ri = ri
+    s.pf = pf
+    s.xf = xf
+    s.xi = xi
+    s.xr = xr
+    s.g = g
+    s.cand = cand
+    s.run = run
+    return s
+
+CtlType, Ctl = _struct("Ctl")
+CtlType = structref.register(CtlType)
+structref.define_boxing(CtlType, Ctl)
+CTL_FIELDS = (
+    'cp', 'w',
+)
+CTL_T = CtlType([
+    ("cp", types.float64[::1]),
+    ("w", types.float64[::1]),
+])
+
+
+@njit(cache=True)
+def new_ctl(cp, w):
+    """A Ctl over these arrays (see ``CTL_FIELDS``)."""
+    s = structref.new(CTL_T)
+    s.cp = cp
+    s.w = w
+    return s
+
+SpecRunType, SpecRun = _struct("SpecRun")
+SpecRunType = structref.register(SpecRunType)
+structref.define_boxing(SpecRunType, SpecRun)
+SPECRUN_FIELDS = (
+    'ip', 'tparams', 'dparams', 'rates', 'edges', 'counts',
+)
+SPECRUN_T = SpecRunType([
+    ("ip", types.int64[::1]),
+    ("tparams", types.float64[::1]),
+    ("dparams", types.float64[:, ::1]),
+    ("rates", types.float64[:, ::1]),
+    ("edges", types.int64[::1]),
+    ("counts", types.int64[::1]),
+])
+
+
+@njit(cache=True)
+def new_specrun(ip, tparams, dparams, rates, edges, counts):
+    """A SpecRun over these arrays (see ``SPECRUN_FIELDS``)."""
+    s = structref.new(SPECRUN_T)
+    s.ip = ip
+    s.tparams = tparams
+    s.dparams = dparams
+    s.rates = rates
+    s.edges = edges
+    s.counts = counts
+    return s
+
+SpecRepType, SpecRep = _struct("SpecRep")
+SpecRepType = structref.register(SpecRepType)
+structref.define_boxing(SpecRepType, SpecRep)
+SPECREP_FIELDS = (
+    'ucb_n', 'ucb_s', 'acc_s', 'acc_n', 'acc_steps',
+)
+SPECREP_T = SpecRepType([
+    ("ucb_n", types.int64[:, ::1]),
+    ("ucb_s", types.float64[:, ::1]),
+    ("acc_s", types.int64[:, ::1]),
+    ("acc_n", types.int64[:, ::1]),
+    ("acc_steps", types.int64[::1]),
+])
+
+
+@njit(cache=True)
+def new_specrep(ucb_n, ucb_s, acc_s, acc_n, acc_steps):
+    """A SpecRep over these arrays (see ``SPECREP_FIELDS``)."""
+    s = structref.new(SPECREP_T)
+    s.ucb_n = ucb_n
+    s.ucb_s = ucb_s
+    s.acc_s = acc_s
+    s.acc_n = acc_n
+    s.acc_steps = acc_steps
+    return s
+
+
+@njit(cache=True)
+def set_arena(rep, arena):
+    """Replace a replica's release arena (grown by the event loop)."""
+    rep.arena = arena

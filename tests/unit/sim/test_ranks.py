@@ -1,0 +1,125 @@
+"""The compiled rank kernels (lpserve/sim/_ranks.py) against the built-in schedulers'
+Python ranks, on random sequences of decisions over two replicas: identical ranks at
+every decision, state and time-slicing included."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lpserve as lp
+from lpserve.arrays import readonly
+from lpserve.policies import mlfq, programs, schedulers
+from lpserve.policies.lyapunov import DPPScheduler
+from lpserve.policy import FCFS, SchedulerView
+from lpserve.sim import _ranks as K
+
+CLUSTER = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2)
+
+SCHEDULERS = {
+    "fcfs": FCFS, "sjf": lambda: schedulers.SJFOracle(remaining=False),
+    "srpt": lambda: schedulers.SJFOracle(remaining=True),
+    "wspt": lambda: schedulers.WSPT({0: 2.0, 2: 0.5}),
+    "sjfp-mid": lambda: schedulers.SJFPredicted("mid"),
+    "sjfp-lo": lambda: schedulers.SJFPredicted("lo"),
+    "las": lambda: schedulers.LAS(quantum_s=0.05, service_quantum_tokens=4),
+    "rr": lambda: schedulers.RoundRobin(quantum_s=0.3),
+    "mcsf-hi": lambda: schedulers.MemoryCheckedSF("hi", max_batch=6),
+    "mcsf-lo": lambda: schedulers.MemoryCheckedSF("lo", max_batch=6),
+    "mcsf-oracle": lambda: schedulers.MemoryCheckedSF("oracle", max_batch=6),
+    "slo": lambda: schedulers.SLOAware(quantum_s=0.2, ttft_s=1.0, tpot_s=0.05),
+    "mlfq": lambda: mlfq.MLFQ(entry="first", starvation_s=0.5, starvation_period_s=0.4),
+    "fastserve": lambda: mlfq.MLFQ(entry="prefill", demote_on=">="),
+    "mlfq-pred-adaptive": lambda: mlfq.MLFQ(entry="predicted", adaptive_starvation=True,
+                                            starvation_s=0.3, starvation_period_s=0.2),
+    "plas": lambda: programs.ProgramScheduler("plas", base_quantum_s=0.1),
+    "atlas": lambda: programs.ProgramScheduler("atlas", base_quantum_s=0.1, beta=2.0),
+    "plas-mlfq": lambda: programs.ProgramScheduler("plas", base_quantum_s=0.1,
+                                                   two_level=True),
+    "dpp": lambda: DPPScheduler((1.0, 3.0, 0.5)),
+}
+
+
+def _state(n, R, n_prog):
+    rf = np.zeros((K.N_RF, n))
+    rf[K.RF_SERVED] = np.nan
+    return (rf, np.zeros((K.N_RI, n), np.int64), np.zeros((4, n_prog)),
+            np.full((R, 2), np.nan), np.zeros((R, K.N_XI_HEAD + 2 * n), np.int64),
+            np.zeros((R, n)), np.zeros(4, np.int64))
+
+
+def _compare(name, seed, steps=60, with_pred=True):
+    rng = np.random.default_rng(seed)
+    n, R = 24, 2
+    sched = SCHEDULERS[name]()
+    sched.reset(CLUSTER, np.random.default_rng(0))
+    kind_s, fp, ip = sched.kernel_spec()
+    kind = K.RANK_KINDS[kind_s]
+    fp, ip = np.asarray(fp, np.float64), np.asarray(ip, np.int64)
+    arrival = np.sort(rng.uniform(0, 2, n))
+    prompt = rng.integers(1, 400, n)
+    out = rng.integers(1, 300, n)
+    tenant = rng.integers(-1, 3, n)
+    lo = np.maximum(out - rng.integers(0, 50, n), 1)
+    hi = out + rng.integers(0, 50, n)
+    pid = rng.integers(-1, 5, n)
+    prog_index = np.where(pid >= 0, pid, 5 + np.arange(n))
+    gen = np.zeros(n, np.int64)
+    computed = np.zeros(n, np.int64)
+    rf, ri, pf, xf, xi, xr, g = _state(n, R, 5 + n)
+    now = np.zeros(R)
+    home = rng.integers(0, R, n)  # each request sits on one replica
+    prev: dict = {}  # the last candidates asked on each replica
+    for step in range(steps):
+        r = int(rng.integers(0, R))
+        now[r] += float(rng.choice([0.0, 0.01, 0.05, 0.13, 0.4]))
+        pool = np.flatnonzero((home == r) & (arrival <= now[r] + 1.5) & (gen < out))
+        if pool.size == 0:
+            continue
+        if rng.random() < 0.3 and step > 0:
+            cand = prev.get(r, pool)  # same candidates again: a cached decision
+        else:
+            cand = rng.permutation(pool)[:int(rng.integers(1, pool.size + 1))]
+        prev[r] = cand
+        m = cand.size
+        run = np.zeros(m, bool)
+        n_run = int(rng.integers(0, m + 1))
+        run[m - n_run:] = True
+        cand = np.concatenate([np.sort(cand[:m - n_run]), cand[m - n_run:]])
+        grow = rng.integers(0, 3, m) * run
+        gen[cand] = np.minimum(gen[cand] + grow, out[cand] - 1)
+        computed[cand] = np.minimum(prompt[cand] + gen[cand], computed[cand] + 50)
+        view = SchedulerView(
+            now_s=float(now[r]), replica=r, request=readonly(cand),
+            arrival_s=readonly(arrival[cand]), prompt_tokens=readonly(prompt[cand]),
+            generated_tokens=readonly(gen[cand]), computed_tokens=readonly(computed[cand]),
+            cached_tokens=readonly(np.zeros(m, np.int64)), running=readonly(run),
+            swapped=readonly(np.zeros(m, bool)), preemptions=readonly(np.zeros(m, np.int64)),
+            first_scheduled_s=readonly(np.full(m, np.nan)), tenant=readonly(tenant[cand]),
+            session_id=readonly(np.full(m, -1, np.int64)),
+            predicted_lo=readonly(lo[cand]) if with_pred else None,
+            predicted_hi=readonly(hi[cand]) if with_pred else None,
+            output_tokens=readonly(out[cand]), free_blocks=100, total_blocks=60,
+            block_tokens=16, program_id=readonly(pid[cand]), parent=None)
+        want = np.asarray(sched.rank(view), np.float64)
+        got = np.empty(m)
+        K.ranks(kind, fp, ip, cand.astype(np.int64), run.astype(np.int64), m, float(now[r]),
+                r, arrival, prompt, gen, computed, out, tenant, lo, hi, with_pred,
+                prog_index, 60, 16, rf, ri, pf, xf, xi, xr, g, got)
+        assert np.array_equal(want, got), (name, step, want, got)
+    if isinstance(sched, mlfq.MLFQ):
+        assert sched.demotions == g[K.G_DEMOTIONS]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_rank_kernel_equals_python(name):
+    for seed in range(4):
+        _compare(name, seed, with_pred=seed != 3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 100_000), name=st.sampled_from(sorted(SCHEDULERS)),
+       with_pred=st.booleans())
+def test_rank_kernel_equals_python_random(seed, name, with_pred):
+    _compare(name, seed, steps=40, with_pred=with_pred)
