@@ -6,6 +6,12 @@ model's kernels) compile on first use and are cached next to their sources
 in a few seconds. A fresh checkout pays the compilation once; ``scripts/setup-env.sh`` runs
 this command so that the first ``lpserve gap`` or test run does not. It simulates a tiny
 instance with every registered policy (each engine path it uses), then reports the time.
+
+numba checks a cached kernel against its own source file only: a kernel whose callee in
+another module changed would load stale machine code. So the command first hashes every
+package source that defines kernels and, when the hash differs from the one recorded at
+the last compile (``lpserve/__pycache__/kernels.sha256``), deletes the package's numba
+cache files (``*.nbi``, ``*.nbc``) before compiling.
 """
 from __future__ import annotations
 
@@ -13,7 +19,37 @@ import argparse
 import time
 from typing import Any
 
-__all__ = ["compile_kernels", "register"]
+__all__ = ["compile_kernels", "invalidate_stale_kernels", "register"]
+
+
+def invalidate_stale_kernels(root: Any = None) -> bool:
+    """Delete the numba cache files under ``root`` (default: the lpserve package) when a
+    kernel source there changed since the last call (see the module docstring); True if
+    they were deleted. With ``NUMBA_CACHE_DIR`` set by the user nothing is touched for the
+    package (its owner manages that cache)."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    if root is None:
+        if os.environ.get("NUMBA_CACHE_DIR"):
+            return False
+        root = Path(__file__).resolve().parents[1]
+    root = Path(root)
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        text = f.read_bytes()
+        if b"@njit" in text:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + text)
+    stamp = root / "__pycache__" / "kernels.sha256"
+    if stamp.exists() and stamp.read_text() == h.hexdigest():
+        return False
+    for pattern in ("*.nbi", "*.nbc"):
+        for f in root.rglob(pattern):
+            f.unlink()
+    stamp.parent.mkdir(exist_ok=True)
+    stamp.write_text(h.hexdigest())
+    return True
 
 
 def compile_kernels() -> dict[str, Any]:
@@ -51,12 +87,14 @@ def compile_kernels() -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from lpserve.commands.common import emit_json
 
-    out = compile_kernels()
+    stale = invalidate_stale_kernels()
+    out = {**compile_kernels(), "recompiled": stale}
     if args.json:
         emit_json(out)
     else:
         print(f"lpserve compile: simulator kernels ready ({out['policies']} policies, "
-              f"{out['wall_s']:.1f} s)")
+              f"{out['wall_s']:.1f} s"
+              f"{'; kernel sources changed: cache rebuilt' if stale else ''})")
     return 0
 
 
