@@ -71,6 +71,7 @@ class BlockManager:
     # ------------------------------------------------------------------ queries
     @property
     def used(self) -> int:
+        """Blocks in use: anonymous (being filled) plus hashed ones held by requests."""
         return self.anon_used + self.hashed_used
 
     @property
