@@ -71,7 +71,8 @@ class EngineConfig:
             request's GPU blocks are freed when its copy ends, a swapped-in one runs once
             its KV is resident; Python engine only). Serial is the default because
             overlapped swapping under MLFQ priority preemption collapses at low PCIe
-            bandwidth, not yet explained (``models/simulator.md`` (32)).
+            bandwidth, not yet explained (``models/simulator.md``, "Why serial is the
+            default").
         proactive_swap: FastServe's proactive KV swapping (needs ``transfers="overlap"``):
             a request preempted by priority keeps its KV on the GPU; the engine keeps
             ``proactive_free_blocks`` blocks free for arrivals by swapping out the
