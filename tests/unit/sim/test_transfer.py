@@ -27,10 +27,11 @@ OLD_DIGESTS = {
 
 
 def _serial(name: str) -> lp.Policy:
-    kw = {"transfers": "serial"}
+    """``name`` with serial transfers: the engine default, except for the ``fastserve``
+    entries, which opt in to overlapped proactive swapping."""
     if name.startswith("fastserve"):
-        kw["proactive_swap"] = False
-    return lp.make_policy(name, **kw)
+        return lp.make_policy(name, transfers="serial", proactive_swap=False)
+    return lp.make_policy(name)
 
 
 @pytest.mark.parametrize("seed,name", sorted(OLD_DIGESTS))
@@ -39,6 +40,19 @@ def test_serial_transfers_are_the_old_blocking_swap_bit_for_bit(seed, name):
     for reference in (False, True):
         r = lp.simulate(inst, _serial(name), seed=0, reference=reference)
         assert r.digest() == OLD_DIGESTS[(seed, name)]
+        # serial swaps stay on the compiled engine
+        assert r.stats["engine"] == ("python" if reference else "compiled")
+
+
+def test_serial_is_the_default_and_fastserve_opts_in_to_overlap():
+    assert EngineConfig().transfers == "serial" and not EngineConfig().proactive_swap
+    for name in ("las", "mlfq", "srpt-oracle", "vllm-compress-swap"):
+        assert lp.make_policy(name).engine.transfers == "serial"
+    for name in ("fastserve", "fastserve-adaptive"):
+        eng = lp.make_policy(name).engine
+        assert eng.transfers == "overlap" and eng.proactive_swap
+    r = lp.simulate(preempting_instance(1, 64.0), lp.make_policy("fastserve"), seed=0)
+    assert r.stats["engine"] == "python" and r.digest() != OLD_DIGESTS[(1, "fastserve")]
 
 
 def test_bad_transfer_configuration_is_named():
@@ -49,9 +63,9 @@ def test_bad_transfer_configuration_is_named():
     with pytest.raises(ValueError, match="proactive_swap needs transfers='overlap'"):
         EngineConfig(transfers="serial", proactive_swap=True)
     with pytest.raises(ValueError, match="proactive_free_blocks"):
-        EngineConfig(proactive_swap=True, proactive_free_blocks=-1)
+        EngineConfig(transfers="overlap", proactive_swap=True, proactive_free_blocks=-1)
     with pytest.raises(ValueError, match="proactive_swap must be a bool"):
-        EngineConfig(proactive_swap="yes")
+        EngineConfig(transfers="overlap", proactive_swap="yes")
 
 
 def _spy_ticks(monkeypatch):
@@ -96,8 +110,9 @@ def test_swap_out_frees_blocks_only_at_its_end_and_swap_in_waits_for_residency(m
 def test_overlap_is_faster_than_serial_and_fast_equals_reference():
     inst = preempting_instance(2, 64.0)
     ser = lp.simulate(inst, _serial("las"), seed=0)
-    fast = lp.simulate(inst, lp.make_policy("las"), seed=0, check=True)
-    ref = lp.simulate(inst, lp.make_policy("las"), seed=0, reference=True)
+    fast = lp.simulate(inst, lp.make_policy("las", transfers="overlap"), seed=0, check=True)
+    ref = lp.simulate(inst, lp.make_policy("las", transfers="overlap"), seed=0,
+                      reference=True)
     assert fast.digest() == ref.digest() != ser.digest()
     assert fast.summary()["e2e_s"]["mean"] < ser.summary()["e2e_s"]["mean"]
 
