@@ -21,7 +21,11 @@ models/kv-compression-swap.md (1), (4)).
 The tipping point of a mode is the bandwidth below which its mean latency exceeds
 recompute's (log-linear interpolation between sweep points); the model's per-victim
 prediction (7) for a victim of the mean compressed-victim context is printed beside it.
-The simulator charges a swap to the next iteration (transfers do not overlap compute).
+Swaps are charged to the next iteration as vLLM V0 (``--transfers serial``, the default
+``EngineConfig.transfers``); ``--transfers overlap`` runs them on the host link overlapping
+compute, ``fastserve`` then swapping proactively, and the swap share is the share of busy
+time spent on (de)quantize passes only. Overlapped fastserve thrashes at low bandwidth
+(``models/simulator.md``, "Why serial is the default"): that section can run for hours.
 
 Run: ``python benchmarks/swap_tipping_point.py [--requests 200] [--rate 1.0]``.
 """
@@ -47,8 +51,13 @@ def instance(trace: lp.Trace, eff: float) -> lp.Instance:
         gpu=GPU, llm=LLM, gpu_memory_fraction=0.22, host_memory_gb=64.0))
 
 
+TRANSFERS = {"transfers": "serial"}
+
+
 def run(inst: lp.Instance, name: str, mode: str) -> dict:
-    kw = dict(compression_ratio=RATIO)
+    kw = dict(compression_ratio=RATIO, **TRANSFERS)
+    if TRANSFERS["transfers"] == "serial" and name.startswith("fastserve"):
+        kw["proactive_swap"] = False
     if mode.startswith("decider"):
         budget = 0.0 if mode == "decider-b0" else math.inf
         kw["preemption_decider"] = CostBasedDecider(swap_budget_s=budget)
@@ -81,13 +90,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--rate", type=float, default=1.0, help="arrival rate (requests/s)")
+    ap.add_argument("--transfers", choices=("overlap", "serial"), default="serial")
     args = ap.parse_args()
+    TRANSFERS["transfers"] = args.transfers
     t0 = time.perf_counter()
     trace = lp.bundled_trace().head(args.requests).rebased().with_rate(args.rate)
     one_way = lp.cost_model(gpu=GPU, llm=LLM).gpu.pcie_gbps / 2.0
     bw = [one_way * e for e in EFFS]
-    print(f"{len(trace)} requests at {args.rate:g}/s, {LLM} on {GPU}, compression ratio "
-          f"{RATIO:g}; e2e latency (s) mean / p99, swap share of busy time\n")
+    print(f"{len(trace)} requests at {args.rate:g}/s, {LLM} on {GPU}, {args.transfers} "
+          f"transfers, compression ratio {RATIO:g}; e2e latency (s) mean / p99, swap share "
+          "of busy time\n")
     for name in ("vllm-v0", "fastserve"):
         rec = run(instance(trace, 1.0), name, "recompute")
         rows = {m: [run(instance(trace, e), name, m) for e in EFFS] for m in MODES}

@@ -48,6 +48,8 @@ def rebalanced(kind: str) -> Callable[..., Policy]:
 
 # the round model of MC-SF / A_max / A_min: new requests join the running batch (mixed)
 _MCSF_ENGINE = dict(batching="mixed", watermark=0.0, prefix_caching=False)
+# FastServe's proactive KV swapping needs the overlapped host link (the default is serial)
+_FASTSERVE_ENGINE = dict(transfers="overlap", proactive_swap=True)
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "vllm": B.vllm,
@@ -81,11 +83,14 @@ POLICIES: dict[str, Callable[..., Policy]] = {
                           engine_defaults=_MCSF_ENGINE),
     "slo-aware": SC.scheduled(SC.SLOAware, "slo-aware", preemptive=True),
     "mlfq": SC.scheduled(MQ.MLFQ, "mlfq", preemptive=True, entry="first"),
-    "fastserve": SC.scheduled(MQ.MLFQ, "fastserve", preemptive=True, entry="prefill"),
+    # FastServe: skip-join MLFQ with its proactive KV swapping on the overlapped host link
+    "fastserve": SC.scheduled(MQ.MLFQ, "fastserve", preemptive=True, entry="prefill",
+                              engine_defaults=_FASTSERVE_ENGINE),
     "mlfq-predicted": SC.scheduled(MQ.MLFQ, "mlfq-predicted", preemptive=True,
                                    entry="predicted"),
     "fastserve-adaptive": SC.scheduled(MQ.MLFQ, "fastserve-adaptive", preemptive=True,
-                                       entry="prefill", adaptive_starvation=True),
+                                       entry="prefill", adaptive_starvation=True,
+                                       engine_defaults=_FASTSERVE_ENGINE),
     "plas": SC.scheduled(PG.ProgramScheduler, "plas", preemptive=True, mode="plas"),
     "atlas": SC.scheduled(PG.ProgramScheduler, "atlas", preemptive=True, mode="atlas"),
     "plas-mlfq": SC.scheduled(PG.ProgramScheduler, "plas-mlfq", preemptive=True,

@@ -15,7 +15,11 @@ candidates per running request), so promotions stay rare when the queue is long.
 Proactive KV swapping is delegated to the engine: the factories in
 :mod:`lpserve.registry` pair MLFQ with ``priority_preemption`` and ``preemption="swap"``,
 so lower-priority running requests are swapped to host memory when better-ranked ones
-need their place (swaps are priced in the next iteration and do not overlap compute).
+need their place; by default (``EngineConfig.transfers="serial"``) a swap is priced in
+the next iteration, and ``fastserve`` / ``fastserve-adaptive`` run the copies on the
+replica's host link, overlapping compute (``transfers="overlap"``), with FastServe's
+proactive swapping (``proactive_swap``: victims keep their KV on the GPU until the
+free-block target needs it; ``models/simulator.md`` (26)-(32)).
 ``preemption="compress-swap"`` or a ``preemption_decider`` quantizes the swapped KV first
 (models/kv-compression-swap.md; ``benchmarks/swap_tipping_point.py`` finds the PCIe
 bandwidth below which this swapping loses to recompute).

@@ -9,10 +9,13 @@ import numpy as np
 from lpserve.policy.hooks import BudgetController, PreemptionDecider, SpeculationDecider
 
 __all__ = ["BATCHING_MODES", "ENGINE_TEXT_FIELDS", "HARDWARE_PROFILES", "HardwareDefaults",
-           "PREEMPTION_MODES", "EngineConfig", "parse_engine_value", "vllm_v1_batch_defaults"]
+           "LINK_ORDERS", "PREEMPTION_MODES", "TRANSFER_MODES", "EngineConfig",
+           "parse_engine_value", "vllm_v1_batch_defaults"]
 
 BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
 PREEMPTION_MODES = ("recompute", "swap", "compress-swap")
+TRANSFER_MODES = ("overlap", "serial")
+LINK_ORDERS = ("fifo", "priority", "rmlq", "llf")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,29 @@ class EngineConfig:
             decoding with a draft model on every pure-decode step (lpserve's simulator
             only; ``models/speculative-decoding.md``). Not combinable with
             ``budget_controller``.
+        transfers: how swap copies use the replica's host (PCIe) link
+            (``models/simulator.md`` (26)-(31)): ``"serial"`` (default, vLLM V0's blocking
+            swap: the copy time is added to the next iteration; the compiled engine runs
+            it) or ``"overlap"`` (a modern engine's copy stream: swap-outs and swap-ins are
+            queued on the link and run concurrently with iterations; a swapped-out
+            request's GPU blocks are freed when its copy ends, a swapped-in one runs once
+            its KV is resident; Python engine only). Serial is the default because
+            overlapped swapping under MLFQ priority preemption collapses at low PCIe
+            bandwidth, not yet explained (``models/simulator.md``, "Why serial is the
+            default").
+        proactive_swap: FastServe's proactive KV swapping (needs ``transfers="overlap"``):
+            a request preempted by priority keeps its KV on the GPU; the engine keeps
+            ``proactive_free_blocks`` blocks free for arrivals by swapping out the
+            lowest-priority such requests ahead of need, and swaps in the best-ranked
+            swapped-out ones while that space allows (``models/simulator.md`` (30)).
+        proactive_free_blocks: the free-block target of ``proactive_swap``; ``None`` takes
+            FastServe's ``max(max batch size, minimum free threshold)``, i.e.
+            ``max(max_num_seqs, watermark blocks)``.
+        link_order: which queued copy a free link starts next: ``"fifo"`` (issue order),
+            ``"priority"`` (the scheduler's rank of the copy's request when it was issued),
+            ``"llf"`` (least laxity first: the request's SLO deadline minus the copy time)
+            or ``"rmlq"`` (MFS's reverse multi-level queue: laxity levels, promoted as the
+            laxity shrinks; ``models/simulator.md`` (31)).
     """
 
     batching: str = "prefill-first"
@@ -78,6 +104,10 @@ class EngineConfig:
     compression_ratio: float = 4.0
     compression_accuracy_cost: float = 0.0
     preemption_decider: Any = None
+    transfers: str = "serial"
+    proactive_swap: bool = False
+    proactive_free_blocks: int | None = None
+    link_order: str = "fifo"
 
     def __post_init__(self) -> None:
         from lpserve.cost.base import check_ratio  # the cost package loads numba
@@ -120,6 +150,23 @@ class EngineConfig:
             if self.budget_controller is not None:
                 raise ValueError("EngineConfig.speculation cannot be combined with "
                                  "EngineConfig.budget_controller")
+        if self.transfers not in TRANSFER_MODES:
+            raise ValueError(f"EngineConfig.transfers must be one of {TRANSFER_MODES}, "
+                             f"got {self.transfers!r}")
+        if self.link_order not in LINK_ORDERS:
+            raise ValueError(f"EngineConfig.link_order must be one of {LINK_ORDERS}, "
+                             f"got {self.link_order!r}")
+        if not isinstance(self.proactive_swap, (bool, np.bool_)):
+            raise ValueError(f"EngineConfig.proactive_swap must be a bool, got "
+                             f"{self.proactive_swap!r}")
+        if self.proactive_swap and self.transfers != "overlap":
+            raise ValueError("EngineConfig.proactive_swap needs transfers='overlap', got "
+                             f"{self.transfers!r}")
+        v = self.proactive_free_blocks
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                              or v < 0):
+            raise ValueError("EngineConfig.proactive_free_blocks must be None or an integer "
+                             f">= 0, got {v!r}")
         if self.chunked_prefill and self.batching != "decode-first":
             raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
                              f"got {self.batching!r}")
@@ -154,7 +201,8 @@ ENGINE_TEXT_FIELDS: dict[str, Any] = {
     "chunked_prefill": "bool", "preemption": PREEMPTION_MODES, "reserve_tokens": "int?",
     "max_model_len": "int?", "watermark": "float", "prefix_caching": "bool",
     "evict_batch_blocks": "int", "priority_preemption": "bool", "compression_ratio": "float",
-    "compression_accuracy_cost": "float",
+    "compression_accuracy_cost": "float", "transfers": TRANSFER_MODES,
+    "proactive_swap": "bool", "proactive_free_blocks": "int?", "link_order": LINK_ORDERS,
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

@@ -15,7 +15,7 @@ import numpy as np
 from lpserve import objectives as obj
 from lpserve.instance import Instance
 from lpserve.policy import Policy
-from lpserve.sim.state import STATUS_NAMES
+from lpserve.sim.state import FINISHED, STATUS_NAMES
 
 __all__ = ["Result", "simulate", "REQUEST_COLUMNS"]
 
@@ -43,7 +43,11 @@ class Result:
             ``compressed_tokens`` (context tokens swapped compressed),
             ``compression_quality_loss`` (``compression_accuracy_cost`` x those tokens),
             ``swap_wait_s`` and ``busy_s`` (seconds of iterations spent on swaps, and in
-            iterations; ``busy_s`` is NaN for the compiled loop, which never swaps); with
+            iterations; ``busy_s`` is NaN for the compiled loop, which never swaps); from
+            the Python engine also ``link_wait_s`` (seconds the finished requests waited
+            on the host link: serial swaps charged to their iterations, swap-ins they
+            waited for, iterations stalled for swap-outs; ``models/simulator.md`` (29)),
+            ``link_copies`` and ``link_busy_s`` (overlapped copies and their time); with
             speculative decoding also ``speculation`` (steps, speculative steps, drafted,
             accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`);
             with a rebalancer also ``migrations``, ``migrated_gb`` and ``migration_s``, the
@@ -246,6 +250,13 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         # scheduler written in Python, asked at planning steps) or "python" (reference)
         "engine": sim.engine_name,
     }
+    if not sim.compiled:  # the transfer engine (lpserve/sim/transfer.py): seconds the
+        # finished requests waited on the host link, copies and link occupancy
+        fin = S.status == FINISHED
+        stats["link_wait_s"] = float(S.link_wait[fin].sum())
+        links = [r.link for r in reps if getattr(r, "link", None) is not None]
+        stats["link_copies"] = int(sum(k.n_copies for k in links))
+        stats["link_busy_s"] = float(sum(k.busy_s for k in links))
     if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
         stats["speculation"] = sim.spec.summary()
     if sim.migrator is not None:  # migrations, migrated_gb, migration_s (transfer time)

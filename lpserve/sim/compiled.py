@@ -67,7 +67,9 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False) -> bool:
     heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
     no router that reads completions or the replicas' cached tokens (compiled replicas do
     not report them), and compiled twins for its evictor (when prefix caching is on), its
-    preemption decider, its budget controller and its speculation decider."""
+    preemption decider, its budget controller and its speculation decider, and no swap on
+    the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
+    preemption, or ``proactive_swap``)."""
     eng = policy.engine
     if reference or heterogeneous or (eng.speculation is not None
                                       and _spec(eng.speculation) is None):
@@ -75,6 +77,9 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False) -> bool:
     if any(getattr(getattr(policy, role, None), "reads_completions", False)
            for role in ("router", "decode_router")):
         return False
+    swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
+    if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
+        return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only
     if eng.prefix_caching and _spec(policy.evictor) is None:
         return False
     if eng.preemption_decider is not None and _spec(eng.preemption_decider) is None:

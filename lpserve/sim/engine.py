@@ -33,6 +33,12 @@ from lpserve.sim.state import FINISHED, PENDING, REJECTED, WAITING, Events, RunC
 __all__ = ["Simulation"]
 
 
+def _has_work(r: Any) -> bool:
+    """Whether replica ``r`` holds requests or outgoing copies (a Python replica also
+    counts the swap-ins in flight on its host link, ``lpserve.sim.transfer``)."""
+    return bool(r.running or r.waiting or r.releases or getattr(r, "loading", None))
+
+
 class Simulation:
     """One run of ``policy`` on ``instance``; see :func:`lpserve.sim.simulate`.
 
@@ -101,7 +107,8 @@ class Simulation:
             state=S, policy=policy, cost=self.cost, params=params, block_tokens=bt,
             total_blocks=total, host_blocks=host, kv_scale=kv_scale, link_gbps=cl.link_gbps,
             horizon_s=self.horizon_s, reference=self.reference, pred_lo=pred_lo,
-            pred_hi=pred_hi, events=self.events, check=checker, spec=spec)
+            pred_hi=pred_hi, events=self.events, check=checker, spec=spec,
+            slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s))
         self.spec = spec
         self.compiled = compiled.eligible(policy, self.reference,
                                           heterogeneous=replica_kw is not None)
@@ -332,7 +339,7 @@ class Simulation:
             lim = min(t, self._next_dependent_event_s(), self.horizon_s)
             best, second = None, math.inf
             for k, r in enumerate(reps):
-                if k in idle or not (r.running or r.waiting or r.releases) or r.now >= lim:
+                if k in idle or not _has_work(r) or r.now >= lim:
                     continue
                 if best is None or r.now < reps[best].now:
                     if best is not None:
@@ -406,14 +413,14 @@ class Simulation:
 
     def _idle(self) -> bool:
         """No request in the system (nor in flight to the decode pool)."""
-        return not self.events.kv_heap and not any(r.running or r.waiting or r.releases
-                                                   for r in self.replicas())
+        return not self.events.kv_heap and not any(_has_work(r) for r in self.replicas())
 
     def _busy(self, t: float) -> bool:
         """Whether the replicas (advanced to ``t``) may still have candidates after ``t``;
         a replica that idles before ``t`` with requests waiting holds them back for good."""
         return bool(self.events.kv_heap) or any(
-            r.running or r.releases or (r.waiting and r.now >= t) for r in self.replicas())
+            r.running or r.releases or getattr(r, "loading", None) or (r.waiting and r.now >= t)
+            for r in self.replicas())
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> dict[str, Any]:

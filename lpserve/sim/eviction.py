@@ -1,6 +1,7 @@
 """The prefix cache's eviction step: the evictor's view of a replica's cached blocks and
 its checked choice (``models/simulator.md``; the evictors are in
-:mod:`lpserve.policies.evictors_kv`)."""
+:mod:`lpserve.policies.evictors_kv`), and the block arithmetic of a replica's requests
+(prompt allocation with prefix keys, blocks a release frees)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -13,8 +14,8 @@ from lpserve.policy.checks import check_evictions
 from lpserve.sim.blocks import BlockManager
 from lpserve.sim.state import State
 
-__all__ = ["PREFIX_ESTIMATE_MAX", "SESSION_MIN_HIT_TOKENS", "choose_evictions",
-           "queued_slots"]
+__all__ = ["PREFIX_ESTIMATE_MAX", "SESSION_MIN_HIT_TOKENS", "alloc_prompt_blocks",
+           "choose_evictions", "freed_blocks", "queued_slots"]
 
 PREFIX_ESTIMATE_MAX = 256  # waiting requests whose cached prefix is estimated or matched
 SESSION_MIN_HIT_TOKENS = 1024  # a request hitting this many cached tokens is a returning
@@ -55,3 +56,46 @@ def queued_slots(bm: BlockManager, state: State, waiting: Sequence[int],
         if not state.swapped[i] and not state.kv_remote[i]:
             out.extend(bm.match(state.block_keys(i, block_tokens)))
     return np.asarray(out, np.int64)
+
+
+def alloc_prompt_blocks(rep: Any, i: int, target_blocks: int) -> None:
+    """Grow request ``i`` on replica ``rep`` to ``target_blocks`` blocks (full prompt blocks
+    get keys; ``rep.make_room`` evicts cached blocks when needed)."""
+    S = rep.S
+    held = int(S.anon[i] + S.nslots[i])
+    extra = target_blocks - held
+    if extra <= 0:
+        return
+    if not rep.make_room(extra):
+        raise RuntimeError("internal: allocation without room")
+    n_keyed = 0
+    if rep.eng.prefix_caching and not S.kv_remote[i] and held == S.nslots[i]:
+        n_keyed = max(0, min(target_blocks, int(S.prompt[i]) // rep.bt) - held)
+    if n_keyed:
+        keys = S.block_keys(i, rep.bt)
+        gap = rep.turn_gap.get(i, 0.0)
+        for j in range(held, held + n_keyed):
+            s = rep.bm.take_hashed(keys[j], j, rep.now, keys[j - 1] if j else None, gap)
+            if s < 0:  # the key is cached already: this block and the rest anonymous
+                n_keyed = j - held + 1
+                S.anon[i] += 1
+                break
+            S.slots[i].append(s)
+            S.nslots[i] += 1
+    rest = extra - n_keyed
+    if rest > 0:
+        rep.bm.take_anon(rest)
+        S.anon[i] += rest
+
+
+def freed_blocks(bm: BlockManager, S: State, v: int, taken: dict[int, int]) -> int:
+    """Blocks of pool ``bm`` that releasing request ``v`` frees after the references in
+    ``taken`` dropped (which it extends): its anonymous blocks and its slots no one else
+    holds."""
+    n = int(S.anon[v])
+    for s in S.slots[v]:
+        t = taken.get(s, 0)
+        if bm.ref[s] - t == 1:
+            n += 1
+        taken[s] = t + 1
+    return n

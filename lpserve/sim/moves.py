@@ -24,7 +24,7 @@ class KVMoves:
         S.slots[i] = []
         S.nslots[i] = 0
         S.anon[i] = 0
-        self._turn_gap.pop(i, None)
+        self.turn_gap.pop(i, None)
 
     def reserve(self, i: int, n_blocks: int) -> None:
         """Hold ``n_blocks`` blocks for request ``i``, arriving by a KV copy."""

@@ -17,8 +17,10 @@ import numpy as np
 from lpserve.cost import iteration_time
 from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.policy import PreemptionView
+from lpserve.policy.checks import check_preemption_choice
 
-__all__ = ["free_cap", "outranked_victims", "preemption_view", "worst_running"]
+__all__ = ["free_cap", "outranked_victims", "preemption_mode", "preemption_view",
+           "worst_running"]
 
 _BIG = 1 << 62
 
@@ -111,3 +113,17 @@ def preemption_view(*, now_s: float, replica: int, request: int, context_tokens:
                                              ratio),
         swap_host_blocks=int(held_blocks),
         compress_host_blocks=compressed_host_blocks(held_blocks, ratio))
+
+
+def preemption_mode(rep: Any, v: int, held: int) -> str:
+    """The preemption mode of victim ``v`` of replica ``rep`` holding ``held`` blocks (the
+    engine's, or its decider's choice, checked)."""
+    d = rep.eng.preemption_decider
+    if d is None:
+        return rep.eng.preemption
+    view = preemption_view(
+        now_s=rep.now, replica=rep.index, request=v,
+        context_tokens=int(rep.S.computed[v]), held_blocks=held, block_tokens=rep.bt,
+        host_free_blocks=rep.host_free, eng=rep.eng, cost=rep.cost,
+        params=rep.params)
+    return check_preemption_choice(d.decide(view), rep.ctx.who("preemption_decider"))

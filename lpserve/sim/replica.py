@@ -19,17 +19,24 @@ import math
 import numpy as np
 
 from lpserve.cost import iteration_time
-from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
+from lpserve.cost.preemption import swap_one_way_s
 from lpserve.policy import RequestEvent
-from lpserve.policy.checks import check_preemption_choice, check_ranks
+from lpserve.policy.checks import check_ranks
 from lpserve.policy.roles import next_tick_s
 from lpserve.sim import _kernels as K
 from lpserve.sim import preempt
+from lpserve.sim import transfer as X
 from lpserve.sim import views as V
 from lpserve.sim.blocks import BlockManager
-from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS, choose_evictions, queued_slots
+from lpserve.sim.eviction import (
+    SESSION_MIN_HIT_TOKENS,
+    alloc_prompt_blocks,
+    choose_evictions,
+    freed_blocks,
+    queued_slots,
+)
 from lpserve.sim.moves import KVMoves
-from lpserve.sim.state import FINISHED, RUNNING, WAITING, RunContext
+from lpserve.sim.state import FINISHED, RUNNING, WAITING, XF_RESIDENT, RunContext
 
 _BIG = 1 << 62
 _EMPTY = np.zeros(0, np.int64)
@@ -72,11 +79,19 @@ class Replica(KVMoves):
         # preemptions (n_swaps counts compressed ones too) and the context tokens swapped
         # compressed; time in iterations, of it on swaps; compressed swaps not yet priced
         self.n_swaps = self.n_compressed_swaps = self.n_recomputes = self.compressed_tokens = 0
-        self.busy_s = self.swap_wait_s = self._swap_s = 0.0
+        self.busy_s = self.swap_wait_s = self.swap_s_pending = 0.0
         self._ranks: dict[int, float] | None = None
-        self._swap_blocks = 0  # blocks swapped since the last iteration (priced in the next)
+        self.swap_blocks_pending = 0  # blocks swapped since the last iteration (serial)
+        # the transfer engine (lpserve/sim/transfer.py): the host link of overlapped swaps
+        # and the requests whose swap-in was issued (they hold a seat, not yet running)
+        overlap = eng.transfers == "overlap"
+        self.link = X.HostLink(eng.link_order) if overlap else None
+        self.proactive = overlap and eng.proactive_swap
+        self.loading: list[int] = []
+        self._stalled = False  # the last step waited for swap-outs to free blocks
+        self._blocked: tuple[int, int] | None = None  # where admission stopped, its need
         self._resumed = False
-        self._turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
+        self.turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
         self.ctl = eng.budget_controller  # sets decode-first budgets, observes iterations
         self.observer = getattr(ctx.policy.evictor, "observes_requests", False)
         # a scheduler without a compiled twin is asked at the start of every planning step
@@ -85,8 +100,9 @@ class Replica(KVMoves):
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public
-    outstanding = property(lambda self: len(self.waiting) + len(self.running),
-                           doc="Requests routed here and not finished (waiting or running).")
+    outstanding = property(lambda self: len(self.waiting) + len(self.running) +
+                           len(self.loading), doc="Requests routed here and not finished "
+                           "(waiting, swapping in or running).")
 
     n_waiting = property(lambda self: len(self.waiting), doc="Requests waiting.")
     n_running = property(lambda self: len(self.running), doc="Requests running.")
@@ -129,8 +145,7 @@ class Replica(KVMoves):
             if self.now >= stop:
                 break
             if not self._step(stop):
-                if self.releases and self.releases[0][0] < stop:
-                    self.now = max(self.now, self.releases[0][0])
+                if self._wait_until(stop):
                     continue
                 break
             self._check()
@@ -145,10 +160,19 @@ class Replica(KVMoves):
         if self._step(stop):
             self._check()
             return True
-        if self.releases and self.releases[0][0] < stop:
-            self.now = max(self.now, self.releases[0][0])
-            return True
-        return False
+        return self._wait_until(stop)
+
+    def _wait_until(self, stop: float) -> bool:
+        """Idle to the next release or copy end before ``stop`` (False if none); the
+        running requests of a stalled step wait on the link meanwhile."""
+        t = min(self.releases[0][0] if self.releases else math.inf,
+                self.link.next_end_s if self.link is not None else math.inf)
+        if t >= stop:
+            return False
+        if self._stalled and t > self.now:
+            self.S.link_wait[self.running] += t - self.now
+        self.now = max(self.now, t)
+        return True
 
     def apply_releases(self) -> None:
         """Free the blocks of outgoing copies (KV handoffs, migrations) that ended."""
@@ -202,110 +226,31 @@ class Replica(KVMoves):
                                   queued=queued, who=self.ctx.who("evictor")))
         return True
 
-    def _alloc_prompt_blocks(self, i: int, target_blocks: int) -> None:
-        """Grow request ``i`` to ``target_blocks`` blocks (full prompt blocks get keys)."""
+    def release_request(self, i: int, at_s: float) -> None:
+        """Drop request ``i``'s KV blocks on this replica at time ``at_s``."""
         S = self.S
-        held = int(S.anon[i] + S.nslots[i])
-        extra = target_blocks - held
-        if extra <= 0:
-            return
-        if not self.make_room(extra):
-            raise RuntimeError("internal: allocation without room")
-        n_keyed = 0
-        if self.eng.prefix_caching and not S.kv_remote[i] and held == S.nslots[i]:
-            n_keyed = max(0, min(target_blocks, int(S.prompt[i]) // self.bt) - held)
-        if n_keyed:
-            keys = S.block_keys(i, self.bt)
-            gap = self._turn_gap.get(i, 0.0)
-            for j in range(held, held + n_keyed):
-                s = self.bm.take_hashed(keys[j], j, self.now, keys[j - 1] if j else None, gap)
-                if s < 0:  # the key is cached already: this block and the rest anonymous
-                    n_keyed = j - held + 1
-                    S.anon[i] += 1
-                    break
-                S.slots[i].append(s)
-                S.nslots[i] += 1
-        rest = extra - n_keyed
-        if rest > 0:
-            self.bm.take_anon(rest)
-            S.anon[i] += rest
-
-    def _release_request(self, i: int) -> None:
-        S = self.S
-        self._turn_gap.pop(i, None)
-        self.bm.release(S.slots[i], int(S.anon[i]), self.now, int(S.thread[i]),
+        self.turn_gap.pop(i, None)
+        self.bm.release(S.slots[i], int(S.anon[i]), at_s, int(S.thread[i]),
                         int(S.wait[i]) if S.status[i] == FINISHED else -1)
         S.slots[i] = []
         S.nslots[i] = 0
         S.anon[i] = 0
 
-    def _freed(self, v: int, taken: dict[int, int]) -> int:
-        """Blocks that releasing ``v`` frees after the references in ``taken`` dropped
-        (which it extends): its anonymous blocks and its slots no one else holds."""
-        n = int(self.S.anon[v])
-        for s in self.S.slots[v]:
-            t = taken.get(s, 0)
-            if self.bm.ref[s] - t == 1:
-                n += 1
-            taken[s] = t + 1
-        return n
-
-    def _preemption_mode(self, v: int, held: int) -> str:
-        d = self.eng.preemption_decider
-        if d is None:
-            return self.eng.preemption
-        view = preempt.preemption_view(
-            now_s=self.now, replica=self.index, request=v,
-            context_tokens=int(self.S.computed[v]), held_blocks=held, block_tokens=self.bt,
-            host_free_blocks=self.host_free, eng=self.eng, cost=self.cost,
-            params=self.params)
-        return check_preemption_choice(d.decide(view), self.ctx.who("preemption_decider"))
+    def preemption_mode(self, v: int, held: int) -> str:
+        """Victim ``v``'s preemption mode (:func:`lpserve.sim.preempt.preemption_mode`)."""
+        return preempt.preemption_mode(self, v, held)
 
     def preempt(self, v: int) -> None:
-        """Preempt running request ``v`` by the engine's (or the decider's) mode: swap or
-        compress-and-swap it out when its KV fits in host memory, else recompute."""
-        S, eng = self.S, self.eng
-        held = int(S.anon[v] + S.nslots[v])
-        mode = self._preemption_mode(v, held)
-        compressed = compressed_host_blocks(held, eng.compression_ratio)
-        if mode == "swap" and held <= self.host_free:
-            self.host_free -= held
-            S.host_blocks[v] = held
-            S.swap_gpu_blocks[v] = held
-            S.swapped[v] = True
-            self._swap_blocks += held
-            self.n_swaps += 1
-        elif mode == "compress-swap" and compressed <= self.host_free:
-            # models/kv-compression-swap.md (2), (4): quantize, copy the smaller KV
-            self.host_free -= compressed
-            S.host_blocks[v] = compressed
-            S.swap_gpu_blocks[v] = held
-            S.swapped[v] = True
-            S.compressed[v] = True
-            self._swap_s += self._one_way_s(held, "compress-swap")
-            self.n_swaps += 1
-            self.n_compressed_swaps += 1
-            self.compressed_tokens += int(S.computed[v])
-        else:
-            S.computed[v] = 0
-            S.draft_computed[v] = 0
-            S.kv_remote[v] = False
-            self.n_recomputes += 1
-        self._release_request(v)
-        S.preempt[v] += 1
-        S.status[v] = WAITING
-        self.running.remove(v)
-        self.waiting.insert(0, v)
-
-    def _one_way_s(self, held_blocks: int, mode: str) -> float:
-        return swap_one_way_s(self.cost, held_blocks, self.bt, mode,
-                              self.eng.compression_ratio)
+        """Preempt running request ``v`` (:func:`lpserve.sim.transfer.preempt`)."""
+        X.preempt(self, v)
 
     def admit_need(self, i: int) -> int:
         """KV blocks waiting request ``i`` needs to be admitted (its whole context)."""
         S, bt = self.S, self.bt
         if S.swapped[i]:
             return int(S.swap_gpu_blocks[i])
+        if S.xfer[i] == XF_RESIDENT:
+            return 0
         if S.kv_remote[i]:
             return -(-int(S.computed[i]) // bt)
         full = self.reserve_blocks or -(-int(S.prompt[i] + S.gen[i]) // bt)
@@ -332,12 +277,15 @@ class Replica(KVMoves):
     def _preempt_outranked(self) -> None:
         """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
         bm = self.bm
+        pending = 0 if self.link is None else self.link.freeing - self.link.promised
         victims = preempt.outranked_victims(
             self.waiting, self.running, self.ranks(),
-            self.eng.max_num_seqs - len(self.running), bm.available - self.wm_blocks,
-            bm.total - self.wm_blocks, self.admit_need, self._freed)
+            self.eng.max_num_seqs - len(self.running) - len(self.loading),
+            bm.available - self.wm_blocks + pending, bm.total - self.wm_blocks,
+            self.admit_need,
+            lambda v, taken: freed_blocks(self.bm, self.S, v, taken))
         for v in victims:
-            self.preempt(v)
+            X.park(self, v) if self.proactive else self.preempt(v)
 
     # =============================================================== admission
     def _admit(self, budget: int, chunks: list, allow_chunk: bool) -> int:
@@ -347,9 +295,16 @@ class Replica(KVMoves):
         order = sorted((ranks[i], pos, i) for pos, i in enumerate(self.waiting)
                        if ranks[i] != math.inf)
         for _, _, i in order:
-            if len(self.running) >= eng.max_num_seqs or budget <= 0:
+            if len(self.running) + len(self.loading) >= eng.max_num_seqs or budget <= 0:
                 break
             L = int(S.prompt[i] + S.gen[i])
+            if self.link is not None and (S.swapped[i] or S.xfer[i]):
+                got = X.admit_swapped(self, i)
+                if got < 0:
+                    self._blocked = (i, self.admit_need(i))
+                    break
+                self._resumed |= got > 0
+                continue
             if S.swapped[i] or S.kv_remote[i]:
                 n = int(S.swap_gpu_blocks[i]) if S.swapped[i] else -(-int(S.computed[i]) // bt)
                 if bm.available - n < self.wm_blocks:
@@ -360,10 +315,11 @@ class Replica(KVMoves):
                 if S.swapped[i]:
                     self.host_free += int(S.host_blocks[i])
                     if S.compressed[i]:  # dequantize pass and compressed PCIe bytes
-                        self._swap_s += self._one_way_s(n, "compress-swap")
+                        self.swap_s_pending += swap_one_way_s(
+                            self.cost, n, bt, "compress-swap", eng.compression_ratio)
                         S.compressed[i] = False
                     else:
-                        self._swap_blocks += n
+                        self.swap_blocks_pending += n
                     S.host_blocks[i] = 0
                     S.swap_gpu_blocks[i] = 0
                     S.swapped[i] = False
@@ -388,18 +344,19 @@ class Replica(KVMoves):
                     continue
                 n_hit_free = int(np.sum(bm.ref[hits] == 0)) if hits else 0
                 if bm.available - n_hit_free - (target - len(hits)) < self.wm_blocks:
+                    self._blocked = (i, self.admit_need(i))
                     break
                 gap = 0.0
                 if len(hits) * bt >= SESSION_MIN_HIT_TOKENS:
                     gap = self.now - float(bm.last_access_s[hits[-1]])
-                    self._turn_gap[i] = gap
+                    self.turn_gap[i] = gap
                 bm.acquire(hits, self.now, gap)
                 S.slots[i] = list(hits)
                 S.nslots[i] = len(hits)
                 S.computed[i] = cached
                 S.cached_tok[i] += cached
                 S.seen_tok[i] += L
-                self._alloc_prompt_blocks(i, target)
+                alloc_prompt_blocks(self, i, target)
                 chunks.append((i, chunk, cached))
                 budget -= chunk
             if np.isnan(S.first_sched[i]):
@@ -415,7 +372,11 @@ class Replica(KVMoves):
 
     # =============================================================== one step
     def _step(self, stop: float) -> bool:
-        """Plan and run one iteration (or a run of decode iterations); False if idle."""
+        """Plan and run one iteration (or a run of decode iterations); False if idle (or
+        stalled on the link)."""
+        self._stalled, self._blocked = False, None
+        if self.link is not None:
+            X.tick(self)  # copy ends (and the next starts) up to now
         if not self.running and not self.waiting:
             return False
         S, eng = self.S, self.eng
@@ -436,6 +397,8 @@ class Replica(KVMoves):
             self._admit(budget, chunks, allow_chunk=False)
             admit_ok = False
             if chunks:
+                if self.proactive:
+                    X.proactive(self, self._blocked)
                 return self._iterate(chunks, [])
         # running requests in decode phase and in (chunked) prefill phase
         decodes, partial = self._phases()
@@ -443,10 +406,15 @@ class Replica(KVMoves):
         while need > self.bm.plain_free:
             if self.make_room(need):
                 break
+            if self.link is not None and need <= self.bm.available + self.link.freeing:
+                self._stalled = True  # wait for the swap-outs in flight to free blocks
+                break
+            if self.proactive and X.relieve(self):
+                continue  # a resident request is swapped out (its blocks come back)
             v = preempt.worst_running(self.running, self.ranks())
             if len(self.running) == 1 and not self.releases:
                 self.running.remove(v)
-                self._release_request(v)
+                self.release_request(v, self.now)
                 S.reject(v, "context_exceeds_kv")
             else:
                 self.preempt(v)
@@ -454,6 +422,10 @@ class Replica(KVMoves):
             need = self._decode_need(decodes)
             admit_ok = False  # as vLLM: no new admissions in a step that preempted
             self._resumed = True  # the next step plans again (single iteration now)
+        if self._stalled:
+            if self.proactive:
+                X.proactive(self, None)
+            return False
         if need:
             idx = np.asarray(decodes, np.int64)
             grow = idx[S.computed[idx] + 1 > (S.anon[idx] + S.nslots[idx]) * self.bt]
@@ -477,14 +449,16 @@ class Replica(KVMoves):
                 c = min(c, room)
                 if c <= 0:
                     continue
-                self._alloc_prompt_blocks(i, -(-(int(S.computed[i]) + c) // self.bt))
+                alloc_prompt_blocks(self, i, -(-(int(S.computed[i]) + c) // self.bt))
                 chunks.append((i, c, int(S.computed[i])))
                 budget -= c
         if admit_ok and budget > 0:
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
+        if self.proactive:
+            X.proactive(self, self._blocked)
         if not chunks and not decodes:
             return self._resumed  # a resumed request decodes next step; otherwise idle
-        if chunks or self._swap_blocks or self._swap_s or self._resumed or \
+        if chunks or self.swap_blocks_pending or self.swap_s_pending or self._resumed or \
                 self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
@@ -501,15 +475,20 @@ class Replica(KVMoves):
         dt = float(iteration_time(self.params, pt, pc, dc))
         if self.spec is not None:  # the draft prefills the chunks too (speculative.py)
             dt += self.spec.prefill_s(chunks)
-        if self._swap_blocks:
-            sw = self.cost.swap_time_s(self._swap_blocks, self.bt) * self.ctx.kv_scale
+        wait = 0.0
+        if self.swap_blocks_pending:
+            sw = self.cost.swap_time_s(self.swap_blocks_pending, self.bt) * self.ctx.kv_scale
             dt += sw
             self.swap_wait_s += sw
-            self._swap_blocks = 0
-        if self._swap_s:
-            dt += self._swap_s
-            self.swap_wait_s += self._swap_s
-            self._swap_s = 0.0
+            wait += sw
+            self.swap_blocks_pending = 0
+        if self.swap_s_pending:  # serial swaps; with overlap, only (de)quantize passes
+            dt += self.swap_s_pending
+            self.swap_wait_s += self.swap_s_pending
+            wait += self.swap_s_pending if self.link is None else 0.0
+            self.swap_s_pending = 0.0
+        if wait:  # every request of this iteration waits for the serial copies
+            S.link_wait[[i for i, _, _ in chunks] + list(decodes)] += wait
         self.account(dt, 1, decode_only=not chunks)
         done = []
         for i, c, _ in chunks:
@@ -538,6 +517,8 @@ class Replica(KVMoves):
         q = self.ctx.policy.scheduler.quantum_s
         if q:
             stop_s = min(stop_s, next_tick_s(self.now, q))  # always > now
+        if self.link is not None:  # a copy end is an event
+            stop_s = min(stop_s, self.link.next_end_s)
         # the planner already gave this first iteration its new blocks (held0), so the
         # kernel's first iteration needs none; later ones take plain free blocks
         max_iters = 1 if self.ctx.reference else _BIG
@@ -547,9 +528,12 @@ class Replica(KVMoves):
                                      min(max_iters, int((S.out[idx] - gen).min())))
             max_iters = int(self.ctl.decode_limit(view))
         free = self.bm.plain_free
+        if self.proactive:
+            free = min(free, X.resident_cap(self, self._blocked))
         if self.eng.priority_preemption and self.waiting:
+            pending = 0 if self.link is None else self.link.freeing - self.link.promised
             cap = preempt.free_cap(self.running, self.waiting, self.ranks(), self.admit_need,
-                                   self.bm.available - self.wm_blocks,
+                                   self.bm.available - self.wm_blocks + pending,
                                    self.bm.total - self.wm_blocks)
             free = min(free, max(cap, 0))
             if cap < 0:
@@ -592,7 +576,7 @@ class Replica(KVMoves):
         S.finish[i] = self.now
         S.status[i] = FINISHED
         self.running.remove(i)
-        self._release_request(i)
+        self.release_request(i, self.now)
         if self.observer:
             self._observe("finish", i)
         S.forget_keys(i)

@@ -14,6 +14,10 @@ from lpserve.trace import Trace
 # request status codes
 PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFER = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = ("pending", "waiting", "running", "finished", "rejected", "transfer")
+# where a preempted request's KV is on the transfer engine's host link (lpserve.sim.transfer):
+# nothing in flight, preempted but resident on the GPU (proactive swapping), swap-out
+# queued or copying (GPU blocks still held), swap-in queued or copying
+XF_NONE, XF_RESIDENT, XF_OUT, XF_IN = 0, 1, 2, 3
 
 
 class State:
@@ -25,7 +29,10 @@ class State:
     current replica: ``anon`` anonymous blocks plus ``slots[i]`` hashed prefix slots
     (``nslots`` their count). ``host_blocks``: host blocks held by a swapped-out request
     (fewer than its GPU blocks when ``compressed``); ``swap_gpu_blocks``: GPU blocks it
-    takes back on swap-in (its whole context).
+    takes back on swap-in (its whole context). ``xfer``: the request's copy state on the
+    host link (``XF_*``); ``link_wait``: seconds it waited on the link while it could
+    otherwise run (a serial swap charged to its iteration, a swap-in it waited for, a
+    stalled iteration waiting for swap-outs to free blocks).
     """
 
     def __init__(self, trace: Trace) -> None:
@@ -54,6 +61,8 @@ class State:
         self.swapped = np.zeros(n, bool)
         self.compressed = np.zeros(n, bool)
         self.kv_remote = np.zeros(n, bool)
+        self.xfer = np.zeros(n, np.int8)
+        self.link_wait = np.zeros(n, np.float64)
         self.status = np.zeros(n, np.int8)
         self.first_sched = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
@@ -202,6 +211,8 @@ class RunContext:
         events: the outbox of completions and KV handoffs.
         check: ``check(replica)`` after every planning step (``check=True``), else None.
         spec: the run's speculative-decoding runner (``lpserve.sim.speculative``) or None.
+        slo_ttft_s, slo_tpot_s: the instance's SLO (deadlines of the ``llf``/``rmlq`` link
+            orders; ``inf`` when none).
     """
 
     state: State
@@ -220,6 +231,8 @@ class RunContext:
     events: Events
     check: Callable[[Any], None] | None
     spec: Any = None
+    slo_ttft_s: float = float("inf")
+    slo_tpot_s: float = float("inf")
 
     def who(self, role: str) -> str:
         """``policy 'name' (role 'its name')``: how errors name the policy's ``role``

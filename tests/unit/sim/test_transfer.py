@@ -1,0 +1,196 @@
+"""The transfer engine (lpserve/sim/transfer.py, models/simulator.md (26)-(32)): serial
+swaps unchanged, overlapped copies on the host link (blocks freed at a swap-out's end, a
+swapped-in request runs only once resident), proactive swapping's free-block target, the
+link orders, and bad configuration."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import lpserve as lp
+from lpserve.policy import EngineConfig
+from lpserve.sim import transfer as X
+from lpserve.sim.state import XF_RESIDENT
+from tests.strategies import preempting_instance
+
+# Result.digest() of these runs before the transfer engine existed (swaps charged to the
+# next iteration), on tests.strategies.preempting_instance(seed, 64 GB host)
+OLD_DIGESTS = {
+    (1, "fastserve"): "3906deb315be6a1ec1eaa3216b588571d7dba1b7c238f6bfd6f30da38e78d36d",
+    (1, "las"): "a38bfb59dc81c0f7e06f697736731f1c3652690df1050f38d0d30163b1390807",
+    (1, "vllm-compress-swap"):
+        "989099a93078053e4b84fa103cbe2ffe2128cde807aa265c030fa1ef84fd365a",
+    (2, "fastserve"): "beb7ee9cf3772209bcb1d8677ba99da9e3e0411d893fce66f707d288be37da33",
+    (2, "las"): "b27686254f5ab69a17a63020029ebb67cb5f1ba1d56c9227523a0daae99eadb0",
+}
+
+
+def _serial(name: str) -> lp.Policy:
+    """``name`` with serial transfers: the engine default, except for the ``fastserve``
+    entries, which opt in to overlapped proactive swapping."""
+    if name.startswith("fastserve"):
+        return lp.make_policy(name, transfers="serial", proactive_swap=False)
+    return lp.make_policy(name)
+
+
+@pytest.mark.parametrize("seed,name", sorted(OLD_DIGESTS))
+def test_serial_transfers_are_the_old_blocking_swap_bit_for_bit(seed, name):
+    inst = preempting_instance(seed, 64.0)
+    for reference in (False, True):
+        r = lp.simulate(inst, _serial(name), seed=0, reference=reference)
+        assert r.digest() == OLD_DIGESTS[(seed, name)]
+        # serial swaps stay on the compiled engine
+        assert r.stats["engine"] == ("python" if reference else "compiled")
+
+
+def test_serial_is_the_default_and_fastserve_opts_in_to_overlap():
+    assert EngineConfig().transfers == "serial" and not EngineConfig().proactive_swap
+    for name in ("las", "mlfq", "srpt-oracle", "vllm-compress-swap"):
+        assert lp.make_policy(name).engine.transfers == "serial"
+    for name in ("fastserve", "fastserve-adaptive"):
+        eng = lp.make_policy(name).engine
+        assert eng.transfers == "overlap" and eng.proactive_swap
+    r = lp.simulate(preempting_instance(1, 64.0), lp.make_policy("fastserve"), seed=0)
+    assert r.stats["engine"] == "python" and r.digest() != OLD_DIGESTS[(1, "fastserve")]
+
+
+def test_bad_transfer_configuration_is_named():
+    with pytest.raises(ValueError, match="EngineConfig.transfers"):
+        EngineConfig(transfers="async")
+    with pytest.raises(ValueError, match="EngineConfig.link_order"):
+        EngineConfig(link_order="edf")
+    with pytest.raises(ValueError, match="proactive_swap needs transfers='overlap'"):
+        EngineConfig(transfers="serial", proactive_swap=True)
+    with pytest.raises(ValueError, match="proactive_free_blocks"):
+        EngineConfig(transfers="overlap", proactive_swap=True, proactive_free_blocks=-1)
+    with pytest.raises(ValueError, match="proactive_swap must be a bool"):
+        EngineConfig(transfers="overlap", proactive_swap="yes")
+
+
+def _spy_ticks(monkeypatch):
+    """Record every copy that ends, with the holder's GPU blocks and place before/after."""
+    seen = []
+    orig = X.tick
+
+    def tick(rep):
+        S, link = rep.S, rep.link
+        before = {c.request: (c, int(S.anon[c.request] + S.nslots[c.request]),
+                              c.request in rep.running, c is link.active, link.end_s)
+                  for c in link.copies()}
+        orig(rep)
+        for i, (c, held, was_running, active, end) in before.items():
+            if link.by_request.get(i) is c:
+                continue  # still queued or copying
+            seen.append(dict(c=c, held_before=held,
+                             held_after=int(S.anon[i] + S.nslots[i]),
+                             was_running=was_running, running=i in rep.running,
+                             end=end if active else math.nan, now=rep.now))
+    monkeypatch.setattr(X, "tick", tick)
+    return seen
+
+
+def test_swap_out_frees_blocks_only_at_its_end_and_swap_in_waits_for_residency(monkeypatch):
+    seen = _spy_ticks(monkeypatch)
+    inst = preempting_instance(1, 64.0)
+    r = lp.simulate(inst, lp.make_policy("las", transfers="overlap"), seed=0, check=True)
+    assert r.summary()["n_finished"] == 12
+    outs = [e for e in seen if e["c"].kind == "out"]
+    ins = [e for e in seen if e["c"].kind == "in" and e["c"].then_run]
+    assert outs and ins and r.stats["link_copies"] == len(seen)
+    for e in outs:  # held its whole context until the copy ended, nothing after
+        assert e["held_before"] == e["c"].blocks > 0 and e["held_after"] == 0
+    for e in ins:  # not running before its KV is resident, running right after
+        assert not e["was_running"] and e["running"]
+        assert e["held_before"] == e["held_after"] == e["c"].blocks
+    # copy ends are events: one is applied no later than the planning step it ends in
+    assert r.stats["link_wait_s"] > 0.0
+
+
+def test_overlap_is_faster_than_serial_and_fast_equals_reference():
+    inst = preempting_instance(2, 64.0)
+    ser = lp.simulate(inst, _serial("las"), seed=0)
+    fast = lp.simulate(inst, lp.make_policy("las", transfers="overlap"), seed=0, check=True)
+    ref = lp.simulate(inst, lp.make_policy("las", transfers="overlap"), seed=0,
+                      reference=True)
+    assert fast.digest() == ref.digest() != ser.digest()
+    assert fast.summary()["e2e_s"]["mean"] < ser.summary()["e2e_s"]["mean"]
+
+
+def test_proactive_swapping_keeps_the_free_block_target(monkeypatch):
+    orig = X.proactive
+    checked = []
+
+    def proactive(rep, blocked):
+        before = sum(rep.S.xfer[i] == XF_RESIDENT for i in rep.waiting)
+        orig(rep, blocked)
+        free = rep.bm.available + rep.link.freeing - rep.link.promised
+        resident = [i for i in rep.waiting if rep.S.xfer[i] == XF_RESIDENT]
+        # after each decision either the target is met or nothing is left to swap out
+        assert free >= X.proactive_target(rep) or not resident
+        checked.append((before, len(resident)))
+
+    monkeypatch.setattr(X, "proactive", proactive)
+    inst = preempting_instance(1, 64.0)
+    pol = lp.make_policy("fastserve", proactive_free_blocks=200)
+    fast = lp.simulate(inst, pol, seed=0, check=True)
+    # requests were resident (priority preemption kept their KV) and were swapped out
+    assert fast.summary()["n_finished"] == 12 and any(b > a for b, a in checked)
+    assert fast.stats["link_copies"] > 0
+    ref = lp.simulate(inst, lp.make_policy("fastserve", proactive_free_blocks=200), seed=0,
+                      reference=True)
+    assert fast.digest() == ref.digest()
+
+
+def _order(order: str, copies, t0: float = 0.0) -> list[int]:
+    """Start order of ``copies`` (kind, request, duration, rank, deadline) queued behind
+    a running copy that ends at 1 s."""
+    link = X.HostLink(order)
+    link.enqueue("out", 99, 1, 1.0, t0, 0.0, math.inf, False)
+    started = []
+
+    def start(c, t):
+        started.append(c.request)
+        return True
+
+    link.advance(t0, start, lambda c, t: None)
+    for kind, i, dur, rank, dl in copies:
+        link.enqueue(kind, i, 1, dur, t0, rank, dl, kind == "in")
+    link.advance(100.0, start, lambda c, t: None)
+    assert link.active is None and not link.queue and link.freeing == link.promised == 0
+    return started[1:]
+
+
+def test_link_orders_start_copies_as_specified():
+    copies = [("out", 1, 0.5, 3.0, 9.0), ("in", 2, 0.1, 1.0, 4.0),
+              ("out", 3, 0.2, 2.0, 1.35), ("in", 4, 0.3, 0.0, math.inf)]
+    assert _order("fifo", copies) == [1, 2, 3, 4]
+    assert _order("priority", copies) == [4, 2, 3, 1]
+    # least laxity first: deadline - duration = 8.5, 3.9, 1.15, inf
+    assert _order("llf", copies) == [3, 2, 1, 4]
+    # rmlq at t = 1 s: laxity 7.5, 2.9, 0.15, inf -> levels 7 (capped), 7, 3, 7; then the
+    # queue at each later start: FIFO within a level
+    assert _order("rmlq", copies) == [3, 1, 2, 4]
+
+
+def test_link_runs_one_copy_at_a_time_and_skips_a_swap_in_without_blocks():
+    link = X.HostLink("fifo")
+    for k, kind in enumerate(("in", "out", "in")):
+        link.enqueue(kind, k, 5, 1.0, 0.0, 0.0, math.inf, True)
+    log = []
+    room = {"ok": False}
+
+    def start(c, t):
+        if c.kind == "in" and not room["ok"]:
+            return False
+        log.append((c.request, t))
+        return True
+
+    def end(c, t):
+        room["ok"] = True  # the swap-out's end frees the blocks the swap-ins need
+
+    link.advance(0.0, start, end)  # the first swap-in cannot start: the swap-out can
+    assert log == [(1, 0.0)] and link.promised == 10 and link.freeing == 5
+    link.advance(10.0, start, end)
+    assert log == [(1, 0.0), (0, 1.0), (2, 2.0)] and link.n_copies == 3
+    assert link.busy_s == 3.0 and link.next_end_s == math.inf
