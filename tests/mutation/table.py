@@ -218,7 +218,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "proofs/lyapunov-dpp.md: the drift constant B 10 % smaller and the cap constant C 0",
         (P_LYAP + "test_drift_and_cap_steps_hold_slot_by_slot_with_the_real_constants",)),
     Mutation(
-        "lyapunov-tbt-queue-ignored", "lpserve/policies/_lyapunov_kernels.py",
+        "lyapunov-tbt-queue-ignored", "lpserve/kernels/dpp.py",
         "        if n_dec > 0 and t > S:\n            j += st[ST_ZT] * n_dec\n",
         "",
         "proofs/lyapunov-dpp.md (percentile): the TBT virtual queue left out of decision (9)",

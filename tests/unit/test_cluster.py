@@ -103,8 +103,8 @@ def test_each_replica_priced_by_its_own_model_and_kv():
 def test_heterogeneous_runs_refuse_what_they_cannot_simulate():
     tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[10], output_tokens=[2])
     inst = lp.Instance(trace=tr, cluster=_mixed())
-    assert not compiled.eligible(lp.make_policy("vllm", prefix_caching=False), False, False,
-                                 False, 0, heterogeneous=True)
+    assert not compiled.eligible(lp.make_policy("vllm", prefix_caching=False), False,
+                                 heterogeneous=True)
     with pytest.raises(ValueError, match="rebalancer is not simulated on a heterogeneous"):
         lp.simulate(inst, "rebalance-llumnix")
     # the compiled engine's twin (prefix caching off) still runs: Python replicas
