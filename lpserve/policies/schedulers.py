@@ -429,10 +429,13 @@ class SLOAware(TickCached):
                         base[j][k] = row[j]
         return tuple(base)
 
-    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
-        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+    def kernel_spec(self) -> tuple[str, list[float], list[int]] | None:
+        """The compiled twin's kind and parameters (see :meth:`lpserve.policy.FCFS.kernel_spec`);
+        ``None`` (ranked in Python) with per-tenant tier targets, which the twin lacks."""
+        if self.tenant_targets:
+            return None
         return "slo-aware", [self.quantum_s, self.ttft_s, self.tpot_s, self.iteration_s,
-                             float(self.default_tokens)], [0]
+                             float(self.default_tokens), self.e2e_s], [0]
 
     def _rank(self, view: SchedulerView) -> np.ndarray:
         p = predicted_tokens(view, "hi")

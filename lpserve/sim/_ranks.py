@@ -161,15 +161,20 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
         _mcsf(fp, ip, cand, run, m, arrival, prompt, gen, out, plo, phi, has_pred,
               total_blocks, block_tokens, res)
     elif kind == R_SLO:
-        ttft, tpot, it, dflt = fp[1], fp[2], fp[3], fp[4]
+        ttft, tpot, it, dflt, e2e = fp[1], fp[2], fp[3], fp[4], fp[5]
         for k in range(m):
             i = cand[k]
             plan = float(phi[i]) if has_pred else dflt
             gg = float(gen[i])
             plan = max(plan, gg + 1.0)
-            deadline = arrival[i] + ttft + (plan - 1.0) * tpot
+            stream = arrival[i] + ttft + (plan - 1.0) * tpot
+            if math.isnan(stream):  # an infinite target times zero tokens
+                stream = np.inf
+            deadline = min(stream, arrival[i] + e2e)
             slack = deadline - now - (plan - gg) * it
             res[k] = 1.0e12 + arrival[i] if slack < 0 else slack
+            if math.isinf(deadline):  # no deadline: after every request that has one
+                res[k] = 2.0e12 + arrival[i]
     elif kind == R_MLFQ:
         _mlfq(fp, ip, cand, run, m, now, rep, arrival, prompt, phi, has_pred, rf, ri, xf, xi,
               g, res)

@@ -96,7 +96,9 @@ class Replica(KVMoves):
         self.observer = getattr(ctx.policy.evictor, "observes_requests", False)
         # a scheduler without a compiled twin is asked at the start of every planning step
         # that has candidates (so the compiled engine can ask it at the same points)
-        self._eager_ranks = "kernel_spec" not in type(ctx.policy.scheduler).__dict__
+        sched = ctx.policy.scheduler
+        self._eager_ranks = ("kernel_spec" not in type(sched).__dict__
+                             or sched.kernel_spec() is None)
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
 
     # =============================================================== public

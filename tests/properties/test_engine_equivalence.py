@@ -122,3 +122,27 @@ def test_fast_equals_reference_every_policy(seed, name):
 @given(st.integers(0, 2**31 - 1), st.sampled_from(NAMES))
 def test_fast_equals_reference_every_policy_random(seed, name):
     check_case(seed, name)
+
+
+@pytest.mark.parametrize("tiers", [False, True])
+def test_slo_aware_with_end_to_end_deadlines_and_tiers(tiers):
+    """slo-aware ranks by the streaming and end-to-end deadlines of each request's tier:
+    the compiled twin (one SLO) and the Python ranks (per-tenant tiers) equal the
+    reference, and no request is held back for ever."""
+    rng = np.random.default_rng(7)
+    n = 40
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 3.0, n)),
+                              prompt_tokens=rng.integers(16, 900, n),
+                              output_tokens=rng.integers(1, 300, n),
+                              tenant=rng.integers(0, 3, n))
+    tier_list = (lp.Tier("deadline", lp.SLO(e2e_s=20.0), (1,)),
+                 lp.Tier("stream", lp.SLO(ttft_s=0.5, tpot_s=0.05), (2,))) if tiers else ()
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                    gpu_memory_fraction=0.2),
+                       slo=lp.SLO(ttft_s=1.0, tpot_s=0.1, e2e_s=30.0), tiers=tier_list)
+    fast = lp.simulate(inst, "slo-aware", seed=1, predictor="history", check=True)
+    ref = lp.simulate(inst, "slo-aware", seed=1, predictor="history", reference=True,
+                      check=True)
+    assert fast.digest() == ref.digest(), _first_difference(fast, ref)
+    assert (fast.arrays["status"] == "finished").all()
+    assert fast.stats["engine"] == ("compiled+python-ranks" if tiers else "compiled")
