@@ -16,10 +16,13 @@ cache files (``*.nbi``, ``*.nbc``) before compiling.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from typing import Any
 
 __all__ = ["compile_kernels", "invalidate_stale_kernels", "register"]
+
+_KERNEL = re.compile(rb"^[ \t]*@(numba\.|nb\.)?n?jit\b", re.M)  # a numba decorator line
 
 
 def invalidate_stale_kernels(root: Any = None) -> bool:
@@ -39,7 +42,7 @@ def invalidate_stale_kernels(root: Any = None) -> bool:
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         text = f.read_bytes()
-        if b"@njit" in text:
+        if _KERNEL.search(text):  # a file with a numba decorator
             h.update(str(f.relative_to(root)).encode() + b"\0" + text)
     stamp = root / "__pycache__" / "kernels.sha256"
     if stamp.exists() and stamp.read_text() == h.hexdigest():
@@ -60,27 +63,32 @@ def compile_kernels() -> dict[str, Any]:
     import numpy as np
 
     from lpserve.cluster import Cluster
-    from lpserve.instance import Instance
-    from lpserve.registry import policy_names, simulate
+    from lpserve.instance import SLO, Instance
+    from lpserve.registry import make_policy, policy_names, simulate
     from lpserve.trace import Trace
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(0)
     n = 12
     tr = Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 1.0, n)),
-                              prompt_tokens=rng.integers(16, 400, n),
-                              output_tokens=rng.integers(1, 24, n),
-                              block_ids=[[1, 2, 3][:k] for k in rng.integers(0, 4, n)],
-                              block_tokens=16)
+                           prompt_tokens=rng.integers(16, 400, n),
+                           output_tokens=rng.integers(1, 24, n),
+                           block_ids=[[1, 2, 3][:k] for k in rng.integers(0, 4, n)],
+                           block_tokens=16)
     colo = Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2, gpu_memory_fraction=0.2)
     disagg = Cluster(gpu="a100-80gb", llm="llama-2-7b", prefill_replicas=1,
-                        decode_replicas=1, gpu_memory_fraction=0.2)
+                     decode_replicas=1, gpu_memory_fraction=0.2)
+    slo = SLO(ttft_s=1.0, tpot_s=0.1)  # for the policies whose targets mirror the SLO
     names = policy_names()
     for k, name in enumerate(names):
+        # prediction readers run with the online History predictor (every kernel path)
+        pred = "history" if make_policy(name).reads_predictions else None
         try:
-            simulate(Instance(trace=tr, cluster=colo), name, check=k == 0)
+            simulate(Instance(trace=tr, cluster=colo, slo=slo), name, check=k == 0,
+                     predictor=pred)
         except ValueError:  # a policy for disaggregated clusters
-            simulate(Instance(trace=tr, cluster=disagg), name, check=k == 0)
+            simulate(Instance(trace=tr, cluster=disagg, slo=slo), name, check=k == 0,
+                     predictor=pred)
     return {"policies": len(names), "wall_s": round(time.perf_counter() - t0, 2)}
 
 
