@@ -56,7 +56,8 @@ def test_search_is_at_most_fcfs_and_its_seeds():
     assert sol.objective <= float(fcfs.arrays["e2e_s"].sum())
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
+                                  pytest.param(2, marks=pytest.mark.slow)])  # 2 in the slow tier
 def test_exact_is_the_minimum_over_the_space_and_search_finds_it(seed):
     inst = _inst(seed, 3)
     ex = solve("schedule-exact", inst)
