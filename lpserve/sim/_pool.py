@@ -62,7 +62,6 @@ N_SF = 3
 K_CREDIT, K_PROTECT, K_AGE, K_SCALE = range(4)
 
 NOKEY = np.iinfo(np.int64).min  # parent key of a prompt's first block
-
 PoolArrays = namedtuple("PoolArrays", POOL_FIELDS)  # the kernels take pool_struct() of them
 
 
@@ -114,29 +113,30 @@ def mix64(x):
 
 
 @njit(cache=True)
-def _slot_of_table(p, key):
-    """Table index of ``key`` (-1 if absent)."""
+def _probe(p, key):
+    """Table index holding ``key``, else the empty one where it would go."""
     mask = p.ist[P_MASK]
     j = mix64(key) & mask
-    while p.hu[j]:
-        if p.hk[j] == key:
-            return j
+    while p.hu[j] and p.hk[j] != key:
         j = (j + 1) & mask
-    return -1
+    return j
+
+
+@njit(cache=True)
+def _slot_of_table(p, key):
+    """Table index of ``key`` (-1 if absent)."""
+    j = _probe(p, key)
+    return j if p.hu[j] else -1
 
 
 @njit(cache=True)
 def _table_get_or_add(p, key):
-    mask = p.ist[P_MASK]
-    j = mix64(key) & mask
-    while p.hu[j]:
-        if p.hk[j] == key:
-            return j
-        j = (j + 1) & mask
-    p.hu[j] = 1
-    p.hk[j] = key
-    p.hs[j] = -1
-    p.hc[j] = 0
+    j = _probe(p, key)  # inserted (no slot, no children) when absent
+    if not p.hu[j]:
+        p.hu[j] = 1
+        p.hk[j] = key
+        p.hs[j] = -1
+        p.hc[j] = 0
     return j
 
 
