@@ -289,7 +289,10 @@ def registry_cases(draw):
     cases = sim_instances(max_size=16)
     if needs_analytic_cost(name):
         cases = cases.filter(lambda case: case[0].cost is None)
-    return draw(cases)[0], name
+    inst = draw(cases)[0]
+    # the SLO-mirroring policies (slo-aware, dpp, the Lyapunov controller) refuse an
+    # instance without targets; the SLO changes no other policy's decisions
+    return inst.with_(slo=ANALYTIC_SLO if inst.cost is None else ROUND_SLO), name
 
 
 # ====================================================================== hostile inputs

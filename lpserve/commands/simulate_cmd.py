@@ -110,9 +110,11 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(s)
         return 0
+    load = ("no arrival rate, so no utilisation" if s["utilization"] is None else
+            f"utilisation {s['utilization']:.3g} of the fluid capacity "
+            f"{s['capacity_rps']:.3g} req/s")
     print(f"policy {args.policy} on {cluster.describe()}"
-          f"   trace {s['trace']} (rate x{s['rate_scale']:.4g}, utilisation "
-          f"{s['utilization']:.3g} of the fluid capacity {s['capacity_rps']:.3g} req/s)")
+          f"   trace {s['trace']} (rate x{s['rate_scale']:.4g}, {load})")
     for key in ("engine", "predictor"):
         if s.get(key):
             print(f"{key:<10} {s[key]}")
@@ -143,13 +145,18 @@ def _prepare(args: argparse.Namespace, inst: Any) -> tuple[Any, Any, dict[str, A
     from lpserve.evaluate.utilization import fluid_capacity
     from lpserve.registry import make_policy
 
-    cap = fluid_capacity(inst)
     scale = args.rate_scale
-    if args.utilization is not None:
-        scale = cap.load_for(args.utilization)
+    if args.utilization is not None:  # a load needs the capacity: its errors are the user's
+        try:
+            scale = fluid_capacity(inst).load_for(args.utilization)
+        except ValueError as exc:
+            raise CLIError(f"--utilization {args.utilization}: {exc}") from None
         inst = inst.with_(trace=inst.trace.scale_rate(scale))
-        cap = fluid_capacity(inst)
         args.rate_scale = scale
+    # the utilisation is reported when the trace has an arrival rate (two or more requests
+    # over a positive duration); a trace without one still simulates, its utilisation None
+    rate = inst.trace.rate_per_s if len(inst.trace) >= 2 else float("nan")
+    cap = fluid_capacity(inst) if rate > 0 else None
     overrides = ro.engine_mapping(args.engine, [args.policy])
     if any(isinstance(v, dict) for v in overrides.values()):
         raise CLIError("--engine of simulate takes KEY=VALUE (one policy), not POLICY:KEY=VALUE")
@@ -161,8 +168,10 @@ def _prepare(args: argparse.Namespace, inst: Any) -> tuple[Any, Any, dict[str, A
     ro.check_predictions([args.policy], inst.trace, pred)
     ro.warn([w for w in [ro.context_warning(inst.trace, args.llm)] if w],
             quiet=args.json)
-    return inst, policy, {"rate_scale": float(scale), "utilization": cap.utilization(1.0),
-                          "capacity_rps": cap.capacity_rps, "capacity": cap.as_dict(),
+    return inst, policy, {"rate_scale": float(scale),
+                          "utilization": None if cap is None else cap.utilization(1.0),
+                          "capacity_rps": None if cap is None else cap.capacity_rps,
+                          "capacity": None if cap is None else cap.as_dict(),
                           "engine": overrides, "predictor": pred}
 
 

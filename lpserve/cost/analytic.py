@@ -225,6 +225,24 @@ class AnalyticCost(CostModel):
         bw = self.gpu.pcie_gbps / 2.0 * 1e9 * self.pcie_efficiency
         return n * b * self.kv_bytes_per_token_per_gpu / bw
 
+    def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
+        """:meth:`swap_time_s` for an int64 ``(K,)`` array of counts, float64 ``(K,)``
+        (the same floats: the same operations in the same order)."""
+        n = self._check_counts(n_blocks, "n_blocks")
+        b = self._check_count(block_tokens, "block_tokens")
+        bw = self.gpu.pcie_gbps / 2.0 * 1e9 * self.pcie_efficiency
+        return n * b * self.kv_bytes_per_token_per_gpu / bw
+
+    def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
+                            compression_ratio: float = 4.0) -> np.ndarray:
+        """:meth:`kv_quantize_time_s` for an int64 ``(K,)`` array of counts, float64
+        ``(K,)`` (the same floats as the scalar)."""
+        n = self._check_counts(n_blocks, "n_blocks")
+        b = self._check_count(block_tokens, "block_tokens")
+        r = check_ratio(compression_ratio)
+        bw = self.gpu.hbm_gbps * 1e9 * self.values["eff_kv"]
+        return n * b * self.kv_bytes_per_token_per_gpu * (1.0 + 1.0 / r) / bw
+
     def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
                            compression_ratio: float = 4.0) -> float:
         """models/kv-compression-swap.md (3): seconds to quantize (or dequantize) the KV of

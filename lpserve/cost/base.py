@@ -157,6 +157,30 @@ class CostModel(ABC):
     def swap_time_s(self, n_blocks: int, block_tokens: int = 16) -> float:
         """Seconds to move ``n_blocks`` KV blocks between GPU and host memory (one way)."""
 
+    def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
+        """:meth:`swap_time_s` of every count in ``n_blocks`` (int64 ``(K,)``), float64
+        ``(K,)``: the simulator's price table. The built-in models compute it in one numpy
+        expression with the scalar's floating-point operations in the same order, so the
+        two give the same floats; this default asks the scalar method once per count."""
+        return np.array([float(self.swap_time_s(int(k), block_tokens)) for k in n_blocks],
+                        np.float64)
+
+    def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
+                            compression_ratio: float = 4.0) -> np.ndarray:
+        """:meth:`kv_quantize_time_s` of every count in ``n_blocks`` (int64 ``(K,)``),
+        float64 ``(K,)``; as :meth:`swap_times_s`, the same floats as the scalar."""
+        return np.array([float(self.kv_quantize_time_s(int(k), block_tokens,
+                                                       compression_ratio))
+                         for k in n_blocks], np.float64)
+
+    @classmethod
+    def _check_counts(cls, values: Any, field: str) -> np.ndarray:
+        a = np.asarray(values)
+        if a.ndim != 1 or not (a.dtype.kind in "iu" and (a.size == 0 or a.min() >= 0)):
+            raise ValueError(f"{field} must be a 1-d array of non-negative integers, got "
+                             f"{a.dtype} of shape {a.shape}")
+        return a.astype(np.int64)
+
     def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
                            compression_ratio: float = 4.0) -> float:
         """Seconds to quantize (or dequantize) ``n_blocks`` KV blocks on the GPU by

@@ -147,6 +147,15 @@ class TableCost(CostModel):
         host (one way), priced by the analytic model's PCIe link per GPU."""
         return self.sizes.swap_time_s(n_blocks, block_tokens)
 
+    def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
+        """:meth:`swap_time_s` for an int64 ``(K,)`` array of counts (the analytic model's)."""
+        return self.sizes.swap_times_s(n_blocks, block_tokens)
+
+    def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
+                            compression_ratio: float = 4.0) -> np.ndarray:
+        """:meth:`kv_quantize_time_s` for an int64 ``(K,)`` array of counts."""
+        return self.sizes.kv_quantize_times_s(n_blocks, block_tokens, compression_ratio)
+
     def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
                            compression_ratio: float = 4.0) -> float:
         """Seconds to quantize ``n_blocks`` KV blocks by ``compression_ratio``, priced by
@@ -206,6 +215,20 @@ class UnitRoundCost(CostModel):
         self._check_count(n_blocks, "n_blocks")
         self._check_count(block_tokens, "block_tokens")
         return 0.0
+
+    def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
+        """Zeros, float64 ``(K,)`` (the counts are still checked)."""
+        n = self._check_counts(n_blocks, "n_blocks")
+        self._check_count(block_tokens, "block_tokens")
+        return np.zeros(n.size, np.float64)
+
+    def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
+                            compression_ratio: float = 4.0) -> np.ndarray:
+        """Zeros, float64 ``(K,)`` (the counts and ratio are still checked)."""
+        n = self._check_counts(n_blocks, "n_blocks")
+        self._check_count(block_tokens, "block_tokens")
+        check_ratio(compression_ratio)
+        return np.zeros(n.size, np.float64)
 
     def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
                            compression_ratio: float = 4.0) -> float:

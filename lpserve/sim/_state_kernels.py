@@ -40,16 +40,17 @@ EV_FINISH, EV_KV_READY = 0, 1
 # cfg (int64)
 (C_BATCH, C_MAX_SEQS, C_BUDGET, C_CHUNKED, C_RESERVE, C_WM, C_BT, C_TOTAL, C_CACHING,
  C_PREEMPT, C_PRIO, C_EVICT_BATCH, C_ROLE, C_REFERENCE, C_TRACK_FIN, C_RANK_KIND,
- C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC) = range(23)
-N_CFG = 23
+ C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC,
+ C_SWAP_STEP) = range(24)
+N_CFG = 24
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
 RANK_EXTERNAL = -1
 # cff (float64)
 (D_RATIO, D_ACC_COST, D_KV_SCALE, D_TR_A, D_TR_D, D_QUANTUM, D_HORIZON, D_SWAP_BUDGET,
- D_MAX_LOSS, D_LINK_GBPS) = range(10)
-N_CFF = 10
+ D_MAX_LOSS, D_LINK_GBPS, D_SWAP_A, D_SWAP_B) = range(12)
+N_CFF = 12
 
 # ist (int64 per replica)
 (I_WHEAD, I_WTAIL, I_NWAIT, I_NRUN, I_ITERS, I_DITERS, I_HOST_FREE, I_NSWAPS, I_NCOMP,
@@ -468,6 +469,17 @@ def handoff(req, rep, cfg, cff, i):
 
 
 # ===================================================================================== preemption
+@njit(cache=True)
+def swap_seconds(swap_tab, cff, k):
+    """Seconds to swap ``k`` blocks: ``swap_tab[k]`` (the cost model's own figures), or,
+    past the table, the line ``D_SWAP_A + D_SWAP_B * k`` of a cost model whose swap time
+    is affine in blocks (``C_SWAP_STEP`` is then -1 and the table never grows); a cost
+    model that is not affine has its table grown before every step instead."""
+    if k < swap_tab.shape[0]:
+        return swap_tab[k]
+    return cff[D_SWAP_A] + cff[D_SWAP_B] * k
+
+
 @njit(cache=True)
 def _compressed_host(held, ratio):
     return int(math.ceil(held / ratio - 1e-12))

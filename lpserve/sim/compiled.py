@@ -184,14 +184,22 @@ class CompiledRun:
         cost = ctx.cost
         total = ctx.total_blocks
         ratio = float(eng.compression_ratio)
-        # swap seconds by blocks moved since the last iteration: one step moves at most
-        # 3 * total (out, in, out again); grow_swap_table extends it when they pile up
+        # swap seconds by blocks moved since the last iteration; one request holds at
+        # most ``total`` blocks, so the preemption decider's lookups stay in the table
         counts = np.arange(3 * total + 2)
-        self.swap_tab = np.array([float(cost.swap_time_s(int(k), bt)) for k in counts])
+        self.swap_tab = np.asarray(cost.swap_times_s(counts, bt), np.float64)
+        line = _affine_swap(cost, bt, self.swap_tab)
+        # a step swaps each running request out at most once, swapped ones in, and
+        # admitted ones out again: at most 3 * total blocks without shared prefix blocks
+        # (each block has one holder), 3 * total per admitted request with them (every
+        # holder counts a shared block), and never more than the host holds each way
+        holders = eng.max_num_seqs if eng.prefix_caching else 1
+        self.swap_step = -1 if line is not None else \
+            3 * min(int(ctx.host_blocks), total * holders)
         if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
-            self.cswap_tab = np.array([
-                float(cost.swap_time_s(int(k), bt)) / ratio
-                + float(cost.kv_quantize_time_s(int(k), bt, ratio)) for k in counts])
+            self.cswap_tab = (np.asarray(cost.swap_times_s(counts, bt), np.float64) / ratio
+                              + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
+                                           np.float64))
         else:
             self.cswap_tab = np.zeros(counts.size)
         a, d = _transfer_coefficients(cost, ctx.link_gbps)
@@ -205,6 +213,7 @@ class CompiledRun:
         self.cff[T.D_HORIZON] = ctx.horizon_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
+        self.cff[T.D_SWAP_A], self.cff[T.D_SWAP_B] = line if line is not None else (0.0, 0.0)
         self.cfg = np.zeros(T.N_CFG, np.int64)
         cfg = self.cfg
         cfg[T.C_BATCH] = _BATCH[eng.batching]
@@ -228,6 +237,7 @@ class CompiledRun:
         cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len
         cfg[T.C_HAS_PRED] = int(has_pred)
         cfg[T.C_SPEC] = int(ctx.spec is not None)
+        cfg[T.C_SWAP_STEP] = self.swap_step
         self.sr_a = _spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = _spec(pol.evictor) if eng.prefix_caching else None
@@ -245,7 +255,7 @@ class CompiledRun:
         if need <= n0:
             return
         cost, bt = self.ctx.cost, self.ctx.block_tokens
-        more = [float(cost.swap_time_s(k, bt)) for k in range(n0, max(need, 2 * n0))]
+        more = cost.swap_times_s(np.arange(n0, max(need, 2 * n0)), bt)
         self.swap_tab = np.concatenate([self.swap_tab, np.asarray(more, np.float64)])
 
     def replica(self, index: int, role: str) -> "CompiledReplica":
@@ -296,6 +306,20 @@ def _spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
                       rates=np.ascontiguousarray(runner.rates, np.float64),
                       edges=np.asarray(dec.bucket_edges, np.int64),
                       counts=np.zeros(6, np.int64))
+
+
+def _affine_swap(cost: Any, bt: int, table: np.ndarray) -> tuple[float, float] | None:
+    """``(a, b)`` when ``cost.swap_time_s(k, bt) == a + b * k`` for every ``k`` (to 1e-12
+    relative, checked on the table and far past it: the built-in cost models), else
+    None; the compiled replica prices swaps past the table on that line."""
+    a = float(table[0])
+    b = float(table[1] - table[0]) if table.size > 1 else 0.0
+    far = [table.size, 10 * table.size, 10 ** 6, 10 ** 9]
+    ks = np.concatenate([np.arange(table.size), far])
+    got = np.concatenate([table, [float(cost.swap_time_s(int(k), bt)) for k in far]])
+    line = a + b * ks
+    ok = np.all(np.abs(got - line) <= 1e-12 * np.maximum(np.abs(got), 1e-300) + 1e-300)
+    return (a, b) if ok else None
 
 
 def _transfer_coefficients(cost: Any, link_gbps: float) -> tuple[float, float]:
@@ -412,8 +436,7 @@ class CompiledReplica:
             if code == SK.NEED_ROOM:
                 self._drain()
                 self._grow_arena()
-                run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS])
-                                    + 3 * int(self.cfg[T.C_TOTAL]) + 2)
+                run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS]) + run.swap_step + 2)
                 continue
             self._drain()
             return code

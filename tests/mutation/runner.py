@@ -14,7 +14,10 @@ Run from the repository root::
     python -m tests.mutation.runner las-rank-negated cost-kv-capacity-shrunk
 
 The copy keeps the files' modification times (``shutil.copy2``), so numba's on-disk caches
-(``__pycache__/*.nbi``) stay valid for every file the mutation does not touch.
+(``__pycache__/*.nbi``) stay valid for every file the mutation does not touch; numba itself
+recompiles the mutated file, but a kernel in another file that calls it would keep the old
+callee in its cache, so the copy's caches of those files go too
+(:func:`clear_dependent_kernel_caches`) and the tests compile them afresh.
 """
 from __future__ import annotations
 
@@ -82,6 +85,34 @@ def apply(m: Mutation, dest: Path) -> None:
     path.write_text(path.read_text().replace(m.old, m.new))
 
 
+_KERNEL = re.compile(r"^\s*@(numba\.)?(njit|jit|vectorize|guvectorize|cfunc)\b", re.M)
+
+
+def clear_dependent_kernel_caches(dest: Path, mutated: str) -> list[str]:
+    """Delete numba's caches, in the copy ``dest``, of every kernel file that imports the
+    mutated module ``mutated`` (a path under ``dest``), directly or through other kernel
+    files; returns their paths. Nothing is deleted when ``mutated`` has no kernel."""
+    pkg = dest / "lpserve"
+    kernels = {f: f.read_text() for f in pkg.rglob("*.py") if _KERNEL.search(f.read_text())}
+    target = dest / mutated
+    if target not in kernels:
+        return []
+    stale, frontier = set(), {target}
+    while frontier:
+        names = {f.stem for f in frontier}
+        found = {f for f, text in kernels.items() if f not in stale and f not in frontier
+                 and any(re.search(rf"^(from|import) [\w.]*\b{re.escape(n)}\b|"
+                                   rf"^from [\w.]+ import .*\b{re.escape(n)}\b", text, re.M)
+                         for n in names)}
+        stale |= frontier
+        frontier = found
+    stale.discard(target)  # numba rebuilds the mutated file's own cache (its source changed)
+    for f in stale:
+        for cache in (f.parent / "__pycache__").glob(f"{f.stem}.*.nb[ic]"):
+            cache.unlink()
+    return sorted(str(f.relative_to(dest)) for f in stale)
+
+
 def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
     """Copy the repository, apply ``m`` and run ``m.tests`` there; the hypothesis profile is
     the caller's (``HYPOTHESIS_PROFILE``)."""
@@ -91,6 +122,7 @@ def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
         dest.mkdir()
         copy_tree(dest)
         apply(m, dest)
+        clear_dependent_kernel_caches(dest, m.file)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(dest)
         env.setdefault("LPSERVE_SHARED", str(REPO.parent / "shared"))

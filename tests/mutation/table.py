@@ -114,6 +114,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "proofs/sched-setf-speed.md: las serves the most attained request",
         (P_CLASSIC + "test_las_policy_is_setf_in_the_simulator",)),
     Mutation(
+        "las-kernel-rank-negated", "lpserve/sim/_ranks.py",
+        "            res[k] = float(gen[cand[k]] // q)",
+        "            res[k] = -float(gen[cand[k]] // q)",
+        "proofs/sched-setf-speed.md: the compiled las ranks serve the most attained request",
+        (P_CLASSIC + "test_las_policy_is_setf_in_the_simulator",)),
+    Mutation(
         "setf-serves-most-attained", "lpserve/policies/schedulers.py",
         "            low = alive[att[alive] <= att[alive].min() + 1e-9]",
         "            low = alive[att[alive] >= att[alive].max() - 1e-9]",

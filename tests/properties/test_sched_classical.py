@@ -26,6 +26,10 @@ def _one_machine(name, release, size, tenant=None, **params):
     pol = lp.make_policy(name, max_num_seqs=1, prefix_caching=False, **params)
     res = lp.simulate(inst, pol, seed=0, check=True)
     assert (res.arrays["status"] == "finished").all()
+    # the claim is checked on the compiled replica; its Python twin (the reference engine,
+    # with the policy's own rank) must make the same decisions
+    ref = lp.simulate(inst, pol, seed=0, reference=True)
+    assert ref.digest() == res.digest(), f"{name}: the compiled and Python engines disagree"
     return res
 
 

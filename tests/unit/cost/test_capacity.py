@@ -70,3 +70,32 @@ def test_unit_round():
     assert u.swap_time_s(4) == 0.0 and u.transfer_time_s(10) == 0.0
     with pytest.raises(ValueError, match="memory_tokens"):
         UnitRoundCost(memory_tokens=0)
+
+
+@pytest.mark.parametrize("model", [
+    cost_model(gpu="a100-80gb", llm="llama-2-7b", tp=1),
+    cost_model(gpu="h100-sxm", llm="llama-3-70b", tp=4),
+    UnitRoundCost(memory_tokens=64)], ids=["a100-7b", "h100-70b-tp4", "unit-round"])
+def test_vectorized_swap_and_quantize_times_are_the_scalar_floats(model):
+    """The simulator's price tables (``swap_times_s``, ``kv_quantize_times_s``) give the
+    very floats of the scalar methods, so the compiled and Python engines agree bit for
+    bit; bad counts are refused."""
+    import numpy as np
+
+    from lpserve.cost import TableCost
+
+    models = [model]
+    if not isinstance(model, UnitRoundCost):
+        models.append(TableCost(linear=([1, 100], [1e-3, 2e-3]), layers=2, gpu=model.gpu.key,
+                                llm=model.llm.key, tp=model.tp))
+    k = np.array([0, 1, 2, 3, 7, 16, 999, 12_345, 10 ** 9], np.int64)
+    for m in models:
+        for bt in (1, 16):
+            assert np.array_equal(m.swap_times_s(k, bt),
+                                  [m.swap_time_s(int(x), bt) for x in k])
+            assert np.array_equal(m.kv_quantize_times_s(k, bt, 4.0),
+                                  [m.kv_quantize_time_s(int(x), bt, 4.0) for x in k])
+        with pytest.raises(ValueError, match="n_blocks"):
+            m.swap_times_s(np.array([3, -1]), 16)
+        with pytest.raises(ValueError, match="n_blocks"):
+            m.swap_times_s(np.array([1.5]), 16)
