@@ -154,6 +154,8 @@ class History(Predictor):
     prior: tuple[int, int, int] = (16, 1024, 256)  # lo, hi, point before any data
     name = "history"
     _buckets: dict = field(default_factory=dict, repr=False)
+    # (lo, hi, point) of each bucket with enough samples, until its next completion
+    _quantiles: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.q_lo <= self.q_hi <= 1.0):
@@ -171,6 +173,7 @@ class History(Predictor):
         """Take the new ``rng`` and forget every completion seen."""
         super().reset(cluster, rng)
         self._buckets = {}
+        self._quantiles = {}
 
     @staticmethod
     def _keys(prompt: int, tenant: int) -> tuple[tuple, tuple, tuple]:
@@ -186,7 +189,7 @@ class History(Predictor):
         lo = np.empty(p.size, np.int64)
         hi = np.empty(p.size, np.int64)
         pt = np.empty(p.size, np.int64)
-        cache: dict[tuple, tuple[int, int, int]] = {}
+        cache = self._quantiles
         for i in range(p.size):
             for key in self._keys(int(p[i]), int(ten[i])):
                 hit = cache.get(key)
@@ -213,6 +216,7 @@ class History(Predictor):
             for key in self._keys(int(p[i]), int(ten[i])):
                 obs = self._buckets.setdefault(key, [])
                 obs.append(int(o[i]))
+                self._quantiles.pop(key, None)
                 if len(obs) > self.window:
                     del obs[: len(obs) - self.window]
 

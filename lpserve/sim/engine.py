@@ -70,7 +70,7 @@ class Simulation:
             predictor.reset(instance.cluster, np.random.default_rng(self.seeds.spawn(1)[0]))
             pred_lo = np.ones(len(tr), np.int64)
             pred_hi = np.ones(len(tr), np.int64)
-            self._observed = np.zeros(len(tr), bool)
+            self._unobserved: list[tuple[float, int]] = []  # finished after the last look
         self.cost = instance.replica_cost_models()[0]
         params = np.ascontiguousarray(self.cost.params, dtype=np.float64)
         cl = instance.cluster
@@ -101,6 +101,7 @@ class Simulation:
             raise ValueError(f"policy {policy.name!r}: a rebalancer cannot run on a trace with "
                              "parent dependencies")
         self.events = Events(track_finished=self.deps is not None)
+        self.events.track_predictor = predictor is not None
         checker = (ReplicaChecker(S, host, policy.engine.compression_ratio) if self.check
                    else None)
         self.ctx = RunContext(
@@ -118,7 +119,8 @@ class Simulation:
             self.engine_name = "compiled+python-ranks" if external else "compiled"
         self.runset = None
         if self.compiled:
-            self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None)
+            self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
+                                               or predictor is not None)
             make = self.runset.replica
         else:
             def make(k: int, role: str) -> Replica:
@@ -304,10 +306,19 @@ class Simulation:
         S, pr = self.state, self.predictor
         for r in self.replicas():
             r.advance(t)
-        done = np.flatnonzero((S.status == FINISHED) & ~self._observed & (S.finish <= t))
-        if done.size:
-            done = done[np.lexsort((done, S.finish[done]))]
-            self._observed[done] = True
+        # the completions reported since the last prediction (an iteration that started
+        # before t may end after it: those wait for a later prediction), by finish time
+        log = self.events.predictor_finished
+        pending = self._unobserved
+        pending.extend(log)
+        log.clear()
+        due = sorted(x for x in pending if x[0] <= t)
+        if len(due) < len(pending):
+            self._unobserved = [x for x in pending if x[0] > t]
+        else:
+            pending.clear()
+        if due:
+            done = np.fromiter((i for _, i in due), np.int64, len(due))
             pr.observe(PredictorView(now_s=t, request=readonly(done),
                                      prompt_tokens=readonly(S.prompt[done]),
                                      tenant=readonly(S.tenant[done]),

@@ -171,7 +171,8 @@ class Events:
     ``(ready_s, request)``) and, when ``track_finished``, completions ``(finish_s,
     request)`` in the order they happen (the loop releases dependent requests from them);
     when ``track_router``, the same completions again in ``router_finished`` (the loop
-    shows them to a router that reads completions)."""
+    shows them to a router that reads completions), and when ``track_predictor`` in
+    ``predictor_finished`` (the loop shows them to an online predictor)."""
 
     def __init__(self, track_finished: bool = False) -> None:
         self.kv_heap: list[tuple[float, int]] = []
@@ -181,6 +182,8 @@ class Events:
         # the order they happen; the event loop keeps a cursor per routing role
         self.track_router = False
         self.router_finished: list[tuple[float, int]] = []
+        self.track_predictor = False
+        self.predictor_finished: list[tuple[float, int]] = []
 
     def kv_ready(self, t: float, i: int) -> None:
         """Request ``i``'s KV reaches the decode pool at ``t``."""
@@ -192,6 +195,8 @@ class Events:
             self.finished.append((t, i))
         if self.track_router:
             self.router_finished.append((t, i))
+        if self.track_predictor:
+            self.predictor_finished.append((t, i))
 
 
 @dataclass(frozen=True, eq=False)
