@@ -8,6 +8,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,9 +42,22 @@ def small_chain_traces(draw, max_requests: int = 7, max_blocks: int = 4) -> Trac
                              output_tokens=[1] * n, block_ids=rows, block_tokens=16)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(small_chain_traces(), st.integers(1, 6))
 def test_online_le_opt_le_lp_le_infinite(tr, C):
+    """online <= OPT (ILP) <= LP <= infinite cache, every registered evictor (15 cases
+    here; the slow tier's ``test_online_le_opt_le_lp_le_infinite_long`` draws 100)."""
+    _check_chain(tr, C)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(small_chain_traces(), st.integers(1, 6))
+def test_online_le_opt_le_lp_le_infinite_long(tr, C):
+    _check_chain(tr, C)
+
+
+def _check_chain(tr, C):
     acc = cf.block_accesses(tr)
     m = cf.build(acc, C)
     lp_sol = cf.solve(m)

@@ -63,7 +63,7 @@ class _RandomMover(Rebalancer):
         return np.array(out, np.int64).reshape(-1, 2)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(sim_instances(), st.sampled_from([0.05, 0.3, 2.0]),
        st.sampled_from(["random", "llumnix", "lp"]))
 def test_fast_equals_reference_with_live_migration(case, period_s, kind):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -144,6 +145,7 @@ def test_acceptance_ucb_regret_and_suboptimal_steps_below_bound(rates, batches, 
             assert r.suboptimal_steps(m) <= r.bound_at(m, counts=True) + 1e-9
 
 
+@pytest.mark.slow  # 16,000 plays x 3 runs per case (about 30 s)
 @SETTINGS
 @given(case=st.sampled_from(WELL_SEPARATED), seed=st.integers(0, 2 ** 31 - 1))
 def test_acceptance_ucb_regret_is_sublinear(case, seed):

@@ -74,7 +74,7 @@ def spec_instances(draw):
     return inst, policy
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(spec_instances())
 def test_speculation_fast_equals_reference_and_invariants_hold(case):
     inst, policy = case
