@@ -1,7 +1,10 @@
 """Shared test configuration: hypothesis profiles and data locations.
 
 Profiles: ``dev`` (fast, random) and ``ci`` (derandomized, more examples); chosen by the
-``HYPOTHESIS_PROFILE`` environment variable (the README's test command uses ``ci``).
+``HYPOTHESIS_PROFILE`` environment variable (the README's test command uses ``ci``). The
+mutation suite runs each planted bug's tests under ``mutation-dev`` / ``mutation-ci``: the
+same examples without the shrink phase (a kill needs one failing example, not the
+smallest one, and shrinking a failure costs minutes).
 """
 from __future__ import annotations
 
@@ -9,12 +12,15 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile("dev", max_examples=30, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+for _name in ("dev", "ci"):
+    settings.register_profile(f"mutation-{_name}", settings.get_profile(_name),
+                              phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 REPO = Path(__file__).resolve().parents[1]

@@ -115,7 +115,7 @@ def clear_dependent_kernel_caches(dest: Path, mutated: str) -> list[str]:
 
 def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
     """Copy the repository, apply ``m`` and run ``m.tests`` there; the hypothesis profile is
-    the caller's (``HYPOTHESIS_PROFILE``)."""
+    the caller's (``HYPOTHESIS_PROFILE``) without shrinking (``mutation-<profile>``)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lpserve-mutation-") as tmp:
         dest = Path(tmp) / "repo"
@@ -125,6 +125,10 @@ def run(m: Mutation, *, timeout_s: float = TIMEOUT_S) -> Outcome:
         clear_dependent_kernel_caches(dest, m.file)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(dest)
+        # the caller's profile without shrinking (tests/conftest.py)
+        profile = env.get("HYPOTHESIS_PROFILE", "dev")
+        env["HYPOTHESIS_PROFILE"] = profile if profile.startswith("mutation-") else \
+            f"mutation-{profile}"
         env.setdefault("LPSERVE_SHARED", str(REPO.parent / "shared"))
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
