@@ -346,7 +346,9 @@ class Replica(KVMoves):
                     continue
                 n_hit_free = int(np.sum(bm.ref[hits] == 0)) if hits else 0
                 if bm.available - n_hit_free - (target - len(hits)) < self.wm_blocks:
-                    self._blocked = (i, self.admit_need(i))
+                    # the blocks this admission takes from ``available``: new ones and
+                    # its free cached hits (proactive swapping frees that many for it)
+                    self._blocked = (i, n_hit_free + target - len(hits))
                     break
                 gap = 0.0
                 if len(hits) * bt >= SESSION_MIN_HIT_TOKENS:
@@ -456,10 +458,10 @@ class Replica(KVMoves):
                 budget -= c
         if admit_ok and budget > 0:
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
-        if self.proactive:
-            X.proactive(self, self._blocked)
+        freed = self.proactive and X.proactive(self, self._blocked)
         if not chunks and not decodes:
-            return self._resumed  # a resumed request decodes next step; otherwise idle
+            # a resumed request decodes next step, blocks freed now admit one; else idle
+            return self._resumed or freed
         if chunks or self.swap_blocks_pending or self.swap_s_pending or self._resumed or \
                 self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all():
             return self._iterate(chunks, decodes)

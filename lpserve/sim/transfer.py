@@ -302,13 +302,16 @@ def park(rep: Any, v: int) -> None:
     rep.waiting.insert(0, v)
 
 
-def _evict_resident(rep: Any, v: int) -> None:
-    """Swap out (or, without host room or with recompute preemption, drop) resident ``v``."""
+def _evict_resident(rep: Any, v: int) -> bool:
+    """Swap out (or, without host room or with recompute preemption, drop) resident ``v``;
+    True if it was dropped (its blocks are free now, not at the end of a copy)."""
     S = rep.S
     S.xfer[v] = XF_NONE
     held = int(S.anon[v] + S.nslots[v])
     if not _swap_out(rep, v, held, rep.preemption_mode(v, held)):
         _drop_kv(rep, v)
+        return True
+    return False
 
 
 def admit_swapped(rep: Any, i: int) -> int:
@@ -373,7 +376,7 @@ def relieve(rep: Any) -> bool:
     return True
 
 
-def proactive(rep: Any, blocked: tuple[int, int] | None) -> None:
+def proactive(rep: Any, blocked: tuple[int, int] | None) -> bool:
     """FastServe's proactive swapping, once per planning step after admission.
 
     With ``free = available + freeing - promised`` blocks: while ``free`` is below the
@@ -382,6 +385,8 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> None:
     swap out the worst-ranked resident request. If none was swapped out, issue swap-ins of
     the best-ranked swapped-out waiting requests (at most ``max_num_seqs``) while
     ``free - need`` stays at or above the target; they become resident at their ends.
+    True if an evicted request was dropped (no host room): its blocks are free now, so the
+    replica plans again at once instead of idling until a copy ends.
     """
     S, bm, link = rep.S, rep.bm, rep.link
     target = proactive_target(rep)
@@ -390,17 +395,22 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> None:
     pos = {i: k for k, i in enumerate(rep.waiting)}
     res = sorted((i for i in rep.waiting if S.xfer[i] == XF_RESIDENT),
                  key=lambda i: (ranks.get(i, math.inf), pos[i]), reverse=True)
-    out = 0
+    out, dropped = 0, False
+    # admission's order is (rank, position in the waiting list): a resident request after
+    # the blocked one in that order, rank ties included, yields its blocks to it (on rank
+    # alone, residents tied with the blocked head kept their blocks and the replica idled)
+    head = None if blocked is None else (ranks.get(blocked[0], math.inf),
+                                         pos.get(blocked[0], -1))
     for v in res:
-        short_head = blocked is not None and free - rep.wm_blocks < blocked[1] and \
-            ranks.get(v, math.inf) > ranks.get(blocked[0], math.inf)
+        short_head = head is not None and free - rep.wm_blocks < blocked[1] and \
+            (ranks.get(v, math.inf), pos[v]) > head
         if free >= target and not short_head:
             break
         free += int(S.anon[v] + S.nslots[v])
-        _evict_resident(rep, v)
+        dropped |= _evict_resident(rep, v)
         out += 1
     if out:
-        return
+        return dropped
     host = sorted((ranks[i], pos[i], i) for i in rep.waiting
                   if S.swapped[i] and S.xfer[i] == XF_NONE and ranks[i] != math.inf)
     for _, _, i in host[:int(rep.eng.max_num_seqs)]:
@@ -410,3 +420,4 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> None:
         free -= n
         S.xfer[i] = XF_IN
         _issue(rep, "in", i, n, _copy_s(rep, n, bool(S.compressed[i])), False)
+    return False
