@@ -57,8 +57,8 @@ Link waits are under 5 % of latency with overlapped copies, about 5 % serially.
 proactive swapping the link is busy 8.4 % of the makespan at 32 GB/s (469 swaps, JCT
 15.6 s), 29 % at 9.6 GB/s (542, 18.1 s), 60 % at 6.4 GB/s (1,120, 33.2 s), 90 % at
 4.8 GB/s (4,510, 162 s) and 98 % at 3.2 GB/s (13,302, 778 s); it loses to recompute
-(42.4 s) below about 6.3 GB/s. Reactive swapping collapses earlier (overlapped: 115 s at
-6.4 GB/s; serial: 148 s at 9.6 GB/s), so proactive swapping's gain over reactive appears
+(42.4 s) below 6.3 GB/s. Reactive swapping collapses earlier (below 8.7 GB/s overlapped,
+115 s at 6.4 GB/s; below 16.4 GB/s serial, 148 s at 9.6 GB/s), so proactive swapping's gain over reactive appears
 only on a loaded link. The mechanism is MLFQ's starvation promotion (3 s without service
 sends a request to queue 0): once copies queue, swapped-out requests wait longer than the
 threshold for their swap-ins, are promoted together and preempt the running ones, which
