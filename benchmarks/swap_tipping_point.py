@@ -24,8 +24,9 @@ prediction (7) for a victim of the mean compressed-victim context is printed bes
 Swaps are charged to the next iteration as vLLM V0 (``--transfers serial``, the default
 ``EngineConfig.transfers``); ``--transfers overlap`` runs them on the host link overlapping
 compute, ``fastserve`` then swapping proactively, and the swap share is the share of busy
-time spent on (de)quantize passes only. Overlapped fastserve thrashes at low bandwidth
-(``models/simulator.md``, "Why serial is the default"): that section can run for hours.
+time spent on (de)quantize passes only. Overlapped fastserve still collapses at low
+bandwidth (MLFQ's starvation promotion; ``models/simulator.md``, "Why serial is the
+default"): its low-bandwidth rows are slow.
 
 Run: ``python benchmarks/swap_tipping_point.py [--requests 200] [--rate 1.0]``.
 """

@@ -208,9 +208,10 @@ fig.tight_layout()
 #
 # OPT-13B on one A100-40GB, ShareGPT-like requests. Mean job completion time of FCFS,
 # naive MLFQ (every request enters queue 0) and skip-join MLFQ, at loads relative to
-# FCFS's saturated throughput. Swaps are priced serially inside iterations: the transfer
-# engine that overlaps them with compute (FastServe's proactive swapping) is not in this
-# checkout.
+# FCFS's saturated throughput. `fastserve` swaps on the transfer engine's overlapped host
+# link with proactive swapping (its registered engine); `mlfq` as registered prices swaps
+# serially inside iterations. The swap ablation and the PCIe tipping point are in
+# `benchmarks/seeds/fastserve.py`.
 
 # %%
 fs = papers.sharegpt_like(N_REQUESTS, 1.0, seed=SEED, max_prompt_tokens=1024,

@@ -380,6 +380,11 @@ class Replica(KVMoves):
         stalled on the link)."""
         self._stalled, self._blocked = False, None
         if self.link is not None:
+            if (self.waiting or self.running) and X.joins_by(self.link, self.now):
+                # a decision before a swapped-in request joins the batch, so the time
+                # it spent on the link is never credited as service (simulator.md (28))
+                self._ranks = None
+                self.ranks()
             X.tick(self)  # copy ends (and the next starts) up to now
         if not self.running and not self.waiting:
             return False

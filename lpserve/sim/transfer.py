@@ -34,7 +34,7 @@ from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.sim.state import RUNNING, TRANSFER, WAITING, XF_IN, XF_NONE, XF_OUT, XF_RESIDENT
 
 __all__ = ["RMLQ_BASE_S", "RMLQ_LEVELS", "Copy", "HostLink", "admit_swapped", "deadline_s",
-           "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
+           "joins_by", "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
            "tick"]
 
 #: the reverse multi-level queue of ``link_order="rmlq"``: level ``k`` holds copies whose
@@ -180,6 +180,14 @@ def _issue(rep: Any, kind: str, i: int, blocks: int, duration_s: float,
     dl = deadline_s(rep, i) if link.order in ("llf", "rmlq") else math.inf
     link.enqueue(kind, i, blocks, duration_s, rep.now, rank, dl, then_run)
     tick(rep)  # an idle link starts it now
+
+
+def joins_by(link: HostLink, now_s: float) -> bool:
+    """Whether a copy of ``link`` ends by ``now_s`` while a swap-in that puts its request
+    into the running batch (``then_run``) is running or queued: a join may be applied by
+    the next :func:`tick` (conservative: the queued one may not start by ``now_s``)."""
+    return link.active is not None and link.end_s <= now_s and any(
+        c.then_run for c in link.copies())
 
 
 def tick(rep: Any) -> None:

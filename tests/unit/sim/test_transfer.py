@@ -194,3 +194,50 @@ def test_link_runs_one_copy_at_a_time_and_skips_a_swap_in_without_blocks():
     link.advance(10.0, start, end)
     assert log == [(1, 0.0), (0, 1.0), (2, 2.0)] and link.n_copies == 3
     assert link.busy_s == 3.0 and link.next_end_s == math.inf
+
+
+@pytest.mark.parametrize("name,proactive", [("fastserve", True), ("fastserve", False),
+                                            ("mlfq", False)])
+def test_a_swapped_in_request_is_not_credited_its_link_time_as_service(monkeypatch, name,
+                                                                        proactive):
+    """MLFQ credits the time between two decisions to the requests running at the second
+    (``lpserve.policies.mlfq``): a request that joins the batch at its swap-in's end must
+    not be credited the time it spent on the link. Without a decision before the join, it
+    was, and at 0.64 GB/s skip-join MLFQ swapped such requests out again before they ran
+    (41,924 swaps on the swap_tipping_point instance; models/simulator.md (28)). A
+    scheduler that repeats its ranks within a quantum tick may still credit the time since
+    its last fresh decision, under one ``quantum_s``."""
+    inst = preempting_instance(1, 64.0)
+    inst = lp.Instance(trace=inst.trace, cluster=inst.cluster, cost=lp.cost_model(
+        gpu="a100-80gb", llm="llama-2-7b", pcie_efficiency=0.05))
+    pol = lp.make_policy(name, transfers="overlap", proactive_swap=proactive)
+    sched = pol.scheduler
+    joined: dict[int, tuple] = {}  # joined the batch, not ranked since: MLFQ state then
+    bad: list = []
+    orig_tick, orig_rank = X.tick, type(sched).rank
+
+    def tick(rep):
+        loading = list(rep.loading)
+        orig_tick(rep)
+        for i in loading:
+            if i in rep.running:
+                joined[i] = (rep.now, tuple(sched._state[i][:2]))
+
+    def rank(self, view):
+        out = orig_rank(self, view)
+        for i, r in zip(view.request.tolist(), view.running.tolist()):
+            if r and i in joined:  # first decision after the join: no service credited
+                t, before = joined.pop(i)
+                after = tuple(self._state[i][:2])
+                # at most the time since the scheduler's last fresh decision, which is in
+                # the same quantum tick when it repeats its ranks before the join
+                if view.now_s == t and (after[0] != before[0] or
+                                        after[1] - before[1] > self.quantum_s):
+                    bad.append((i, t, before, after))
+        return out
+
+    monkeypatch.setattr(X, "tick", tick)
+    monkeypatch.setattr(type(sched), "rank", rank)
+    r = lp.simulate(inst, pol, seed=0, check=True)
+    assert r.summary()["n_finished"] == 12 and r.stats["link_copies"] > 0
+    assert bad == [], f"credited link time as service (request, t, before, after): {bad[:3]}"
