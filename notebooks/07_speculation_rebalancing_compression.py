@@ -168,10 +168,14 @@ fig.tight_layout()
 #
 # FastServe-style skip-join MLFQ swaps running requests out whenever a better-ranked one
 # waits. Llama-2-7B on one A100 with a small KV pool, so preemptions are frequent; the
-# PCIe bandwidth is swept through the cost model's `pcie_efficiency`. Below the tipping
-# bandwidth, swapping is slower than recomputing the victim; compressing the KV to INT4
-# first (4× fewer bytes, plus a quantize pass at HBM speed) moves the tipping point down
-# by about the ratio (`models/kv-compression-swap.md` (7)).
+# PCIe bandwidth is swept through the cost model's `pcie_efficiency`. Swaps here are
+# reactive and serial (`transfers="serial"`, `proactive_swap=False`: vLLM v0's blocking
+# swap, each copy priced inside the next iteration), so the share of busy time spent
+# swapping is `swap_wait_s`; `benchmarks/seeds/fastserve.py` measures the overlapped and
+# proactive modes. Below the tipping bandwidth, swapping is slower than recomputing the
+# victim; compressing the KV to INT4 first (4× fewer bytes, plus a quantize pass at HBM
+# speed) moves the tipping point down by about the ratio (`models/kv-compression-swap.md`
+# (7)).
 
 # %%
 swap_trace = lp.bundled_trace().head(N_SWAP).rebased().with_rate(1.0)
@@ -182,7 +186,9 @@ def swap_run(eff, preemption):
     cost = lp.cost_model(gpu="a100-80gb", llm="llama-2-7b", pcie_efficiency=eff)
     inst = lp.Instance(trace=swap_trace, cost=cost, cluster=lp.Cluster(
         gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.22, host_memory_gb=64.0))
-    res = lp.simulate(inst, lp.make_policy("fastserve", preemption=preemption), seed=SEED)
+    res = lp.simulate(inst, lp.make_policy("fastserve", preemption=preemption,
+                                           transfers="serial", proactive_swap=False),
+                      seed=SEED)
     return res.summary()["e2e_s"]["mean"], res.stats["swap_wait_s"] / res.stats["busy_s"]
 
 

@@ -117,7 +117,7 @@ def test_fast_equals_reference_every_policy(seed, name):
 
 
 @pytest.mark.slow
-@settings(max_examples=2500, deadline=None, derandomize=False, database=None,
+@settings(max_examples=2000, deadline=None, derandomize=False, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1), st.sampled_from(NAMES))
 def test_fast_equals_reference_every_policy_random(seed, name):
