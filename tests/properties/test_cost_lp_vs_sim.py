@@ -93,7 +93,7 @@ def test_cost_lp_below_policies_shared_prefix_tight_kv(inst):
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shared_prefix_instances())
 def test_cost_lp_below_every_registered_policy(inst):
     _check(inst, _plain(policy_names()))
