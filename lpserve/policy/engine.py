@@ -69,9 +69,9 @@ class EngineConfig:
             it) or ``"overlap"`` (a modern engine's copy stream: swap-outs and swap-ins are
             queued on the link and run concurrently with iterations; a swapped-out
             request's GPU blocks are freed when its copy ends, a swapped-in one runs once
-            its KV is resident; Python engine only). Serial is the default because
-            overlapped swapping under MLFQ priority preemption collapses at low PCIe
-            bandwidth, not yet explained (``models/simulator.md``, "Why serial is the
+            its KV is resident; Python engine only). Serial is the default: it runs
+            compiled, and at low PCIe bandwidth overlapped copies queue up behind MLFQ's
+            starvation promotions (``models/simulator.md``, "Why serial is the
             default").
         proactive_swap: FastServe's proactive KV swapping (needs ``transfers="overlap"``):
             a request preempted by priority keeps its KV on the GPU; the engine keeps
@@ -122,12 +122,11 @@ class EngineConfig:
                                                                    PreemptionDecider):
             raise ValueError("EngineConfig.preemption_decider must be None or a "
                              f"PreemptionDecider, got {self.preemption_decider!r}")
-        if self.batching not in BATCHING_MODES:
-            raise ValueError(f"EngineConfig.batching must be one of {BATCHING_MODES}, "
-                             f"got {self.batching!r}")
-        if self.preemption not in PREEMPTION_MODES:
-            raise ValueError(f"EngineConfig.preemption must be one of {PREEMPTION_MODES}, "
-                             f"got {self.preemption!r}")
+        for k, modes in (("batching", BATCHING_MODES), ("preemption", PREEMPTION_MODES),
+                         ("transfers", TRANSFER_MODES), ("link_order", LINK_ORDERS)):
+            if getattr(self, k) not in modes:
+                raise ValueError(f"EngineConfig.{k} must be one of {modes}, "
+                                 f"got {getattr(self, k)!r}")
         for k in ("max_num_seqs", "max_num_batched_tokens", "evict_batch_blocks"):
             v = getattr(self, k)
             if not isinstance(v, (int, np.integer)) or v < 1:
@@ -150,12 +149,6 @@ class EngineConfig:
             if self.budget_controller is not None:
                 raise ValueError("EngineConfig.speculation cannot be combined with "
                                  "EngineConfig.budget_controller")
-        if self.transfers not in TRANSFER_MODES:
-            raise ValueError(f"EngineConfig.transfers must be one of {TRANSFER_MODES}, "
-                             f"got {self.transfers!r}")
-        if self.link_order not in LINK_ORDERS:
-            raise ValueError(f"EngineConfig.link_order must be one of {LINK_ORDERS}, "
-                             f"got {self.link_order!r}")
         if not isinstance(self.proactive_swap, (bool, np.bool_)):
             raise ValueError(f"EngineConfig.proactive_swap must be a bool, got "
                              f"{self.proactive_swap!r}")

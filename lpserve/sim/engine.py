@@ -308,15 +308,10 @@ class Simulation:
             r.advance(t)
         # the completions reported since the last prediction (an iteration that started
         # before t may end after it: those wait for a later prediction), by finish time
-        log = self.events.predictor_finished
-        pending = self._unobserved
-        pending.extend(log)
-        log.clear()
+        pending = self._unobserved + self.events.predictor_finished
+        self.events.predictor_finished.clear()
         due = sorted(x for x in pending if x[0] <= t)
-        if len(due) < len(pending):
-            self._unobserved = [x for x in pending if x[0] > t]
-        else:
-            pending.clear()
+        self._unobserved = [x for x in pending if x[0] > t]
         if due:
             done = np.fromiter((i for _, i in due), np.int64, len(due))
             pr.observe(PredictorView(now_s=t, request=readonly(done),

@@ -276,14 +276,18 @@ class Replica(KVMoves):
         left = S.prompt[idx] + S.gen[idx] - S.computed[idx]
         return idx[left == 1].tolist(), idx[left > 1].tolist()
 
+    def _link_net(self) -> int:
+        """Blocks the host link's queued copies will free, net of those promised to
+        swap-ins (0 without an overlapped link)."""
+        return 0 if self.link is None else self.link.freeing - self.link.promised
+
     def _preempt_outranked(self) -> None:
         """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
         bm = self.bm
-        pending = 0 if self.link is None else self.link.freeing - self.link.promised
         victims = preempt.outranked_victims(
             self.waiting, self.running, self.ranks(),
             self.eng.max_num_seqs - len(self.running) - len(self.loading),
-            bm.available - self.wm_blocks + pending, bm.total - self.wm_blocks,
+            bm.available - self.wm_blocks + self._link_net(), bm.total - self.wm_blocks,
             self.admit_need,
             lambda v, taken: freed_blocks(self.bm, self.S, v, taken))
         for v in victims:
@@ -540,9 +544,8 @@ class Replica(KVMoves):
         if self.proactive:
             free = min(free, X.resident_cap(self, self._blocked))
         if self.eng.priority_preemption and self.waiting:
-            pending = 0 if self.link is None else self.link.freeing - self.link.promised
             cap = preempt.free_cap(self.running, self.waiting, self.ranks(), self.admit_need,
-                                   self.bm.available - self.wm_blocks + pending,
+                                   self.bm.available - self.wm_blocks + self._link_net(),
                                    self.bm.total - self.wm_blocks)
             free = min(free, max(cap, 0))
             if cap < 0:

@@ -248,11 +248,9 @@ def test_a_swapped_in_request_is_not_credited_its_link_time_as_service(monkeypat
 def test_fastserve_serves_every_request_of_a_mooncake_burst():
     """Proactive swapping never idles a replica with requests waiting: the first 80
     Mooncake conversation requests on one H100 (prompts up to 122k tokens, shared prefix
-    blocks, host memory full) once left 77 of them waiting for good. Three causes, each
-    needed: residents tied in rank with the blocked head kept their blocks (admission's
-    order is rank, then position); a resident dropped for want of host room freed its
-    blocks at once but the step reported idle; and the blocked head's need left out its
-    free cached hits, which admission takes too."""
+    blocks, host memory full) left 77 of them waiting for good while the blocked head's
+    need, as proactive swapping read it, left out its free cached hits, which admission
+    takes too (so it freed too little and the replica idled)."""
     from lpserve.evaluate.utilization import fluid_capacity
     from lpserve.trace.loaders import load_trace
 
