@@ -26,14 +26,16 @@ from lpserve.opt.routing_lp import export_fluid
 from lpserve.policy import RouterView
 
 
-def views(trace: lp.Trace, R: int, calls: int, rng: np.random.Generator) -> list[RouterView]:
+def views(trace: lp.Trace, R: int, calls: int, rng: np.random.Generator):
+    """``calls`` router views, each built when the caller asks for the next one (as the
+    simulator builds a view just before it routes), so its arrays are as fresh in the
+    CPU's caches as in a simulation."""
     n = len(trace.arrival_s)
-    out = []
     for q in range(calls):
         i = q % n
         occ = rng.integers(0, 50, R)
         P = int(trace.prompt_tokens[i])
-        out.append(RouterView(
+        yield RouterView(
             now_s=float(trace.arrival_s[i]), n_replicas=R, phase="colocated",
             request=np.array([i]), arrival_s=trace.arrival_s[i:i + 1],
             prompt_tokens=trace.prompt_tokens[i:i + 1], tenant=np.array([-1]),
@@ -42,8 +44,7 @@ def views(trace: lp.Trace, R: int, calls: int, rng: np.random.Generator) -> list
             replica_state={"outstanding": occ, "waiting": occ // 2, "running": occ - occ // 2,
                            "used_blocks": occ * 10, "total_blocks": np.full(R, 10_000)},
             cached_tokens=(rng.uniform(0, 1, (1, R)) * P).astype(np.int64) // 16 * 16,
-            load_state={"prefill_tokens": occ * 2000, "cached_blocks": occ * 40}))
-    return out
+            load_state={"prefill_tokens": occ * 2000, "cached_blocks": occ * 40})
 
 
 def materialize(v: RouterView) -> None:
@@ -52,14 +53,16 @@ def materialize(v: RouterView) -> None:
     v.prompt_tokens, v.predicted_lo, v.predicted_hi, v.max_prompt_tokens
 
 
-def timed(router, vs: list[RouterView], clock=time.perf_counter_ns,
+def timed(router, vs, calls: int, clock=time.perf_counter_ns,
           fields: str = "timed") -> np.ndarray:
-    """Microseconds per ``route`` call after 200 warm-up calls, read on ``clock`` (ns);
-    ``fields="materialized"`` reads the view's fields before the clock starts."""
-    for v in vs[:200]:                       # warm-up (numba compiles on first use)
-        router.route(v)
-    lat = np.empty(len(vs) - 200)
-    for q, v in enumerate(vs[200:]):
+    """Microseconds per ``route`` call for ``calls`` views of the iterator ``vs``, after
+    200 warm-up calls, read on ``clock`` (ns); ``fields="materialized"`` reads the view's
+    fields before the clock starts."""
+    for _ in range(200):                     # warm-up (numba compiles on first use)
+        router.route(next(vs))
+    lat = np.empty(calls)
+    for q in range(calls):
+        v = next(vs)
         if fields == "materialized":
             materialize(v)
         t0 = clock()
@@ -89,8 +92,8 @@ def main() -> None:
         for kind in ("index", "split"):
             router = export_fluid(sol, inst, kind=kind)
             router.reset(inst.cluster, np.random.default_rng(0))
-            lat = timed(router, views(trace, R, args.calls + 200, np.random.default_rng(2)), clock,
-                        args.fields)
+            lat = timed(router, views(trace, R, args.calls + 200, np.random.default_rng(2)),
+                        args.calls, clock, args.fields)
             print(f"FIGURE {router.name} R={R}: p50 {np.percentile(lat, 50):.1f} us, "
                   f"p99 {np.percentile(lat, 99):.1f} us per request, {args.clock} clock, "
                   f"fields {args.fields} "
@@ -101,8 +104,8 @@ def main() -> None:
     inst = lp.Instance(trace=moon.scale_rate(2.0), cluster=cl)
     router = export_locality(solve("routing-locality", inst), inst, chunk_tokens=8192)
     router.reset(cl, np.random.default_rng(0))
-    lat = timed(router, views(moon, 16, args.calls + 200, np.random.default_rng(3)), clock,
-                args.fields)
+    lat = timed(router, views(moon, 16, args.calls + 200, np.random.default_rng(3)),
+                args.calls, clock, args.fields)
     print(f"FIGURE {router.name} R=16 (mixed): p50 {np.percentile(lat, 50):.1f} us, "
           f"p99 {np.percentile(lat, 99):.1f} us per request, {args.clock} clock, "
           f"fields {args.fields} "

@@ -20,6 +20,11 @@ def readonly(a: Any, dtype: Any = None, *, copy: bool = False) -> np.ndarray:
     writable). Pass ``copy=True`` when the caller keeps writing into ``a`` and the reader
     must see the values of now.
     """
+    if not copy and type(a) is np.ndarray and a.flags.c_contiguous and \
+            (dtype is None or a.dtype == dtype):
+        arr = a.view()  # the common case, without numpy's conversion machinery
+        arr.flags.writeable = False
+        return arr
     arr = np.array(a, dtype=dtype, copy=True) if copy else \
         np.ascontiguousarray(a, dtype=dtype)
     if not copy and isinstance(a, np.ndarray) and arr is a:

@@ -15,6 +15,7 @@ pickle and run in every engine.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,8 @@ class _ClassLookup:
     def __init__(self, primal: dict[str, np.ndarray]) -> None:
         self.prompt_edges = np.asarray(primal["prompt_edges"], np.float64)
         self.output_edges = np.asarray(primal["output_edges"], np.float64)
+        self.prompt_list = self.prompt_edges.tolist()   # for scalar bisection
+        self.output_list = self.output_edges.tolist()
         keys = np.asarray(primal["group_keys"], np.int64)
         self.group_of = {int(k): q for q, k in enumerate(keys) if k >= 0}
         self.other = int(np.flatnonzero(keys == -1)[0]) if np.any(keys == -1) else 0
@@ -116,6 +119,18 @@ class FluidSplitRouter(Router):
         """A replica per arriving request, int64 ``(n_arriving,)``, drawn with its class's
         split (one uniform draw per request, inverted through the cumulative split), clipped to
         ``n_replicas - 1``."""
+        if len(view) == 1:              # the common case: scalars, one search of length R
+            lk = self.lookup
+            lo, hi = view.predicted_lo, view.predicted_hi
+            D = (float(lo[0]) + float(hi[0])) / 2.0 if lo is not None and hi is not None \
+                else lk.default_output
+            k = ((bisect_right(lk.prompt_list, float(view.prompt_tokens[0]))
+                  * (lk.output_edges.size + 1) + bisect_right(lk.output_list, D))
+                 * lk.n_groups + lk.group_of.get(int(view.tenant[0]), lk.other))
+            c = self._index.get(k)
+            cum = self.fallback if c is None else self.cum[c]
+            m = int(np.searchsorted(cum, self._rng.random(), side="right"))
+            return np.array([min(m, view.n_replicas - 1)], dtype=np.int64)
         keys = self.lookup.keys(view)
         u = self._rng.random(keys.size)
         out = np.empty(keys.size, dtype=np.int64)

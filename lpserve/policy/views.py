@@ -248,18 +248,31 @@ class RouterView:
         return [k for k, v in self._src.items() if v is None]
 
     def _replica(self, name: str) -> np.ndarray:
-        if self._state is None:
+        """One replica field, converted on its first access (a router reads few)."""
+        state = self._state
+        if state is None:
             raw = self._state_fn() if callable(self._state_fn) else self._state_fn
-            self._state = {k: readonly(raw[k], np.int64) for k in self._REPLICA_FIELDS}
-            mp = raw.get("max_prompt_tokens")
-            self._state["max_prompt_tokens"] = readonly(
-                self._state["total_blocks"] * self.block_tokens - 1 if mp is None else mp,
-                np.int64)
+            missing = [k for k in self._REPLICA_FIELDS if k not in raw]
+            if missing:
+                raise ValueError(f"RouterView.replica_state lacks the fields {missing}")
+            self._raw = raw
+            self._state = state = {}
             self._state_fn = None  # never keep the simulator alive through a stored view
-        return self._state[name]
+        v = state.get(name)
+        if v is None:
+            raw = self._raw
+            if name == "max_prompt_tokens":
+                mp = raw.get("max_prompt_tokens")
+                v = readonly(self._replica("total_blocks") * self.block_tokens - 1
+                             if mp is None else mp, np.int64)
+            else:
+                v = readonly(raw[name], np.int64)
+            state[name] = v
+        return v
 
-    def _lazy(self, key: str) -> Any:
-        """The provided value of ``key`` (a callable is called once), made read-only."""
+    def _lazy(self, key: str, per_entry: bool = False) -> Any:
+        """The provided value of ``key`` (a callable is called once), made read-only
+        (a dict's entries at once, or with ``per_entry`` on their first read)."""
         done = self.__dict__.setdefault("_resolved", {})
         if key not in done:
             src = getattr(self, key)
@@ -268,7 +281,7 @@ class RouterView:
             if raw is None:
                 val = None
             elif isinstance(raw, dict):
-                val = {k: readonly(v) for k, v in raw.items()}
+                val = dict(raw) if per_entry else {k: readonly(v) for k, v in raw.items()}
             else:
                 val = readonly(raw, np.int64)
             done[key] = val
@@ -285,12 +298,13 @@ class RouterView:
         return v
 
     def _load(self, name: str) -> np.ndarray | None:
-        v = self._lazy("_load_src")
+        v = self._lazy("_load_src", per_entry=True)
         if v is None:
             return None
-        if v[name].dtype != np.int64:
-            v[name] = readonly(v[name], np.int64)
-        return v[name]
+        x = v[name]
+        if not (isinstance(x, np.ndarray) and x.dtype == np.int64 and not x.flags.writeable):
+            x = v[name] = readonly(x, np.int64)
+        return x
 
     prefill_tokens = property(lambda self: self._load("prefill_tokens"),
                               doc="(n_replicas,) int64 prompt tokens still to prefill, or None")

@@ -56,6 +56,31 @@ def test_views_are_read_only():
         v.outstanding[0] = 1
 
 
+def test_view_fields_read_only_and_named_when_missing():
+    """Every replica and load field a router reads is read-only (converted on first read),
+    the caller's own arrays stay writable, and a replica state that lacks a field is
+    refused naming it."""
+    own = {k: np.arange(4) for k in RouterView._REPLICA_FIELDS}
+    load = {"prefill_tokens": np.arange(4), "cached_blocks": np.arange(4.0)}
+    v = RouterView(now_s=0.0, n_replicas=4, phase="colocated", request=np.arange(1),
+                   arrival_s=np.zeros(1), prompt_tokens=np.ones(1, np.int64),
+                   tenant=np.zeros(1, np.int64), session_id=np.zeros(1, np.int64),
+                   predicted_lo=None, predicted_hi=None, output_tokens=None, block_keys=(),
+                   replica_state=own, load_state=load)
+    for name in (*RouterView._REPLICA_FIELDS, "max_prompt_tokens", "prefill_tokens",
+                 "cached_blocks"):
+        arr = getattr(v, name)
+        assert arr.dtype == np.int64 and not arr.flags.writeable, name
+        with pytest.raises(ValueError):
+            arr[0] = 9
+    assert v.max_prompt_tokens.tolist() == [-1, 15, 31, 47]    # blocks x 16 - 1
+    assert all(a.flags.writeable for a in own.values())
+    assert load["prefill_tokens"].flags.writeable
+    partial = {k: np.zeros(4, np.int64) for k in RouterView._REPLICA_FIELDS[1:]}
+    with pytest.raises(ValueError, match="outstanding"):
+        _router_view(replicas=4, state=partial).running
+
+
 def test_replica_state_is_computed_only_on_access():
     calls = []
 

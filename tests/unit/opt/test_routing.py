@@ -162,6 +162,21 @@ def test_exported_routers():
                           asg.primal["replica"][:10])
 
 
+def test_split_router_one_request_path_draws_as_the_batch_path():
+    """The one-request fast path (scalar bisection, one uniform draw) routes every request
+    exactly as the batch path does from the same random stream."""
+    inst = _inst(300, 3, seed=6)
+    sol = solve("routing-fluid", inst, rate_scale=_near_capacity_scale(inst, 0.9))
+    one, batch = (RL.export_fluid(sol, inst, kind="split") for _ in range(2))
+    one.reset(inst.cluster, np.random.default_rng(11))
+    batch.reset(inst.cluster, np.random.default_rng(11))
+    idx = np.arange(300)
+    singles = [int(one.route(_view(inst, idx[i:i + 1], np.zeros(3, np.int64)))[0])
+               for i in idx]
+    assert singles == batch.route(_view(inst, idx, np.zeros(3, np.int64))).tolist()
+    assert len(set(singles)) == 3
+
+
 def test_export_refuses_unsolved_and_foreign():
     inst = _inst(20, 2)
     with pytest.raises(SolutionError, match="status infeasible"):
