@@ -10,6 +10,9 @@ token (``Bp``), per output token (``Cp``) and per KV token-second (``E``), the d
 iteration fit ``d0 + d1 k + d2 c`` and the ``requests`` backlog weight ``W``.
 ``modes`` (int64, 3): backlog (0 tokens, 1 requests), prefill (0 live, 1 static),
 decode (0 live, 1 marginal, 2 reference, 3 none). ``tau`` the reference TPOT.
+``backlog_sq`` (``(R,)``): the backlog's ``end^2 - start^2`` tokens^2 (its attention;
+zeros with the ``requests`` backlog). ``resident`` (float64, ``(R,)``): sessions waiting between turns whose last request ran on
+each replica, ``nu`` their return rate (1/s; 0: no session term (21)).
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ C_PER_TOKEN, C_ATTN, C_CHUNK, C_BP, C_CP, C_E, C_D0, C_D1, C_D2, C_W, C_TAU = ra
 N_COEF = 11
 
 
-def _route(coef, P, D, H, backlog, run, kv_blocks, block_tokens, maxp, modes):
+def _route(coef, P, D, H, backlog, backlog_sq, run, kv_blocks, block_tokens, maxp, modes,
+           resident, nu):
     R = coef.shape[1]
     n = P.shape[0]
     out = np.empty(n, np.int64)
@@ -34,7 +38,8 @@ def _route(coef, P, D, H, backlog, run, kv_blocks, block_tokens, maxp, modes):
                   + coef[C_D2, m] * kv_blocks[m] * block_tokens)
         slow[m] = 1.0 + dec[m] / coef[C_CHUNK, m] if modes[1] == 0 else 1.0       # (19)
         if modes[0] == 0:
-            wait[m] = backlog[m] * coef[C_PER_TOKEN, m] * slow[m]
+            wait[m] = (backlog[m] * coef[C_PER_TOKEN, m]
+                       + backlog_sq[m] * coef[C_ATTN, m]) * slow[m]
         else:
             wait[m] = backlog[m] * coef[C_W, m]
     for k in range(n):
@@ -52,6 +57,9 @@ def _route(coef, P, D, H, backlog, run, kv_blocks, block_tokens, maxp, modes):
             new = p - h
             own = (new * coef[C_PER_TOKEN, m] + coef[C_ATTN, m] * (p * p - h * h)) * slow[m]
             s = wait[m] + own + coef[C_BP, m] * new + (p * d + 0.5 * d * d) * coef[C_E, m]
+            if nu > 0.0 and resident[m] > 0.0:  # (21): sessions resident on m coming back
+                s += resident[m] * (own - math.exp(-nu * wait[m])
+                                    * (1.0 - math.exp(-nu * own)) / nu)
             if modes[2] == 2:
                 s += d * (coef[C_TAU, m] + coef[C_CP, m])
             elif modes[2] != 3:

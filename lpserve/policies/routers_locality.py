@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.policies._routing_kernels import N_COEF, locality_route
+from lpserve.policies.session_returns import SessionReturns
 from lpserve.policy import Meta, Router, RouterView
 
 __all__ = ["LocalityIndexRouter"]
@@ -71,6 +72,10 @@ class LocalityIndexRouter(Router):
         decode: the request's decode term: ``"live"`` ``D x`` its TPOT with the current
             batch (20), ``"marginal"`` that plus the delay it adds to the running batch,
             ``"reference"`` ``D tau``, ``"none"`` no decode term (TTFT only).
+        sessions: price the delay the request's prefill adds to sessions between turns
+            whose context is on the replica, at the sessions' observed return rate (21)
+            (:class:`~lpserve.policies.session_returns.SessionReturns`; the router then
+            reads completions). No term for traces without sessions.
     """
 
     name = "lp-locality"
@@ -80,7 +85,8 @@ class LocalityIndexRouter(Router):
                  decode_fit: Any, prefill_tokens_per_s: Any, decode_tokens_per_s: Any,
                  tpot_s: Any, prices: dict[str, Any] | None = None,
                  default_output_tokens: float = 256.0, request_s: Any = None,
-                 backlog: str = "tokens", prefill: str = "live", decode: str = "live") -> None:
+                 backlog: str = "tokens", prefill: str = "live", decode: str = "live",
+                 sessions: bool = True) -> None:
         for what, v, ok in (("backlog", backlog, BACKLOGS), ("prefill", prefill, PREFILLS),
                             ("decode", decode, DECODES)):
             if v not in ok:
@@ -127,6 +133,14 @@ class LocalityIndexRouter(Router):
         self.modes = np.array([BACKLOGS.index(backlog), PREFILLS.index(prefill),
                                DECODES.index(decode)], np.int64)
         self.modes.setflags(write=False)
+        self.reads_completions = bool(sessions)
+        self._returns = SessionReturns(R) if sessions else None
+        self._none = np.zeros(R)
+
+    def reset(self, cluster: Any, rng: np.random.Generator) -> None:
+        """Forget the sessions between turns and their return rate (21)."""
+        if self._returns is not None:
+            self._returns.reset(self.R)
 
     @classmethod
     def from_profiles(cls, profiles: list[Any], *, chunk_tokens: int = 2048,
@@ -135,7 +149,8 @@ class LocalityIndexRouter(Router):
                       **options: Any) -> "LocalityIndexRouter":
         """From one :class:`~lpserve.opt.routing_profile.ReplicaProfile` per replica (zero
         prices unless given); ``w_m`` = GPU seconds of a request of the mean prompt and
-        output on ``m`` (17); ``options``: ``backlog``, ``prefill``, ``decode``."""
+        output on ``m`` (17); ``options``: ``backlog``, ``prefill``, ``decode``,
+        ``sessions``."""
         muP = np.array([p.prefill_tokens_per_s for p in profiles])
         muD = np.array([p.decode_tokens_per_s for p in profiles])
         return cls(chunk_s=np.array([float(p.prefill_s(np.array([chunk_tokens]))[0])
@@ -163,11 +178,23 @@ class LocalityIndexRouter(Router):
             raise ValueError(f"router {self.name!r} was built for {self.R} replicas, the view "
                              f"has {view.n_replicas}")
         H = self._need(view, "cached_tokens")
-        backlog = (self._need(view, "prefill_tokens") if self.backlog == "tokens"
-                   else view.outstanding)
+        if self.backlog == "tokens":
+            backlog = self._need(view, "prefill_tokens")
+            sq = view.prefill_square_tokens
+            backlog_sq = self._none if sq is None else sq
+        else:
+            backlog, backlog_sq = view.outstanding, self._none
         lo, hi = view.predicted_lo, view.predicted_hi
         D = ((lo + hi) / 2.0 if lo is not None and hi is not None
              else np.full(len(view), self.default_output_tokens))
-        return locality_route(self.coef, view.prompt_tokens.astype(np.float64), D, H, backlog,
-                              view.running, view.used_blocks, float(view.block_tokens),
-                              view.max_prompt_tokens, self.modes)
+        ret = self._returns if view.phase != "decode" else None
+        if ret is not None:
+            ret.observe(view.now_s, view.completions, view.session_id)
+        out = locality_route(self.coef, view.prompt_tokens.astype(np.float64), D, H, backlog,
+                             backlog_sq, view.running, view.used_blocks, float(view.block_tokens),
+                             view.max_prompt_tokens, self.modes,
+                             self._none if ret is None else ret.resident,
+                             0.0 if ret is None else ret.rate_per_s)
+        if ret is not None:
+            ret.routed(view.request, view.session_id, out, view.arrival_s)
+        return out

@@ -177,6 +177,9 @@ class RouterView:
     * ``prefill_tokens`` ``(n_replicas,)``: prompt tokens still to prefill over the
       requests routed to each replica (a waiting request counts its prompt minus the
       cached tokens it had there when routed, if the router read them).
+    * ``prefill_square_tokens`` ``(n_replicas,)``: over the same prefills, the sum of
+      ``end^2 - start^2`` (tokens^2; ``start`` the first token still to prefill, ``end``
+      the context length), what their attention costs beyond the linear part.
     * ``cached_blocks`` ``(n_replicas,)``: blocks in each replica's prefix cache (in use
       or evictable).
     * ``completions``: the requests that finished since the router's previous call (at or
@@ -186,7 +189,7 @@ class RouterView:
     """
 
     _REPLICA_FIELDS = ("outstanding", "waiting", "running", "used_blocks", "total_blocks")
-    _LOAD_FIELDS = ("prefill_tokens", "cached_blocks")
+    _LOAD_FIELDS = ("prefill_tokens", "prefill_square_tokens", "cached_blocks")
 
     def __init__(self, *, now_s: float, n_replicas: int, phase: str, request: np.ndarray,
                  arrival_s: np.ndarray, prompt_tokens: np.ndarray, tenant: np.ndarray,
@@ -299,7 +302,7 @@ class RouterView:
 
     def _load(self, name: str) -> np.ndarray | None:
         v = self._lazy("_load_src", per_entry=True)
-        if v is None:
+        if v is None or name not in v:
             return None
         x = v[name]
         if not (isinstance(x, np.ndarray) and x.dtype == np.int64 and not x.flags.writeable):
@@ -308,6 +311,9 @@ class RouterView:
 
     prefill_tokens = property(lambda self: self._load("prefill_tokens"),
                               doc="(n_replicas,) int64 prompt tokens still to prefill, or None")
+    prefill_square_tokens = property(
+        lambda self: self._load("prefill_square_tokens"),
+        doc="(n_replicas,) int64 sum of end^2 - start^2 over the prefills still to run, or None")
     cached_blocks = property(lambda self: self._load("cached_blocks"),
                              doc="(n_replicas,) int64 blocks in each prefix cache, or None")
 

@@ -209,7 +209,8 @@ class Simulation:
         def load_state() -> dict[str, np.ndarray]:
             for r in pool:
                 r.advance(t)
-            return {"prefill_tokens": np.array([self._prefill_left(r) for r in pool], np.int64),
+            left = np.array([self._prefill_left(r) for r in pool], np.int64).reshape(-1, 2)
+            return {"prefill_tokens": left[:, 0], "prefill_square_tokens": left[:, 1],
                     "cached_blocks": np.array([getattr(r.bm, "evictable", 0)
                                                + getattr(r.bm, "hashed_used", 0)
                                                for r in pool], np.int64)}
@@ -243,25 +244,32 @@ class Simulation:
             self._routed_hit[req] = hit[0][np.arange(len(req)), routes]
         return routes
 
-    def _prefill_left(self, r: Any) -> int:
-        """Prompt (and recompute) tokens still to prefill on replica ``r``: each waiting
-        request's uncomputed context less the cached tokens it had there when routed (if
-        its router read them), each running request's unfinished prefill."""
+    def _prefill_left(self, r: Any) -> tuple[int, int]:
+        """Prompt (and recompute) tokens still to prefill on replica ``r``, and the sum of
+        ``end^2 - start^2`` over them (tokens^2, what the attention of those chunks costs):
+        each waiting request's uncomputed context less the cached tokens it had there when
+        routed (if its router read them), each running request's unfinished prefill."""
         S = self.state
-        total = 0
+        total = square = 0
         w = r.waiting
         if w:
             wi = np.asarray(w, np.int64)
-            left = S.prompt[wi] + S.gen[wi] - S.computed[wi]
-            fresh = S.computed[wi] == 0
-            left[fresh] -= self._routed_hit[wi[fresh]]
-            total += int(np.maximum(left, 0).sum())
+            end = S.prompt[wi] + S.gen[wi]
+            start = S.computed[wi].copy()
+            fresh = start == 0
+            start[fresh] = np.minimum(self._routed_hit[wi[fresh]], end[fresh])
+            left = end - start
+            total += int(left.sum())
+            square += int((end * end - start * start).sum())
         run = r.running
         if run:
             ri = np.asarray(run, np.int64)
-            left = S.prompt[ri] + S.gen[ri] - S.computed[ri]
-            total += int(left[left > 1].sum())
-        return total
+            end = S.prompt[ri] + S.gen[ri]
+            start = S.computed[ri]
+            part = end - start > 1
+            total += int((end - start)[part].sum())
+            square += int((end[part] ** 2 - start[part] ** 2).sum())
+        return total, square
 
     def _completions(self, pool: list[Any], t: float, role: str,
                      phase: str) -> dict[str, np.ndarray]:

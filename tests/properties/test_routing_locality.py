@@ -31,7 +31,8 @@ SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def _view(R, prompts, outstanding, pending, running, used, cached=None, maxp=None, keys=()):
+def _view(R, prompts, outstanding, pending, running, used, cached=None, maxp=None, keys=(),
+          square=None):
     n = len(prompts)
     st_ = {"outstanding": np.asarray(outstanding), "waiting": np.asarray(outstanding),
            "running": np.asarray(running), "used_blocks": np.asarray(used),
@@ -46,7 +47,9 @@ def _view(R, prompts, outstanding, pending, running, used, cached=None, maxp=Non
         tuple(np.zeros(0, np.int64) for _ in range(n)),
         replica_state=st_, block_tokens=16, key_tokens=64,
         cached_tokens=np.zeros((n, R), np.int64) if cached is None else np.asarray(cached),
-        load_state={"prefill_tokens": np.asarray(pending), "cached_blocks": np.zeros(R)})
+        load_state={"prefill_tokens": np.asarray(pending), "cached_blocks": np.zeros(R),
+                    "prefill_square_tokens": np.zeros(R, np.int64) if square is None
+                    else np.asarray(square)})
 
 
 @st.composite
@@ -75,11 +78,13 @@ def test_identical_replicas_no_cache_lp_router_is_jsq(state):
 def test_identical_replicas_no_cache_live_lp_router_is_least_work(state):
     R, prompts, out, pend, run, used = state
     run, used = np.full(R, run[0]), np.full(R, used[0])   # the same batch everywhere
-    v = _view(R, prompts, out, pend, run, used)
+    # the backlog's attention: a prefix of each pending prefill already done
+    square = (pend * pend - (pend // 3) ** 2).astype(np.int64)
+    v = _view(R, prompts, out, pend, run, used, square=square)
     live = LocalityIndexRouter.from_profiles([PROFILE] * R)
-    # join-the-least-work: the fewest prompt tokens still to prefill, ties to the lowest
-    # index, each routed request adding its own prefill work
-    work = pend.astype(np.float64).copy()
+    # join-the-least-work: the least prefill work still to run, ties to the lowest index,
+    # each routed request adding its own prefill work
+    work = pend + live.attention_s * square / live.per_token
     want = []
     for P in prompts.tolist():
         c = int(np.argmin(work))

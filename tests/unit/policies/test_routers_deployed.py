@@ -160,8 +160,10 @@ def test_locality_kernel_equals_its_twin():
         args = (r.coef * rng.uniform(0.5, 2.0, r.coef.shape),
                 rng.integers(1, 6000, n).astype(np.float64), rng.uniform(1, 500, n),
                 rng.integers(0, 2000, (n, 5)), rng.integers(0, 10**5, 5),
+                rng.integers(0, 10**9, 5),
                 rng.integers(0, 64, 5), rng.integers(0, 5000, 5), 16.0,
-                rng.integers(100, 8000, 5), modes)
+                rng.integers(100, 8000, 5), modes, rng.integers(0, 3, 5).astype(float),
+                float(rng.choice([0.0, rng.uniform(0.01, 1.0)])))
         assert np.array_equal(K.locality_route(*args), K.locality_route_ref(*args))
 
 
@@ -192,7 +194,8 @@ def test_simulator_fills_the_kv_aware_view_fields(engine, left_of_request_0):
 
         def route(self, v):
             seen.append((v.now_s, v.cached_tokens.copy(), v.prefill_tokens.copy(),
-                         v.cached_blocks.copy(), v.completions, v.max_prompt_tokens.copy()))
+                         v.cached_blocks.copy(), v.completions, v.max_prompt_tokens.copy(),
+                         v.prefill_square_tokens.copy()))
             return np.zeros(len(v), np.int64)
 
     # request 1 arrives while request 0's prefill iteration runs, so request 1 waits;
@@ -205,13 +208,17 @@ def test_simulator_fills_the_kv_aware_view_fields(engine, left_of_request_0):
                                                     replicas=2))
     res = lp.simulate(inst, lp.make_policy(engine, router=Spy()))
     assert res.summary()["n_finished"] == 4
-    t, cached, pend, blocks, done, maxp = seen[2]
+    t, cached, pend, blocks, done, maxp, square = seen[2]
     assert cached.tolist() == [[256, 0]]     # request 0's first 16 KV blocks, on replica 0
     # request 1 waits with nothing cached; request 0's unfinished prefill counts too
     assert pend.tolist() == [3000 + left_of_request_0, 0]
+    # their attention: 3000^2 - 0^2 for request 1, 3000^2 - 2048^2 for request 0's tail
+    tail = 3000**2 - (3000 - left_of_request_0)**2 if left_of_request_0 else 0
+    assert square.tolist() == [3000**2 + tail, 0]
     assert seen[0][4]["request"].size == 0   # nothing finished before the first arrival
-    t, cached, pend, blocks, done, maxp = seen[3]
+    t, cached, pend, blocks, done, maxp, square = seen[3]
     assert cached.tolist() == [[256, 0]] and pend.tolist() == [0, 0]
+    assert square.tolist() == [0, 0]
     assert blocks[0] >= 16 and blocks[1] == 0
     assert sorted(done["request"].tolist()) == [0, 1, 2]
     assert np.all(done["ttft_s"] > 0) and np.all(done["output_tokens"] == 4)
