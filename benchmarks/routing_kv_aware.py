@@ -16,7 +16,9 @@ Workloads:
   the first 5 minutes, its main-thread requests (no sub-agents) at their recorded offsets
   within 15 minutes, each released no earlier than its predecessor's completion (parent
   link), cut at the first request whose context exceeds 131,072 tokens; session-local
-  block ids made global. Loads: ``--sessions 2,4`` sessions per replica.
+  block ids made global. Loads: ``--sessions 2,4`` sessions per replica; ``--seeds``
+  draws the start times (one case per seed: a small case's mean TTFT moves by several
+  per cent from one composition to the next).
 
 Clusters (Llama-3-8B; ``homo``: all H100-SXM; ``mixed``: a quarter H100-SXM, a quarter
 A100-80GB at TP 2, half A100-40GB), the ``vllm-chunked`` engine with an 8192-token
@@ -210,7 +212,9 @@ def main() -> None:
     ap.add_argument("--loads", default="0.5,0.8", help="fractions of the LP capacity (mooncake)")
     ap.add_argument("--sessions", default="2,4", help="sessions per replica (agentic)")
     ap.add_argument("--routers", default=",".join(ROUTERS))
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0",
+                    help="compositions of the agentic sessions (their start times), each a "
+                         "case of its own")
     ap.add_argument("--json", default=None, help="write every row to this file")
     args = ap.parse_args()
     routers = tuple(args.routers.split(","))
@@ -226,9 +230,10 @@ def main() -> None:
                               base.with_(trace=base.trace.scale_rate(x * cap)))
                              for x in (float(v) for v in args.loads.split(","))]
                 else:
-                    cases = [(f"{k:g} sessions/replica",
-                              lp.Instance(trace=agentic(int(k * R), args.seed), cluster=cl))
-                             for k in (float(v) for v in args.sessions.split(","))]
+                    cases = [(f"{k:g} sessions/replica, seed {seed}",
+                              lp.Instance(trace=agentic(int(k * R), seed), cluster=cl))
+                             for k in (float(v) for v in args.sessions.split(","))
+                             for seed in (int(x) for x in args.seeds.split(","))]
                 for label, inst in cases:
                     print(f"{wl} | {cl.describe()} | {label} | {len(inst.trace)} requests",
                           flush=True)

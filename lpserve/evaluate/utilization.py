@@ -101,8 +101,7 @@ def fluid_capacity(instance: Any, *, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     def per_replica(cost: Any) -> tuple[np.ndarray, np.ndarray, int, float, int]:
         """Lone-prefill and per-request decode seconds on one replica of ``cost``."""
         uniq = np.unique(P)
-        pre = cost.batch_times_s([{"prefill_tokens": [int(p)], "prefill_cached": [0]}
-                                  for p in uniq])
+        pre = cost.prefill_alone_s(uniq)
         kv = int(cost.kv_capacity_tokens(cl.gpu_memory_fraction))
         B = int(max(1, min(int(max_num_seqs), kv // ctx)))
         tau = float(cost.batch_time_s(decode_context=np.full(B, ctx, np.int64)))

@@ -120,8 +120,7 @@ def recompute_values_s(prompt_tokens: np.ndarray, offsets: np.ndarray, block_tok
     start = depth * block_tokens
     end = np.minimum(start + block_tokens, np.asarray(prompt_tokens)[req])
     pts = np.unique(np.concatenate([[1], np.maximum(start, 1), np.maximum(end, 1)]))
-    times = cost.batch_times_s([{"prefill_tokens": [int(x)], "prefill_cached": [0]}
-                                for x in pts.tolist()])
+    times = cost.prefill_alone_s(pts)
     t_end = times[np.searchsorted(pts, np.maximum(end, 1))]
     t_start = times[np.searchsorted(pts, np.maximum(start, 1))]
     return np.maximum(t_end - t_start, 0.0)

@@ -189,7 +189,7 @@ def _decode_tables(cost: Any, c_max: int, grid: int) -> tuple[np.ndarray, np.nda
     decode iteration's time (s) and of c times it (token-s); the time at c is the exact
     time at the grid point at or below c (valid when time is non-decreasing in context)."""
     pts = np.arange(0, c_max + 1, grid, dtype=np.int64)
-    t_pts = cost.batch_times_s([{"decode_context": [int(c)]} for c in pts])
+    t_pts = cost.decode_alone_s(pts)
     t = np.repeat(t_pts, grid)[:c_max + 1]
     c = np.arange(c_max + 1, dtype=np.float64)
     T1 = np.concatenate([[0.0], np.cumsum(t)])
@@ -206,7 +206,7 @@ def prefill_rate_s_per_token(cost: Any, max_tokens: int) -> tuple[float, float]:
     extra = np.unique(np.geomspace(8192, n_max, 512).astype(np.int64)) if n_max > 8192 \
         else np.zeros(0, np.int64)
     n = np.concatenate([dense, extra[extra > 8192]])
-    t = cost.batch_times_s([{"prefill_tokens": [int(x)]} for x in n])
+    t = cost.prefill_alone_s(n)
     return float(np.min(t / n)), float(t[0])
 
 

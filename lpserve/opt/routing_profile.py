@@ -81,10 +81,10 @@ def replica_profile(cost: Any, *, c_max: int, gpu_memory_fraction: float = 0.9,
     c_max = max(int(c_max), 2)
     grid = np.unique(np.concatenate([np.geomspace(1, c_max + 1, 96).astype(np.int64),
                                      [1, c_max + 1]]))
-    pre = cost.batch_times_s([{"prefill_tokens": [int(g)]} for g in grid])
+    pre = cost.prefill_alone_s(grid)
     step = max(1, -(-(c_max + 2) // 4096))
     pts = np.arange(0, c_max + 2, step)
-    t_pts = cost.batch_times_s([{"decode_context": [int(c)]} for c in pts])
+    t_pts = cost.decode_alone_s(pts)
     t = np.interp(np.arange(c_max + 1), pts, t_pts)
     T1 = np.concatenate([[0.0], np.cumsum(t)])
     tpot = float(cost.batch_time_s(decode_context=[ref_context] * ref_batch))

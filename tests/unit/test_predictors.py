@@ -81,3 +81,32 @@ def test_bad_parameters_named():
         History(prior=(10, 5, 7))
     with pytest.raises(ValueError, match="clairvoyant: its view needs the true output_tokens"):
         Oracle().predict(_view([10]))
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=60),
+       st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.9, 1.0]))
+def test_sorted_window_quantile_is_numpys(values, q):
+    from lpserve.policies.predictors import _quantile_sorted
+
+    assert _quantile_sorted(sorted(values), q) == float(np.quantile(np.asarray(values), q))
+
+
+def test_history_window_keeps_the_newest_completions():
+    """After more completions than the window, predictions are the quantiles of the newest
+    ``window`` only (the sorted copy drops exactly the value that left the window)."""
+    rng = np.random.default_rng(4)
+    h = History(min_samples=5, window=40)
+    h.reset(None, rng)
+    seen = []
+    for _ in range(30):
+        out = rng.integers(1, 3000, 7)
+        seen.extend(out.tolist())
+        h.observe(PredictorView(now_s=0.0, request=np.arange(7), prompt_tokens=np.full(7, 100),
+                                tenant=np.zeros(7, np.int64), output_tokens=out))
+        pred = h.predict(PredictorView(now_s=0.0, request=np.arange(1),
+                                       prompt_tokens=np.array([100]),
+                                       tenant=np.zeros(1, np.int64), output_tokens=None))
+        last = np.asarray(seen[-40:])
+        q = np.quantile(last, [0.1, 0.5, 0.9])
+        assert (int(pred.lo[0]), int(pred.hi[0]), int(pred.point[0])) == (
+            max(1, int(np.floor(q[0]))), max(1, int(np.ceil(q[2]))), max(1, int(round(q[1]))))
