@@ -8,7 +8,10 @@ For each session-start rate, the fit half is placed on one clock by Poisson sess
 (seed 1) and the held-out half by Poisson starts at the same rate (seed 2); each keeps its
 own gaps, and only requests of the first ``--horizon-s`` seconds are kept. The
 session-aware evictors start from the wait statistics of the fit stream
-(``fit_wait_stats``) and keep learning online; every figure is on the held-out stream.
+(``fit_wait_stats``) and keep learning online; ttl-pin's duel (``models/kv-sessions.md``
+(4b)) also starts from the state it ends in on the fit stream at the same capacity
+(``fit_duel_state``: leader and evidence), and ``ttl-pin cold`` is the same evictor with
+its duel started from nothing (LRU leading). Every figure is on the held-out stream.
 
 Per capacity it prints the hit rate (blocks of 64 tokens found in the cache / blocks
 sent) of: LRU; the earlier knapsack and session evictors; ttl-pin, reuse-decay, tail-lru
@@ -41,13 +44,14 @@ import cache_online_ceiling as ceiling
 from lpserve.evaluate.cache import replay_accesses
 from lpserve.opt import cache_flow as cf
 from lpserve.opt import cache_segments as cs
-from lpserve.policies.evictors_sessions import SESSION_SPECS, fit_wait_stats
+from lpserve.policies.evictors_sessions import SESSION_SPECS, fit_duel_state, fit_wait_stats
 from lpserve.trace.loaders import bundled_sessions, read_sessions
 from lpserve.trace.sessions import compose, split
 
 SHARED = Path(os.environ.get("LPSERVE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 SESSIONS = SHARED / "traces" / "kv_cache_tester_sessions_part1.jsonl.gz"
-ONLINE = ("lru", "knapsack", "session", *SESSION_SPECS)
+ONLINE = ("lru", "knapsack", "session", "ttl-pin", "ttl-pin cold",
+          *[p for p in SESSION_SPECS if p != "ttl-pin"])
 
 
 def load_sessions():
@@ -66,7 +70,8 @@ def ttl_ceiling(tr, capacity: int) -> float:
 def run(rate: float, fit, held, horizon_s: float, capacities: list[int], lp: bool) -> list:
     t0 = time.perf_counter()
     fit_tr = compose(fit, rate_per_s=rate, seed=1, horizon_s=horizon_s, name="fit")
-    prior = fit_wait_stats(cf.block_accesses(fit_tr))
+    fit_acc = cf.block_accesses(fit_tr)
+    prior = fit_wait_stats(fit_acc)
     tr = compose(held, rate_per_s=rate, seed=2, horizon_s=horizon_s, name="held-out")
     acc = cf.block_accesses(tr)
     inf = replay_accesses(acc, 1, "infinite").hit_rate
@@ -76,12 +81,17 @@ def run(rate: float, fit, held, horizon_s: float, capacities: list[int], lp: boo
           f"accesses; infinite cache {100 * inf:.2f} %")
     head = (f"{'C':>6} " + " ".join(f"{p[:9]:>9}" for p in ONLINE)
             + f" {'belady':>7} {'bel-pre':>7} {'LP':>7} {'TTLceil':>7} {'LRU/B':>6} "
-            f"{'closed':>6}")
+            f"{'closed':>6} fit-stream leader")
     print(head)
     rows = []
     for C in capacities:
+        start = fit_duel_state(fit_acc, C, SESSION_SPECS["ttl-pin"].with_(prior=prior))
         r = {p: replay_accesses(acc, C, p, **({"prior": prior} if p in SESSION_SPECS else {}))
-             .hit_rate for p in ONLINE}
+             .hit_rate for p in ONLINE if p not in ("ttl-pin", "ttl-pin cold")}
+        r["ttl-pin"] = replay_accesses(acc, C, "ttl-pin", prior=prior,
+                                       duel_start=start).hit_rate
+        r["ttl-pin cold"] = replay_accesses(acc, C, "ttl-pin", prior=prior).hit_rate
+        r["fit_leader"] = "ttl-pin" if start[0] else "lru"
         r["belady"] = replay_accesses(acc, C, "belady").hit_rate
         r["belady-prefix"] = replay_accesses(acc, C, "belady-prefix").hit_rate
         r["lp"] = cs.lp_hit_rate(acc, C)[0] if lp else float("nan")
@@ -94,7 +104,8 @@ def run(rate: float, fit, held, horizon_s: float, capacities: list[int], lp: boo
         print(f"{C:>6} " + " ".join(f"{100 * r[p]:9.2f}" for p in ONLINE)
               + f" {100 * r['belady']:7.2f} {100 * r['belady-prefix']:7.2f} "
               f"{100 * r['lp']:7.2f} {100 * r['ttl-ceiling']:7.2f} "
-              f"{100 * r['lru_over_belady']:5.1f}% {100 * r['closed']:5.1f}%", flush=True)
+              f"{100 * r['lru_over_belady']:5.1f}% {100 * r['closed']:5.1f}% {r['fit_leader']}",
+              flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
     return rows
 
@@ -122,7 +133,8 @@ def main() -> None:
     ok = [r for r in rows if r["lru_over_belady"] <= 0.6]
     print(f"\ncapacities with LRU <= 60 % of Belady: {len(ok)}; ttl-pin closes >= half the "
           f"gap at {sum(r['closed'] >= 0.5 for r in ok)} of them; ttl-pin >= LRU at "
-          f"{sum(r['ttl-pin'] >= r['lru'] for r in rows)} of {len(rows)} capacities")
+          f"{sum(r['ttl-pin'] >= r['lru'] for r in rows)} of {len(rows)} capacities (cold duel: "
+          f"{sum(r['ttl-pin cold'] >= r['lru'] for r in rows)})")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

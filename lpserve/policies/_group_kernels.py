@@ -47,16 +47,17 @@ N_CLASSES = 3  # Trace.wait_kind + 1: unknown, tool call, user turn
 #: refreshed every this many ended waits, reuse horizon (s), tail threshold (tokens),
 #: weight of the newest gap in a thread's moving average, fixed TTL (s; < 0: learn),
 #: fewest ended waits before a class uses its own fit, tokens per block
-#: and the time constant (s) of the hit scores of the ttl-pin duel (0: no duel)
-P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK, P_DUEL = range(9)
-N_PARAMS = 9
+#: the ttl-pin duel's evidence threshold z (0: no duel), and the duel's start (eq. (4b)):
+#: the leader (1: ttl-pin) and the evidence D, V against it carried over from other traffic
+(P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK, P_DUEL, P_LEAD0, P_D0,
+ P_V0) = range(12)
+N_PARAMS = 12
 #: ages (s) at which keys are re-evaluated; bin ``b`` is ``[AGE_EDGES_S[b], [b+1])``
 AGE_EDGES_S = np.array([0.0, 2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 90, 120, 180,
                         240, 360, 480, 720, 900, 1200, 1800, 2700, 3600])
 #: candidate TTLs (s) of the ttl-pin fit
 TTL_GRID_S = np.array([0.0, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800,
                        3600])
-DUEL_MARGIN = 0.02  # ttl-pin starts pinning once its shadow leads LRU's by this share
 PRIOR_GAP_S = 60.0  # prior mean return gap of the reuse-decay fit (one pseudo-return)
 
 
@@ -264,24 +265,75 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
 
 # ===================================================================================== replay
 @njit(cache=True)
-def new_cache(n, n_keys, B):  # pragma: no cover - numba
+def new_cache(n, n_keys, B, log):  # pragma: no cover - numba
     """The state of one cache instance: ``(inc, owner, cnt, gtop, expiry, need, gval,
-    gstamp, estamp, hp, hs, hg, hv, ep, es, eg, ev, sc)``; ``sc`` holds the heap sizes,
-    the stamp counter and the cached blocks."""
+    gstamp, estamp, hp, hs, hg, hv, ep, es, eg, ev, sc, lg, lpos)``; ``sc`` holds the heap
+    sizes, the stamp counter, the cached blocks and the head and end of the eviction log
+    ``lg`` (keys in the order this cache evicted them, ``lpos``: a key's latest entry),
+    kept only when ``log`` (a duel's shadow, which the real cache follows, eq. (4c))."""
     cap = n * (B + 5) + 16
+    m = 2 * n_keys + 16 if log else 0
     return (np.zeros(n_keys, np.bool_), np.full(n_keys, -1, np.int64),
             np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
             np.ones(n), np.zeros(n, np.int64), np.zeros(n, np.int64),
             np.empty(cap), np.empty(cap), np.empty(cap, np.int64), np.empty(cap, np.int64),
             np.empty(cap), np.zeros(cap), np.empty(cap, np.int64), np.empty(cap, np.int64),
-            np.zeros(4, np.int64))
+            np.zeros(6, np.int64), np.empty(m, np.int64),
+            np.full(n_keys if log else 0, -1, np.int64))
+
+
+@njit(cache=True)
+def log_push(lg, lpos, inc, sc, k):  # pragma: no cover - numba
+    """Append evicted key ``k`` to the eviction log ``lg`` (head ``sc[4]``, end ``sc[5]``).
+    A full log is compacted first: only each key's latest entry survives, and only while
+    the key is still out of this cache, so at most ``n_keys`` entries remain and the work
+    per eviction is O(1) amortized."""
+    if sc[5] == lg.shape[0]:
+        j = 0
+        for i in range(sc[4], sc[5]):
+            k2 = lg[i]
+            if not inc[k2] and lpos[k2] == i:
+                lg[j] = k2
+                lpos[k2] = j
+                j += 1
+        sc[4], sc[5] = 0, j
+    lg[sc[5]] = k
+    lpos[k] = sc[5]
+    sc[5] += 1
+
+
+@njit(cache=True)
+def follow_step(inc, size, lead, r, offsets, key, capacity):  # pragma: no cover - numba
+    """Serve request ``r`` in the duel's real cache (key set ``inc``, ``size[0]`` blocks),
+    which follows the shadow ``lead`` (eq. (4c)): count its prefix hits, add its blocks,
+    then evict down to ``capacity`` blocks that ``lead`` no longer holds, in the order of
+    their latest eviction from ``lead`` (its log). ``lead`` must have served ``r`` already; then such
+    blocks always suffice (``proofs/kv-duel-follower.md``, lemma 1). Returns the hits."""
+    a0, a1 = offsets[r], offsets[r + 1]
+    j = a0
+    while j < a1 and inc[key[j]]:
+        j += 1
+    for a in range(a0, a1):
+        if not inc[key[a]]:
+            inc[key[a]] = True
+            size[0] += 1
+    linc, lsc, lg, lpos = lead[0], lead[17], lead[18], lead[19]
+    while size[0] > capacity:
+        if lsc[4] >= lsc[5]:
+            raise RuntimeError("group_replay: the followed shadow's log ran out")
+        k = lg[lsc[4]]
+        lsc[4] += 1
+        if inc[k] and not linc[k] and lpos[k] == lsc[4] - 1:  # the key's latest entry
+            inc[k] = False
+            size[0] -= 1
+    return j - a0
 
 
 @njit(cache=True)
 def rekey(st, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):  # pragma: no cover
     """Push group ``g``'s key at ``now`` (and its next re-key event) onto its heaps."""
     (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
-     eg, ev, sc) = st
+     eg, ev, sc, lg, lpos) = st
     sc[2] += 1
     pk, sk, nxt = group_key(mode, c, t_g, now, expiry[g], gtop[g] - g_off, need[g],
                             gval[g], NE, pi, mu, edges, params)
@@ -293,28 +345,13 @@ def rekey(st, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):  # pragma
 
 
 @njit(cache=True)
-def unpin_all(st, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges,
-              params):  # pragma: no cover - numba
-    """End every pin of a ttl-pin cache now (its groups get their LRU keys)."""
-    (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
-     eg, ev, sc) = st
-    m = sc[1]
-    for i in range(m):
-        g = eg[i]
-        if ev[i] == estamp[g] and cnt[g] > 0 and expiry[g] > now:
-            expiry[g] = now
-            rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
-                  params)
-
-
-@njit(cache=True)
 def cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls, capacity, exp_r,
                need_r, gval_r, NE, pi, mu, edges, params):  # pragma: no cover - numba
     """Serve request ``r`` in the cache ``st``: count its prefix hits, make its blocks its
     group (pin expiry ``exp_r``, tail depth ``need_r``, value ``gval_r``), then evict down
     to ``capacity`` blocks. Returns the hits."""
     (inc, owner, cnt, gtop, expiry, need, gval, gstamp, estamp, hp, hs, hg, hv, ep, es,
-     eg, ev, sc) = st
+     eg, ev, sc, lg, lpos) = st
     a0, a1 = offsets[r], offsets[r + 1]
     j = a0
     while j < a1 and inc[key[j]]:
@@ -354,6 +391,8 @@ def cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls, capacity
                 inc[k] = False
                 sc[3] -= 1
                 cnt[g] -= 1
+                if lg.shape[0] > 0:
+                    log_push(lg, lpos, inc, sc, k)
         if cnt[g] > 0:
             rekey(st, mode, g, arrival_s[g], now, cls[g], offsets[g], NE, pi, mu, edges,
                   params)
@@ -363,7 +402,7 @@ def cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls, capacity
 @njit(cache=True)
 def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls,
                  prompt_tokens, context_tokens, n_keys, capacity, mode, params, edges,
-                 ttl_grid, H, O, R, X, NE):  # pragma: no cover - numba
+                 ttl_grid, H, O, R, X, NE, diag):  # pragma: no cover - numba
     """Hits per request (n,) of the session-aware evictor ``mode`` (see the module
     docstring). Per request (n,): ``arrival_s``, ``thread`` (dense conversation id, -1
     none), ``cls`` (0..N_CLASSES-1), ``prompt_tokens``, ``context_tokens`` (prompt +
@@ -372,10 +411,15 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
     (N_PARAMS,). ``H, O, R, X, NE``: the wait statistics of :func:`record_wait`, updated in
     place (pass zeros, or statistics fitted on other traffic to start warm).
 
-    With ``mode == MODE_TTL`` and ``params[P_DUEL] > 0`` two shadow caches run beside the
-    real one, pure LRU and pure ttl-pin; a request's group is pinned only while the
-    ttl-pin shadow's hits (exponentially decayed, time constant ``P_DUEL`` s) are at least
-    the LRU shadow's (set dueling, eq. (4b))."""
+    With ``mode == MODE_TTL`` and ``params[P_DUEL] = z > 0`` two shadow caches run, pure
+    LRU and pure ttl-pin; the leader changes when the other shadow's hits since the last
+    change exceed the leader's by ``z`` standard errors (eq. (4b)), and the real cache
+    follows the leader (eq. (4c)): it evicts only blocks the leader no longer holds, so it
+    holds what the leader holds once they agree. ``diag`` (int64 (n, 4), or (0, 4) for
+    none) receives per request the two shadows' hits, the leader after the request
+    (1: ttl-pin) and, at a switch of leader, the blocks the new leader holds and the real
+    cache does not (-1 elsewhere; O(keys) per switch); with a fifth column (n, 5), that
+    count after every request (O(keys) per request: for tests)."""
     n = offsets.shape[0] - 1
     K, B = N_CLASSES, edges.shape[0] - 1
     amax, refit, bt = params[P_AMAX], int(params[P_REFIT]), params[P_BLOCK]
@@ -385,12 +429,14 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
         tau, _ = fit_ttl(H, O, params[P_MIN_N], NE, ttl_grid)
     pi, mu = fit_return(R, X, NE, edges, amax, params[P_MIN_N])
     duel = mode == MODE_TTL and params[P_DUEL] > 0
-    st = new_cache(n, n_keys, B)
-    sh_lru = new_cache(n if duel else 0, n_keys if duel else 0, B)
-    sh_ttl = new_cache(n if duel else 0, n_keys if duel else 0, B)
-    score_lru = score_ttl = 0.0
-    pinning = not duel
-    t_score = arrival_s[0] if n else 0.0
+    st = new_cache(0 if duel else n, 0 if duel else n_keys, B, False)
+    sh_lru = new_cache(n if duel else 0, n_keys if duel else 0, B, duel)
+    sh_ttl = new_cache(n if duel else 0, n_keys if duel else 0, B, duel)
+    real = np.zeros(n_keys if duel else 0, np.bool_)  # the duel's real cache: a key set
+    size = np.zeros(1, np.int64)
+    pinning = duel and params[P_LEAD0] > 0  # the duel's leader (True: ttl-pin)
+    ev_d, ev_v = params[P_D0], params[P_V0]  # evidence against the leader, eq. (4b)
+    want = diag.shape[0] > 0
     last_req = np.full(max(n_threads, 1), -1, np.int64)
     tg = np.zeros((max(n_threads, 1), K))
     resolved = np.zeros(n, np.bool_)
@@ -440,15 +486,23 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
                             capacity, now, need_r, gval_r, NE, pi, mu, edges, params)
             ht = cache_step(sh_ttl, mode, r, now, offsets, key, request, arrival_s, cls,
                             capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
-            f = math.exp(-(now - t_score) / params[P_DUEL])
-            score_lru, score_ttl, t_score = score_lru * f + hl, score_ttl * f + ht, now
-            if pinning and score_ttl < score_lru:  # LRU leads: drop every pin now
-                pinning = False
-                unpin_all(st, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params)
-            elif not pinning and score_ttl > (1.0 + DUEL_MARGIN) * score_lru:
-                pinning = True
-            if not pinning:
-                exp_r = now
-        hits[r] = cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls,
-                             capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
+            x = float(hl - ht if pinning else ht - hl)
+            ev_d += x
+            ev_v += x * x
+            was = pinning
+            if ev_d > params[P_DUEL] * math.sqrt(ev_v):  # the other shadow leads: switch
+                pinning = not pinning
+                ev_d = ev_v = 0.0
+            lead = sh_ttl if pinning else sh_lru
+            hits[r] = follow_step(real, size, lead, r, offsets, key, capacity)
+            if want:
+                diag[r, 0], diag[r, 1], diag[r, 2], diag[r, 3] = hl, ht, pinning, -1
+                if pinning != was or diag.shape[1] > 4:
+                    gap = np.sum(lead[0] & ~real)
+                    diag[r, 3] = gap if pinning != was else -1
+                    if diag.shape[1] > 4:
+                        diag[r, 4] = gap
+        else:
+            hits[r] = cache_step(st, mode, r, now, offsets, key, request, arrival_s, cls,
+                                 capacity, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
     return hits

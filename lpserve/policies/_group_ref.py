@@ -9,7 +9,6 @@ import math
 import numpy as np
 
 from lpserve.policies._group_kernels import (
-    DUEL_MARGIN,
     MODE_GLRU,
     MODE_INDEX,
     MODE_TAIL,
@@ -18,10 +17,13 @@ from lpserve.policies._group_kernels import (
     P_ALPHA,
     P_AMAX,
     P_BLOCK,
+    P_D0,
     P_DUEL,
+    P_LEAD0,
     P_MIN_N,
     P_REFIT,
     P_TTL,
+    P_V0,
     P_XI,
     fit_return,
     fit_ttl,
@@ -34,9 +36,12 @@ from lpserve.policies._group_kernels import (
 
 class RefCache:
     """One cache instance of :func:`group_replay_ref` (plain Python, heapq); also the
-    simulator adapter's shadow caches, which grow request by request (``grow``)."""
+    simulator adapter's shadow caches, which grow request by request (``grow``). With
+    ``log``, it keeps the kernel's eviction log (``lg`` from ``head``; ``lpos``: a key's
+    latest entry; compacted at ``2 n_keys + 16`` entries as :func:`log_push` does)."""
 
-    def __init__(self, n: int, n_keys: int) -> None:
+    def __init__(self, n: int, n_keys: int, log: bool = False) -> None:
+        self.log, self.lg, self.head, self.lpos = log, [], 0, {}
         self.inc, self.owner = [False] * n_keys, [-1] * n_keys
         self.cnt, self.gtop, self.need = [0] * n, [0] * n, [0] * n
         self.expiry, self.gval = [0.0] * n, [1.0] * n
@@ -54,6 +59,16 @@ class RefCache:
             lst = getattr(self, name)
             lst.extend([fill] * (size - len(lst)))
 
+    def log_push(self, k: int) -> None:
+        """:func:`_group_kernels.log_push`: append evicted key ``k``, compacting a full log."""
+        if len(self.lg) == 2 * len(self.inc) + 16:
+            kept = [k2 for i, k2 in enumerate(self.lg) if i >= self.head
+                    and not self.inc[k2] and self.lpos[k2] == i]
+            self.lg, self.head = kept, 0
+            self.lpos.update({k2: i for i, k2 in enumerate(kept)})
+        self.lpos[k] = len(self.lg)
+        self.lg.append(k)
+
     def rekey(self, mode, g, t_g, now, c, g_off, NE, pi, mu, edges, params):
         self.stamp += 1
         pk, sk, nxt = group_key.py_func(mode, c, t_g, now, self.expiry[g],
@@ -64,13 +79,6 @@ class RefCache:
         if nxt < np.inf:
             self.estamp[g] = self.stamp
             heapq.heappush(self.events, (nxt, 0.0, g, self.stamp))
-
-    def unpin_all(self, mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params):
-        for _, _, g, v_ in list(self.events):
-            if v_ == self.estamp[g] and self.cnt[g] > 0 and self.expiry[g] > now:
-                self.expiry[g] = now
-                self.rekey(mode, g, float(arrival_s[g]), now, cls[g], offsets[g], NE, pi, mu,
-                           edges, params)
 
     def step(self, mode, r, now, offsets, key, request, arrival_s, cls, capacity, exp_r,
              need_r, gval_r, NE, pi, mu, edges, params):
@@ -112,17 +120,36 @@ class RefCache:
                     self.inc[k] = False
                     self.size -= 1
                     self.cnt[g] -= 1
+                    if self.log:
+                        self.log_push(k)
             if self.cnt[g] > 0:
                 self.rekey(mode, g, float(arrival_s[g]), now, cls[g], offsets[g], NE, pi, mu,
                            edges, params)
         return j - a0
 
 
+def follow_step_ref(real: set, lead: RefCache, r, offsets, key, capacity) -> int:
+    """Plain-Python twin of :func:`_group_kernels.follow_step` (``real``: the key set)."""
+    a0, a1 = int(offsets[r]), int(offsets[r + 1])
+    j = a0
+    while j < a1 and key[j] in real:
+        j += 1
+    real.update(int(k) for k in key[a0:a1])
+    while len(real) > capacity:
+        if lead.head >= len(lead.lg):
+            raise RuntimeError("group_replay: the followed shadow's log ran out")
+        k = lead.lg[lead.head]
+        lead.head += 1
+        if k in real and not lead.inc[k] and lead.lpos[k] == lead.head - 1:
+            real.discard(k)
+    return j - a0
+
+
 def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads, cls,
                      prompt_tokens, context_tokens, n_keys, capacity, mode, params, edges,
-                     ttl_grid, H, O, R, X, NE):
-    """Plain-Python twin of :func:`group_replay` (same keys, events, duel and tie-breaks;
-    the fits run as Python through each numba function's ``py_func``)."""
+                     ttl_grid, H, O, R, X, NE, diag):
+    """Plain-Python twin of :func:`group_replay` (same keys, events, duel, follower and
+    tie-breaks; the fits run as Python through each numba function's ``py_func``)."""
     rec, fttl, fret = record_wait.py_func, fit_ttl.py_func, fit_return.py_func
     upd, pgap = update_gap.py_func, predicted_gap.py_func
     n = len(offsets) - 1
@@ -135,10 +162,11 @@ def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads,
     pi, mu = fret(R, X, NE, edges, amax, params[P_MIN_N])
     duel = mode == MODE_TTL and params[P_DUEL] > 0
     st = RefCache(n, n_keys)
-    sh_lru, sh_ttl = (RefCache(n, n_keys), RefCache(n, n_keys)) if duel else (None, None)
-    score_lru = score_ttl = 0.0
-    pinning = not duel
-    t_score = float(arrival_s[0]) if n else 0.0
+    sh_lru, sh_ttl = ((RefCache(n, n_keys, True), RefCache(n, n_keys, True)) if duel
+                      else (None, None))
+    real: set = set()
+    pinning = bool(duel and params[P_LEAD0] > 0)
+    ev_d, ev_v = float(params[P_D0]), float(params[P_V0])
     last_req = [-1] * max(n_threads, 1)
     tg = np.zeros((max(n_threads, 1), N_CLASSES))
     resolved = [False] * n
@@ -185,14 +213,23 @@ def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads,
                              params)
             ht = sh_ttl.step(mode, r, now, *args, exp_r, need_r, gval_r, NE, pi, mu, edges,
                              params)
-            f = math.exp(-(now - t_score) / params[P_DUEL])
-            score_lru, score_ttl, t_score = score_lru * f + hl, score_ttl * f + ht, now
-            if pinning and score_ttl < score_lru:
-                pinning = False
-                st.unpin_all(mode, now, offsets, arrival_s, cls, NE, pi, mu, edges, params)
-            elif not pinning and score_ttl > (1.0 + DUEL_MARGIN) * score_lru:
-                pinning = True
-            if not pinning:
-                exp_r = now
-        hits[r] = st.step(mode, r, now, *args, exp_r, need_r, gval_r, NE, pi, mu, edges, params)
+            x = float(hl - ht if pinning else ht - hl)
+            ev_d += x
+            ev_v += x * x
+            was = pinning
+            if ev_d > params[P_DUEL] * math.sqrt(ev_v):
+                pinning = not pinning
+                ev_d = ev_v = 0.0
+            lead = sh_ttl if pinning else sh_lru
+            hits[r] = follow_step_ref(real, lead, r, offsets, key, capacity)
+            if len(diag):
+                diag[r, :4] = (hl, ht, pinning, -1)
+                if pinning != was or diag.shape[1] > 4:
+                    gap = sum(1 for k in range(n_keys) if lead.inc[k] and k not in real)
+                    diag[r, 3] = gap if pinning != was else -1
+                    if diag.shape[1] > 4:
+                        diag[r, 4] = gap
+        else:
+            hits[r] = st.step(mode, r, now, *args, exp_r, need_r, gval_r, NE, pi, mu, edges,
+                              params)
     return hits

@@ -40,7 +40,7 @@ from lpserve.policies import _group_ref as GR
 from lpserve.policy import Evictor, EvictorView, Meta, RequestEvent
 
 __all__ = ["SESSION_SPECS", "SessionEvictor", "SessionEvictorSpec", "WaitStats",
-           "fit_wait_stats", "replay_session_hits"]
+           "duel_state", "fit_duel_state", "fit_wait_stats", "replay_session_hits"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,9 +90,13 @@ class SessionEvictorSpec:
         ttl_s: a fixed TTL for every wait kind (s); < 0 learns it (``ttl-pin``).
         min_n: ended waits of a class before it uses its own statistics.
         alpha: weight of the newest gap in a thread's moving average (``ttl-pin``).
-        duel_s: ``ttl-pin`` pins only while a shadow ttl-pin cache has hit at least as much
-            as a shadow LRU cache, hits decayed with this time constant (s); 0 always
-            pins.
+        duel_z: ``ttl-pin`` runs shadow LRU and ttl-pin caches and the real cache follows
+            the leader, which changes when the other shadow's hits since the last change
+            exceed the leader's by ``duel_z`` standard errors (``models/kv-sessions.md``
+            (4b)-(4c)); 0: no duel, always pin.
+        duel_start: ``(leader, D, V)`` the duel starts from (leader 1: ttl-pin; ``D``,
+            ``V``: the evidence against it), e.g. :func:`fit_duel_state` on other traffic
+            at the same capacity; None starts with LRU leading and no evidence.
         prior: :class:`WaitStats` to start from (e.g. :func:`fit_wait_stats` on sessions
             held apart from the ones replayed); None starts with nothing learned.
         online: these rules never read the future.
@@ -105,7 +109,8 @@ class SessionEvictorSpec:
     horizon_s: float = 60.0
     xi_tokens: float = 8192.0
     alpha: float = 0.5
-    duel_s: float = 600.0
+    duel_z: float = 2.0
+    duel_start: tuple[float, float, float] | None = None
     ttl_s: float = -1.0
     min_n: int = 20
     prior: WaitStats | None = None
@@ -117,8 +122,14 @@ class SessionEvictorSpec:
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"{self.name} evictor: {f} must be a finite number > 0, "
                                  f"got {v!r}")
-        if not (np.isfinite(self.duel_s) and self.duel_s >= 0):
-            raise ValueError(f"{self.name} evictor: duel_s must be >= 0, got {self.duel_s!r}")
+        if not (np.isfinite(self.duel_z) and self.duel_z >= 0):
+            raise ValueError(f"{self.name} evictor: duel_z must be a finite number >= 0, got "
+                             f"{self.duel_z!r}")
+        if self.duel_start is not None:
+            ok = len(self.duel_start) == 3 and all(np.isfinite(v) for v in self.duel_start)
+            if not ok or self.duel_start[0] not in (0, 1) or self.duel_start[2] < 0:
+                raise ValueError(f"{self.name} evictor: duel_start must be (leader 0 or 1, D, "
+                                 f"V >= 0), finite, got {self.duel_start!r}")
         if not (np.isfinite(self.xi_tokens) and self.xi_tokens >= 0):
             raise ValueError(f"{self.name} evictor: xi_tokens must be >= 0, got "
                              f"{self.xi_tokens!r}")
@@ -138,7 +149,9 @@ class SessionEvictorSpec:
         p[G.P_AMAX], p[G.P_REFIT], p[G.P_HORIZON] = self.amax_s, self.refit, self.horizon_s
         p[G.P_XI], p[G.P_ALPHA], p[G.P_TTL] = self.xi_tokens, self.alpha, self.ttl_s
         p[G.P_MIN_N], p[G.P_BLOCK] = self.min_n, max(int(block_tokens), 1)
-        p[G.P_DUEL] = self.duel_s
+        p[G.P_DUEL] = self.duel_z
+        if self.duel_start is not None:
+            p[G.P_LEAD0], p[G.P_D0], p[G.P_V0] = self.duel_start
         return p
 
     def with_(self, **overrides: Any) -> "SessionEvictorSpec":
@@ -178,17 +191,28 @@ def request_inputs(acc: Any) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, n
 
 
 def replay_session_hits(acc: Any, capacity_blocks: int, spec: SessionEvictorSpec, *,
-                        reference: bool = False) -> np.ndarray:
+                        reference: bool = False, diag: np.ndarray | None = None) -> np.ndarray:
     """Prefix hits per request (int64 (n,)) of ``spec`` on prepared
     :class:`~lpserve.opt.cache_flow.BlockAccesses` with ``capacity_blocks`` blocks, by the
-    numba kernel (``reference=True``: its plain-Python twin)."""
+    numba kernel (``reference=True``: its plain-Python twin). ``diag``: an int64 array
+    ``(n, 4)`` that receives the ttl-pin duel's record per request (shadow hits of LRU and
+    ttl-pin, the leader, blocks the new leader holds and the real cache does not at a
+    switch; see ``_group_kernels.group_replay``); ``(n, 5)`` adds that count after every
+    request (O(keys) per request: for tests)."""
+    n = acc.n_requests
+    if diag is None:
+        diag = np.zeros((0, 4), np.int64)
+    elif diag.ndim != 2 or diag.shape[0] != n or diag.shape[1] not in (4, 5) or \
+            diag.dtype != np.int64:
+        raise ValueError(f"replay_session_hits: diag must be int64 of shape ({n}, 4) or "
+                         f"({n}, 5), got {diag.dtype} {diag.shape}")
     st = (spec.prior or WaitStats.empty()).copy()
     thread, n_threads, cls, prompt, context = request_inputs(acc)
     fn = GR.group_replay_ref if reference else G.group_replay
     return fn(acc.offsets, acc.key, acc.request, np.asarray(acc.value_s, np.float64),
               acc.arrival_s, thread, n_threads, cls, prompt, context, acc.n_keys,
               int(capacity_blocks), spec.mode, spec.params(acc.block_tokens), G.AGE_EDGES_S,
-              G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE)
+              G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE, diag)
 
 
 def fit_wait_stats(acc: Any, *, amax_s: float = 3600.0) -> WaitStats:
@@ -202,8 +226,39 @@ def fit_wait_stats(acc: Any, *, amax_s: float = 3600.0) -> WaitStats:
     G.group_replay(acc.offsets, acc.key, acc.request, np.asarray(acc.value_s, np.float64),
                    acc.arrival_s, thread, n_threads, cls, prompt, context, acc.n_keys,
                    max(acc.n_keys, 1), G.MODE_GLRU, spec.params(acc.block_tokens),
-                   G.AGE_EDGES_S, G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE)
+                   G.AGE_EDGES_S, G.TTL_GRID_S, st.H, st.O, st.R, st.X, st.NE,
+                   np.zeros((0, 4), np.int64))
     return st
+
+
+def duel_state(diag: np.ndarray, start: tuple[float, float, float] | None = None
+               ) -> tuple[float, float, float]:
+    """The ttl-pin duel's state ``(leader, D, V)`` after the requests of ``diag`` (the
+    record of :func:`replay_session_hits`, int64 (n, 4)) when it started from ``start``:
+    the evidence against the final leader is summed since its last change, eq. (4b)."""
+    lead0, d, v = (0.0, 0.0, 0.0) if start is None else map(float, start)
+    sw = np.flatnonzero(diag[:, 3] >= 0)
+    first = 0
+    if sw.size:
+        first, d, v = int(sw[-1]) + 1, 0.0, 0.0
+    lead = float(diag[-1, 2]) if len(diag) else lead0
+    x = (diag[first:, 1] - diag[first:, 0]).astype(np.float64)
+    if lead:
+        x = -x
+    return lead, d + float(x.sum()), v + float(np.sum(x * x))
+
+
+def fit_duel_state(acc: Any, capacity_blocks: int, spec: SessionEvictorSpec
+                   ) -> tuple[float, float, float]:
+    """The ``duel_start`` that continues the ttl-pin duel of ``spec`` run on prepared
+    :class:`~lpserve.opt.cache_flow.BlockAccesses` ``acc`` (other traffic, e.g. the fit
+    stream) at ``capacity_blocks``: its final leader and the evidence against it."""
+    if spec.mode != G.MODE_TTL or spec.duel_z <= 0:
+        raise ValueError(f"fit_duel_state: {spec.name} runs no duel (mode {spec.mode}, "
+                         f"duel_z {spec.duel_z})")
+    diag = np.zeros((acc.n_requests, 4), np.int64)
+    replay_session_hits(acc, capacity_blocks, spec, diag=diag)
+    return duel_state(diag, spec.duel_start)
 
 
 # ===================================================================================== adapter
@@ -291,7 +346,7 @@ class SessionEvictor(Evictor):
             q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
             need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
             self._info[th] = (now, now + self._tau[c], now + self._predicted(th, c), need)
-            if sp.mode == G.MODE_TTL and sp.duel_s > 0:
+            if sp.mode == G.MODE_TTL and sp.duel_z > 0:
                 self._duel(event, c, need)
         if self._n_new >= sp.refit:
             self._refit()
@@ -303,8 +358,11 @@ class SessionEvictor(Evictor):
         if sh is None:
             sh = self._shadows[ev.replica] = {
                 "lru": GR.RefCache(0, 0), "ttl": GR.RefCache(0, 0), "offsets": [0], "key": [],
-                "request": [], "arrival": [], "cls": [], "ids": {}, "score": [0.0, 0.0],
-                "t": float(ev.now_s)}
+                "request": [], "arrival": [], "cls": [], "ids": {},
+                "evidence": [0.0, 0.0] if self.spec.duel_start is None
+                else [float(v) for v in self.spec.duel_start[1:]]}
+            if self.spec.duel_start is not None:
+                self._pinning[ev.replica] = bool(self.spec.duel_start[0])
         now, r, ids = float(ev.now_s), len(sh["arrival"]), sh["ids"]
         keys = [ids.setdefault(k, len(ids)) for k in ev.block_keys]
         sh["offsets"].append(sh["offsets"][-1] + len(keys))
@@ -323,11 +381,14 @@ class SessionEvictor(Evictor):
             sh[name].grow(r + 1, len(ids))
             hits.append(sh[name].step(mode, r, now, *args, exp, need, ret, self._st.NE,
                                       self._pi, self._mu, G.AGE_EDGES_S, params))
-        f = np.exp(-(now - sh["t"]) / self.spec.duel_s)
-        sl, stt = sh["score"][0] * f + hits[0], sh["score"][1] * f + hits[1]
-        sh["score"], sh["t"] = [sl, stt], now
         on = self._pinning.get(ev.replica, False)
-        self._pinning[ev.replica] = stt >= sl if on else stt > (1.0 + G.DUEL_MARGIN) * sl
+        x = float(hits[0] - hits[1] if on else hits[1] - hits[0])
+        e = sh["evidence"]
+        e[0] += x
+        e[1] += x * x
+        if e[0] > self.spec.duel_z * np.sqrt(e[1]):  # eq. (4b): the other shadow leads
+            self._pinning[ev.replica] = not on
+            e[0] = e[1] = 0.0
 
     def _predicted(self, th: int, c: int) -> float:
         """Predicted gap (s) of thread ``th`` after a wait of class ``c``
@@ -366,7 +427,7 @@ class SessionEvictor(Evictor):
         gneed = np.zeros(first.size, np.int64)
         gval = np.bincount(gid, weights=val) / np.bincount(gid)
         params = sp.params(int(view.block_tokens))
-        pins = not (sp.mode == G.MODE_TTL and sp.duel_s > 0) or \
+        pins = not (sp.mode == G.MODE_TTL and sp.duel_z > 0) or \
             self._pinning.get(view.replica, False)
         for k, j in enumerate(first.tolist()):
             c, tg_, thj = int(cls[j]), float(t[j]), int(th[j])

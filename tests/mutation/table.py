@@ -238,4 +238,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "proofs/speculation-ucb-regret.md: no learning (the arms in turn)",
         ("tests/properties/test_speculation_regret.py::"
          "test_ucb_regret_below_bound_where_the_bound_can_fail",)),
+    # ------------------------------------------------------------ session KV duel
+    Mutation(
+        "duel-follower-follows-the-other-shadow", "lpserve/policies/_group_kernels.py",
+        "            lead = sh_ttl if pinning else sh_lru",
+        "            lead = sh_lru if pinning else sh_ttl",
+        "proofs/kv-duel-follower.md lemma 2: the real cache follows the shadow that does not "
+        "lead (before any switch it would not be LRU)",
+        ("tests/properties/test_duel_follower.py::test_real_cache_follows_its_leader",
+         "tests/properties/test_duel_follower.py::"
+         "test_follower_on_composed_sessions_switches_and_keeps_its_bounds")),
 )

@@ -12,6 +12,7 @@ from lpserve.policies import _group_kernels as G
 from lpserve.policies.evictors_sessions import (
     SESSION_SPECS,
     SessionEvictorSpec,
+    fit_duel_state,
     fit_wait_stats,
     replay_session_hits,
 )
@@ -71,15 +72,46 @@ def test_replay_does_not_anticipate(stream, name):
 
 def test_ttl_pin_beats_lru_when_sessions_compete(stream):
     """Warm-started on the other 31 bundled sessions, ttl-pin keeps the sessions that are
-    in a tool loop where LRU lets every session push the others out."""
+    in a tool loop where LRU lets every session push the others out; its duel, started
+    from the state it reached on those sessions at the same load and capacity, follows
+    ttl-pin from the first request (67 requests are too few to switch on evidence)."""
     acc = cf.block_accesses(compose(bundled_sessions().take(np.arange(12)), rate_per_s=1 / 4,
                                     seed=0))
-    prior = fit_wait_stats(cf.block_accesses(compose(bundled_sessions().take(
-        np.arange(12, 43)), rate_per_s=1 / 30, seed=1)))
+    other = bundled_sessions().take(np.arange(12, 43))
+    prior = fit_wait_stats(cf.block_accesses(compose(other, rate_per_s=1 / 30, seed=1)))
+    fit_acc = cf.block_accesses(compose(other, rate_per_s=1 / 4, seed=1))
     for C in (1500, 3000):
         lru = EK.lru_replay(acc.offsets, acc.key, acc.n_keys, C).sum()
         sp = SESSION_SPECS["ttl-pin"].with_(prior=prior, min_n=5)
-        assert replay_session_hits(acc, C, sp).sum() > 1.2 * lru
+        pure = replay_session_hits(acc, C, sp.with_(duel_z=0.0))
+        assert pure.sum() > 1.2 * lru
+        cold = replay_session_hits(acc, C, sp)
+        assert np.array_equal(cold, EK.lru_replay(acc.offsets, acc.key, acc.n_keys, C))
+        start = fit_duel_state(fit_acc, C, sp)
+        assert start[0] == 1.0  # ttl-pin led the duel on the other sessions
+        assert np.array_equal(replay_session_hits(acc, C, sp.with_(duel_start=start)), pure)
+
+
+def test_duel_parameters_are_checked_and_its_state_carried_over(stream):
+    base = SESSION_SPECS["ttl-pin"]
+    for bad in ({"duel_z": -1.0}, {"duel_z": float("nan")}, {"duel_start": (2, 0.0, 0.0)},
+                {"duel_start": (1, 0.0, -1.0)}, {"duel_start": (0, float("inf"), 0.0)},
+                {"duel_start": (1, 0.0)}):
+        with pytest.raises(ValueError, match="duel_"):
+            base.with_(**bad)
+    with pytest.raises(ValueError, match="runs no duel"):
+        fit_duel_state(cf.block_accesses(stream), 500, base.with_(duel_z=0.0))
+    acc = cf.block_accesses(stream)
+    sp = base.with_(min_n=1, refit=1, duel_z=0.5)
+    d = np.zeros((acc.n_requests, 4), np.int64)
+    replay_session_hits(acc, 500, sp, diag=d)
+    sw = np.flatnonzero(d[:, 3] >= 0)
+    assert sw.size >= 1
+    lead, D, V = fit_duel_state(acc, 500, sp)
+    x = (d[sw[-1] + 1:, 1] - d[sw[-1] + 1:, 0]) * (-1 if d[-1, 2] else 1)
+    assert (lead, D, V) == (float(d[-1, 2]), float(x.sum()), float((x * x).sum()))
+    with pytest.raises(ValueError, match="diag must be int64"):
+        replay_session_hits(acc, 500, sp, diag=np.zeros((3, 4), np.int64))
 
 
 def test_wait_statistics_and_fits_by_hand():
