@@ -131,6 +131,7 @@ def _spied(policy: Any, log: list) -> Any:
     class SE(Evictor):
         name, meta = e.name, e.meta
         reads_queue = getattr(e, "reads_queue", False)
+        reads_keys = getattr(e, "reads_keys", False)
         observes_requests = getattr(e, "observes_requests", False)
 
         def bind(self, cluster, slo, tiers=()):

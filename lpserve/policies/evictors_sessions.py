@@ -275,7 +275,10 @@ class SessionEvictor(Evictor):
     first. Recompute values of ``return-knapsack`` come from the cluster's cost model
     (``models/kv-caching-flow.md`` (10)). The ttl-pin duel runs its two shadow caches per
     replica (capacity: the replica's KV blocks), each finished request touching its prompt
-    blocks there; while LRU's shadow leads, no block is pinned.
+    blocks there, and changes the leader by the test (4b); while LRU's shadow leads, no
+    block is pinned, and the evictable blocks the leading shadow has seen and dropped go
+    first (the follower (4c) as far as a prefix cache that also holds the blocks of
+    requests in flight allows; ``reads_keys`` gives the view's block keys).
     """
 
     meta = Meta(online=True, engines=("lpserve",))
@@ -284,6 +287,7 @@ class SessionEvictor(Evictor):
     def __init__(self, spec: SessionEvictorSpec) -> None:
         self.spec = spec
         self.name = f"kv-{spec.name}"
+        self.reads_keys = spec.mode == G.MODE_TTL and spec.duel_z > 0
         self.reset(None, None)
 
     def reset(self, cluster: Any, rng: Any) -> None:
@@ -444,5 +448,12 @@ class SessionEvictor(Evictor):
         p = prim[gid]
         if sp.mode == G.MODE_TAIL:
             p = np.where(depth >= gneed[gid], 0.0, 1.0)
-        order = np.lexsort((-depth, gid, sec[gid], p))
+        kept = np.ones(n, bool)  # (4c): blocks the leading shadow dropped go first
+        sh = self._shadows.get(view.replica) if view.key is not None else None
+        if self.reads_keys and sh is not None:
+            lead, ids = sh["ttl" if pins else "lru"], sh["ids"]
+            for j, k in enumerate(view.key):
+                i = ids.get(k)
+                kept[j] = i is None or i >= len(lead.inc) or bool(lead.inc[i])
+        order = np.lexsort((-depth, gid, sec[gid], p, kept))
         return order[:int(need_blocks)].astype(np.int64)

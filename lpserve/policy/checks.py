@@ -164,6 +164,7 @@ HIDDEN_FIELDS = {
     "parent": "the trace has no parent calls (or, in an EvictorView, the view was built by "
               "hand without them)",
     "queued": "EvictorView.queued is filled only for evictors whose reads_queue is True",
+    "key": "EvictorView.key is filled only for evictors whose reads_keys is True",
     "children": "the EvictorView was built by hand without it",
     "turn_gap_s": "the EvictorView was built by hand without it",
 }

@@ -175,12 +175,15 @@ class Evictor(Role):
 
     ``reads_queue = True`` asks the simulator to fill ``EvictorView.queued`` (the blocks the
     waiting requests would hit), which costs a cache lookup per queued block.
+    ``reads_keys = True`` asks it to fill ``EvictorView.key`` (each evictable block's
+    prefix-cache key), which costs a list lookup per evictable block.
     ``observes_requests = True`` asks it to call :meth:`observe` with a
     :class:`~lpserve.policy.views.RequestEvent` when a request arrives at a replica and
     when it finishes there (what an evictor learns return gaps from).
     """
 
     reads_queue: bool = False
+    reads_keys: bool = False
     observes_requests: bool = False
 
     def observe(self, event: Any) -> None:

@@ -94,8 +94,11 @@ class EvictorView:
         wait_kind: why that request's client waits (``Trace.wait_kind``; -1 when unknown
             or when the request was preempted, not finished) (int64).
         block_tokens: tokens per block of the replica (0 when not given).
+        key: the blocks' prefix-cache keys (the hash-chain keys of
+            ``RequestEvent.block_keys``), filled only for evictors whose ``reads_keys``
+            attribute is True (a Python tuple, one key per block), else None.
 
-    The simulator fills the other fields; views built by hand may leave the last six None.
+    The simulator fills the other fields; views built by hand may leave the last seven None.
     """
 
     now_s: float
@@ -112,6 +115,7 @@ class EvictorView:
     thread: np.ndarray | None = None
     wait_kind: np.ndarray | None = None
     block_tokens: int = 0
+    key: tuple | None = None
 
     def __len__(self) -> int:
         return int(self.block.shape[0])

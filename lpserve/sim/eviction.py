@@ -43,7 +43,9 @@ def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
                        turn_gap_s=readonly(bm.turn_gap_s[slots]),
                        queued=None if queued is None else readonly(np.isin(slots, queued)),
                        thread=readonly(bm.thread[slots]),
-                       wait_kind=readonly(bm.wait_kind[slots]), block_tokens=bm.block_tokens)
+                       wait_kind=readonly(bm.wait_kind[slots]), block_tokens=bm.block_tokens,
+                       key=(tuple(bm.slot_key[s] for s in slots.tolist())
+                            if getattr(evictor, "reads_keys", False) else None))
     pos = check_evictions(evictor.evict(view, int(need)), int(need), int(slots.size), who)
     return slots[pos].tolist()
 

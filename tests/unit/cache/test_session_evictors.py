@@ -114,6 +114,27 @@ def test_duel_parameters_are_checked_and_its_state_carried_over(stream):
         replay_session_hits(acc, 500, sp, diag=np.zeros((3, 4), np.int64))
 
 
+def test_adapter_evicts_first_what_the_leading_shadow_dropped():
+    """The simulator's duel (4c): of two idle blocks in LRU order, the one the leading (LRU)
+    shadow still holds stays, the one it dropped goes first, though it is more recent."""
+    from lpserve.policy import EvictorView, RequestEvent
+    from lpserve.policies.evictors_sessions import SessionEvictor
+
+    ev = SessionEvictor(SESSION_SPECS["ttl-pin"])
+    assert ev.reads_keys and not SessionEvictor(SESSION_SPECS["ttl-pin"].with_(
+        duel_z=0.0)).reads_keys
+    for t, keys in ((0.0, ("a",)), (1.0, ("b",)), (2.0, ("c",))):  # shadows of 2 blocks
+        ev.observe(RequestEvent("finish", t, 0, int(t), int(t), 0, 64, 64, 64, 2, keys))
+    f = lambda *x: np.asarray(x, np.float64)
+    view = EvictorView(now_s=3.0, replica=0, block=np.array([0, 1]),
+                       last_access_s=f(0.5, 0.2), hits=np.zeros(2, np.int64),
+                       depth=np.zeros(2, np.int64), created_s=f(0.0, 0.0),
+                       thread=np.array([5, 6]), wait_kind=np.array([0, 0]), block_tokens=64)
+    assert ev.evict(view, 1).tolist() == [1]  # no keys: LRU order
+    keyed = EvictorView(**{**view.__dict__, "key": ("a", "b")})
+    assert ev.evict(keyed, 1).tolist() == [0]  # "a" was dropped by the LRU shadow
+
+
 def test_wait_statistics_and_fits_by_hand():
     K, J, B = G.N_CLASSES, G.TTL_GRID_S.size, G.AGE_EDGES_S.size - 1
     H, O, R, X, NE = (np.zeros((K, J)), np.zeros((K, J)), np.zeros((K, B)), np.zeros((K, B)),
