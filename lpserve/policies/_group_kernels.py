@@ -24,7 +24,9 @@ without one (*no return*). Modes (``MODE_*``, equations of ``models/kv-sessions.
   its class fitted online by :func:`fit_ttl` (3); unpinned groups go first, least recent
   first; then pinned ones, the one whose thread is predicted to return last first (its
   predicted return: the touch time plus the thread's recent gaps after waits of that
-  class, else the class's mean gap) (4).
+  class, else the class's mean gap) (4). With its duel (the default), shadow LRU and pure
+  ttl-pin caches run beside a real cache that follows whichever leads by the test (4b),
+  evicting only blocks the leader no longer holds (4c).
 * ``reuse-decay`` (Wang et al., ATC'25): primary = probability that the group is reused
   within ``horizon`` seconds given its age, from a per-class exponential reuse-time fit
   (5).

@@ -11,7 +11,8 @@ waits that have ended: the time until the thread's next request, or no return wi
 ttl-pin          Continuum (Li et al., arXiv 2511.02230): pin a conversation's KV for a TTL
                  per wait kind, fitted online by the price of cache space that makes the
                  expected pinned occupancy fit the capacity; unpinned KV goes first (LRU),
-                 then pins, latest expiry first
+                 then pins, latest expiry first; a duel against LRU decides, by a
+                 sequential test, which of the two the cache follows
 reuse-decay      Wang et al., "KVCache Cache in the Wild" (ATC'25): reuse probability per
                  category that decays exponentially with idle time, fitted online; evict
                  the least likely to be reused within ``horizon_s``

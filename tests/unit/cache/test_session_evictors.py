@@ -117,8 +117,8 @@ def test_duel_parameters_are_checked_and_its_state_carried_over(stream):
 def test_adapter_evicts_first_what_the_leading_shadow_dropped():
     """The simulator's duel (4c): of two idle blocks in LRU order, the one the leading (LRU)
     shadow still holds stays, the one it dropped goes first, though it is more recent."""
-    from lpserve.policy import EvictorView, RequestEvent
     from lpserve.policies.evictors_sessions import SessionEvictor
+    from lpserve.policy import EvictorView, RequestEvent
 
     ev = SessionEvictor(SESSION_SPECS["ttl-pin"])
     assert ev.reads_keys and not SessionEvictor(SESSION_SPECS["ttl-pin"].with_(
