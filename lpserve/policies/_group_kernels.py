@@ -49,11 +49,12 @@ N_CLASSES = 3  # Trace.wait_kind + 1: unknown, tool call, user turn
 #: refreshed every this many ended waits, reuse horizon (s), tail threshold (tokens),
 #: weight of the newest gap in a thread's moving average, fixed TTL (s; < 0: learn),
 #: fewest ended waits before a class uses its own fit, tokens per block
-#: the ttl-pin duel's evidence threshold z (0: no duel), and the duel's start (eq. (4b)):
-#: the leader (1: ttl-pin) and the evidence D, V against it carried over from other traffic
+#: the ttl-pin duel's level alpha (0: no duel), the duel's start (eq. (4b)): the leader
+#: (1: ttl-pin) and the evidence D, V against it carried over from other traffic, and the
+#: scale of its boundary in capacities (y = (scale * capacity) ** 2)
 (P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK, P_DUEL, P_LEAD0, P_D0,
- P_V0) = range(12)
-N_PARAMS = 12
+ P_V0, P_DSCALE) = range(13)
+N_PARAMS = 13
 #: ages (s) at which keys are re-evaluated; bin ``b`` is ``[AGE_EDGES_S[b], [b+1])``
 AGE_EDGES_S = np.array([0.0, 2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 90, 120, 180,
                         240, 360, 480, 720, 900, 1200, 1800, 2700, 3600])
@@ -176,6 +177,15 @@ def update_gap(tg, th, c, gap, amax, alpha):  # pragma: no cover - numba
     (weight ``alpha`` on the newest; a gap above ``amax`` is no return and is skipped)."""
     if th >= 0 and gap <= amax:
         tg[th, c] = gap if tg[th, c] <= 0 else alpha * gap + (1.0 - alpha) * tg[th, c]
+
+
+@njit(cache=True)
+def duel_bound(V, y, alpha):  # pragma: no cover - numba
+    """Eq. (4b): the evidence ``D`` (summed per-request hit differences, ``V`` their summed
+    squares) above which the other shadow leads at level ``alpha`` uniformly over time
+    (normal-mixture boundary with scale ``y``, block-hits squared; numpy arrays work too,
+    through ``duel_bound.py_func``)."""
+    return np.sqrt((V + y) * (np.log1p(V / y) + 2.0 * np.log(1.0 / alpha)))
 
 
 # ===================================================================================== heap
@@ -413,9 +423,10 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
     (N_PARAMS,). ``H, O, R, X, NE``: the wait statistics of :func:`record_wait`, updated in
     place (pass zeros, or statistics fitted on other traffic to start warm).
 
-    With ``mode == MODE_TTL`` and ``params[P_DUEL] = z > 0`` two shadow caches run, pure
-    LRU and pure ttl-pin; the leader changes when the other shadow's hits since the last
-    change exceed the leader's by ``z`` standard errors (eq. (4b)), and the real cache
+    With ``mode == MODE_TTL`` and ``params[P_DUEL] = alpha > 0`` two shadow caches run,
+    pure LRU and pure ttl-pin; the leader changes when the other shadow's hits since the
+    last change exceed the leader's by :func:`duel_bound` (level ``alpha``, scale
+    ``(params[P_DSCALE] * capacity) ** 2``; eq. (4b)), and the real cache
     follows the leader (eq. (4c)): it evicts only blocks the leader no longer holds, so it
     holds what the leader holds once they agree. ``diag`` (int64 (n, 4), or (0, 4) for
     none) receives per request the two shadows' hits, the leader after the request
@@ -439,6 +450,7 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
     pinning = duel and params[P_LEAD0] > 0  # the duel's leader (True: ttl-pin)
     ev_d, ev_v = params[P_D0], params[P_V0]  # evidence against the leader, eq. (4b)
     want = diag.shape[0] > 0
+    y_duel = (params[P_DSCALE] * max(capacity, 1)) ** 2  # (4b): a switch costs <= C misses
     last_req = np.full(max(n_threads, 1), -1, np.int64)
     tg = np.zeros((max(n_threads, 1), K))
     resolved = np.zeros(n, np.bool_)
@@ -492,7 +504,7 @@ def group_replay(offsets, key, request, value, arrival_s, thread, n_threads, cls
             ev_d += x
             ev_v += x * x
             was = pinning
-            if ev_d > params[P_DUEL] * math.sqrt(ev_v):  # the other shadow leads: switch
+            if ev_d > duel_bound(ev_v, y_duel, params[P_DUEL]):  # the other one leads
                 pinning = not pinning
                 ev_d = ev_v = 0.0
             lead = sh_ttl if pinning else sh_lru

@@ -18,6 +18,7 @@ from lpserve.policies._group_kernels import (
     P_AMAX,
     P_BLOCK,
     P_D0,
+    P_DSCALE,
     P_DUEL,
     P_LEAD0,
     P_MIN_N,
@@ -25,6 +26,7 @@ from lpserve.policies._group_kernels import (
     P_TTL,
     P_V0,
     P_XI,
+    duel_bound,
     fit_return,
     fit_ttl,
     group_key,
@@ -217,7 +219,8 @@ def group_replay_ref(offsets, key, request, value, arrival_s, thread, n_threads,
             ev_d += x
             ev_v += x * x
             was = pinning
-            if ev_d > params[P_DUEL] * math.sqrt(ev_v):
+            y = (params[P_DSCALE] * max(capacity, 1)) ** 2
+            if ev_d > duel_bound.py_func(ev_v, y, params[P_DUEL]):
                 pinning = not pinning
                 ev_d = ev_v = 0.0
             lead = sh_ttl if pinning else sh_lru

@@ -91,10 +91,12 @@ class SessionEvictorSpec:
         ttl_s: a fixed TTL for every wait kind (s); < 0 learns it (``ttl-pin``).
         min_n: ended waits of a class before it uses its own statistics.
         alpha: weight of the newest gap in a thread's moving average (``ttl-pin``).
-        duel_z: ``ttl-pin`` runs shadow LRU and ttl-pin caches and the real cache follows
-            the leader, which changes when the other shadow's hits since the last change
-            exceed the leader's by ``duel_z`` standard errors (``models/kv-sessions.md``
-            (4b)-(4c)); 0: no duel, always pin.
+        duel_alpha: ``ttl-pin`` runs shadow LRU and ttl-pin caches and the real cache
+            follows the leader, which changes when the other shadow's hits since the last
+            change exceed the leader's by the time-uniform boundary of level
+            ``duel_alpha`` (``models/kv-sessions.md`` (4b)-(4c)); 0: no duel, always pin.
+        duel_scale: the boundary's scale ``y = (duel_scale * capacity) ** 2`` (block-hits
+            squared; 1: the most a switch can cost in unit-block caching, ``C`` misses).
         duel_start: ``(leader, D, V)`` the duel starts from (leader 1: ttl-pin; ``D``,
             ``V``: the evidence against it), e.g. :func:`fit_duel_state` on other traffic
             at the same capacity; None starts with LRU leading and no evidence.
@@ -110,7 +112,8 @@ class SessionEvictorSpec:
     horizon_s: float = 60.0
     xi_tokens: float = 8192.0
     alpha: float = 0.5
-    duel_z: float = 2.0
+    duel_alpha: float = 0.05
+    duel_scale: float = 1.0
     duel_start: tuple[float, float, float] | None = None
     ttl_s: float = -1.0
     min_n: int = 20
@@ -123,9 +126,12 @@ class SessionEvictorSpec:
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"{self.name} evictor: {f} must be a finite number > 0, "
                                  f"got {v!r}")
-        if not (np.isfinite(self.duel_z) and self.duel_z >= 0):
-            raise ValueError(f"{self.name} evictor: duel_z must be a finite number >= 0, got "
-                             f"{self.duel_z!r}")
+        if not (0.0 <= self.duel_alpha <= 1.0):
+            raise ValueError(f"{self.name} evictor: duel_alpha must be in [0, 1] (0: no duel), "
+                             f"got {self.duel_alpha!r}")
+        if not (np.isfinite(self.duel_scale) and self.duel_scale > 0):
+            raise ValueError(f"{self.name} evictor: duel_scale must be a finite number > 0, "
+                             f"got {self.duel_scale!r}")
         if self.duel_start is not None:
             ok = len(self.duel_start) == 3 and all(np.isfinite(v) for v in self.duel_start)
             if not ok or self.duel_start[0] not in (0, 1) or self.duel_start[2] < 0:
@@ -150,7 +156,7 @@ class SessionEvictorSpec:
         p[G.P_AMAX], p[G.P_REFIT], p[G.P_HORIZON] = self.amax_s, self.refit, self.horizon_s
         p[G.P_XI], p[G.P_ALPHA], p[G.P_TTL] = self.xi_tokens, self.alpha, self.ttl_s
         p[G.P_MIN_N], p[G.P_BLOCK] = self.min_n, max(int(block_tokens), 1)
-        p[G.P_DUEL] = self.duel_z
+        p[G.P_DUEL], p[G.P_DSCALE] = self.duel_alpha, self.duel_scale
         if self.duel_start is not None:
             p[G.P_LEAD0], p[G.P_D0], p[G.P_V0] = self.duel_start
         return p
@@ -254,9 +260,9 @@ def fit_duel_state(acc: Any, capacity_blocks: int, spec: SessionEvictorSpec
     """The ``duel_start`` that continues the ttl-pin duel of ``spec`` run on prepared
     :class:`~lpserve.opt.cache_flow.BlockAccesses` ``acc`` (other traffic, e.g. the fit
     stream) at ``capacity_blocks``: its final leader and the evidence against it."""
-    if spec.mode != G.MODE_TTL or spec.duel_z <= 0:
+    if spec.mode != G.MODE_TTL or spec.duel_alpha <= 0:
         raise ValueError(f"fit_duel_state: {spec.name} runs no duel (mode {spec.mode}, "
-                         f"duel_z {spec.duel_z})")
+                         f"duel_alpha {spec.duel_alpha})")
     diag = np.zeros((acc.n_requests, 4), np.int64)
     replay_session_hits(acc, capacity_blocks, spec, diag=diag)
     return duel_state(diag, spec.duel_start)
@@ -288,7 +294,7 @@ class SessionEvictor(Evictor):
     def __init__(self, spec: SessionEvictorSpec) -> None:
         self.spec = spec
         self.name = f"kv-{spec.name}"
-        self.reads_keys = spec.mode == G.MODE_TTL and spec.duel_z > 0
+        self.reads_keys = spec.mode == G.MODE_TTL and spec.duel_alpha > 0
         self.reset(None, None)
 
     def reset(self, cluster: Any, rng: Any) -> None:
@@ -351,7 +357,7 @@ class SessionEvictor(Evictor):
             q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
             need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
             self._info[th] = (now, now + self._tau[c], now + self._predicted(th, c), need)
-            if sp.mode == G.MODE_TTL and sp.duel_z > 0:
+            if sp.mode == G.MODE_TTL and sp.duel_alpha > 0:
                 self._duel(event, c, need)
         if self._n_new >= sp.refit:
             self._refit()
@@ -391,7 +397,8 @@ class SessionEvictor(Evictor):
         e = sh["evidence"]
         e[0] += x
         e[1] += x * x
-        if e[0] > self.spec.duel_z * np.sqrt(e[1]):  # eq. (4b): the other shadow leads
+        y = (self.spec.duel_scale * max(int(ev.total_blocks), 1)) ** 2
+        if e[0] > G.duel_bound(e[1], y, self.spec.duel_alpha):  # (4b): the other one leads
             self._pinning[ev.replica] = not on
             e[0] = e[1] = 0.0
 
@@ -432,7 +439,7 @@ class SessionEvictor(Evictor):
         gneed = np.zeros(first.size, np.int64)
         gval = np.bincount(gid, weights=val) / np.bincount(gid)
         params = sp.params(int(view.block_tokens))
-        pins = not (sp.mode == G.MODE_TTL and sp.duel_z > 0) or \
+        pins = not (sp.mode == G.MODE_TTL and sp.duel_alpha > 0) or \
             self._pinning.get(view.replica, False)
         for k, j in enumerate(first.tolist()):
             c, tg_, thj = int(cls[j]), float(t[j]), int(th[j])

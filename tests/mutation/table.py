@@ -248,4 +248,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/properties/test_duel_follower.py::test_real_cache_follows_its_leader",
          "tests/properties/test_duel_follower.py::"
          "test_follower_on_composed_sessions_switches_and_keeps_its_bounds")),
+    Mutation(
+        "duel-boundary-without-mixture-term", "lpserve/policies/_group_kernels.py",
+        "    return np.sqrt((V + y) * (np.log1p(V / y) + 2.0 * np.log(1.0 / alpha)))",
+        "    return np.sqrt((V + y) * (2.0 * np.log(1.0 / alpha)))",
+        "proofs/kv-duel-follower.md (boundary): a fixed threshold instead of the time-uniform "
+        "one, crossed more often than its level when the duel looks after every request",
+        ("tests/properties/test_duel_follower.py::"
+         "test_duel_boundary_is_crossed_at_most_alpha_of_the_time_without_a_leader",)),
 )

@@ -50,8 +50,8 @@ def test_segment_lp_equals_block_lp_and_bounds_the_session_evictors(tr, C):
     assert abs(seg_ub - block.info["value_lp"] / acc.n_accesses) <= 1e-7
     opt = cf.solve(cf.build(acc, C), integer=True).info["value_rounded"] / acc.n_accesses
     for name, spec in SESSION_SPECS.items():
-        for sp in (spec, spec.with_(min_n=1, refit=1, duel_z=0.0)):
+        for sp in (spec, spec.with_(min_n=1, refit=1, duel_alpha=0.0)):
             assert replay_accesses(acc, C, name, **{k: getattr(sp, k) for k in
-                                   ("min_n", "refit", "duel_z")}).hit_rate <= opt + 1e-9
+                                   ("min_n", "refit", "duel_alpha")}).hit_rate <= opt + 1e-9
     seg_hits = replay_accesses(acc, C, "lp").hits
     assert seg_hits == int(round(block.info["value_lp"]))

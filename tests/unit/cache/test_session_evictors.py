@@ -83,7 +83,7 @@ def test_ttl_pin_beats_lru_when_sessions_compete(stream):
     for C in (1500, 3000):
         lru = EK.lru_replay(acc.offsets, acc.key, acc.n_keys, C).sum()
         sp = SESSION_SPECS["ttl-pin"].with_(prior=prior, min_n=5)
-        pure = replay_session_hits(acc, C, sp.with_(duel_z=0.0))
+        pure = replay_session_hits(acc, C, sp.with_(duel_alpha=0.0))
         assert pure.sum() > 1.2 * lru
         cold = replay_session_hits(acc, C, sp)
         assert np.array_equal(cold, EK.lru_replay(acc.offsets, acc.key, acc.n_keys, C))
@@ -94,15 +94,15 @@ def test_ttl_pin_beats_lru_when_sessions_compete(stream):
 
 def test_duel_parameters_are_checked_and_its_state_carried_over(stream):
     base = SESSION_SPECS["ttl-pin"]
-    for bad in ({"duel_z": -1.0}, {"duel_z": float("nan")}, {"duel_start": (2, 0.0, 0.0)},
+    for bad in ({"duel_alpha": -1.0}, {"duel_alpha": float("nan")}, {"duel_alpha": 1.5}, {"duel_scale": 0.0}, {"duel_start": (2, 0.0, 0.0)},
                 {"duel_start": (1, 0.0, -1.0)}, {"duel_start": (0, float("inf"), 0.0)},
                 {"duel_start": (1, 0.0)}):
         with pytest.raises(ValueError, match="duel_"):
             base.with_(**bad)
     with pytest.raises(ValueError, match="runs no duel"):
-        fit_duel_state(cf.block_accesses(stream), 500, base.with_(duel_z=0.0))
+        fit_duel_state(cf.block_accesses(stream), 500, base.with_(duel_alpha=0.0))
     acc = cf.block_accesses(stream)
-    sp = base.with_(min_n=1, refit=1, duel_z=0.5)
+    sp = base.with_(min_n=1, refit=1, duel_alpha=1.0, duel_scale=100.0)
     d = np.zeros((acc.n_requests, 4), np.int64)
     replay_session_hits(acc, 500, sp, diag=d)
     sw = np.flatnonzero(d[:, 3] >= 0)
@@ -122,7 +122,7 @@ def test_adapter_evicts_first_what_the_leading_shadow_dropped():
 
     ev = SessionEvictor(SESSION_SPECS["ttl-pin"])
     assert ev.reads_keys and not SessionEvictor(SESSION_SPECS["ttl-pin"].with_(
-        duel_z=0.0)).reads_keys
+        duel_alpha=0.0)).reads_keys
     for t, keys in ((0.0, ("a",)), (1.0, ("b",)), (2.0, ("c",))):  # shadows of 2 blocks
         ev.observe(RequestEvent("finish", t, 0, int(t), int(t), 0, 64, 64, 64, 2, keys))
     f = lambda *x: np.asarray(x, np.float64)
