@@ -256,4 +256,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "one, crossed more often than its level when the duel looks after every request",
         ("tests/properties/test_duel_follower.py::"
          "test_duel_boundary_is_crossed_at_most_alpha_of_the_time_without_a_leader",)),
+    Mutation(
+        "duel-follower-evicts-what-the-leader-holds", "lpserve/policies/_group_kernels.py",
+        "        if inc[k] and not linc[k] and lpos[k] == lsc[4] - 1:  # the key's latest entry",
+        "        if inc[k] and lpos[k] == lsc[4] - 1:  # the key's latest entry",
+        "proofs/kv-duel-follower.md lemma 3: the real cache also evicts blocks its leader "
+        "holds (the blocks the leader holds and it does not grow between switches)",
+        ("tests/properties/test_duel_follower.py::"
+         "test_follower_on_composed_sessions_switches_and_keeps_its_bounds",)),
 )
