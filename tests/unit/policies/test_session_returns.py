@@ -81,8 +81,8 @@ def test_a_cold_long_prompt_avoids_the_replica_sessions_will_come_back_to():
                      now=20.4, completions=done))   # session 3 back after 20 s, to replica 0
         return int(r.route(view([100_000], pending=[0, 0], session=[9], request=[4],
                                 now=20.4, completions=_done([], [], [], [], [])))[0])
-    assert run(_router(2)) == 1
-    assert run(_router(2, sessions=False)) == 0
+    assert run(_router(2, sessions=True)) == 1
+    assert run(_router(2)) == 0                    # the default: no session term
 
 
 def test_kernel_twin_agree_with_the_session_term_and_backlog_attention():
