@@ -284,14 +284,20 @@ class Replica(KVMoves):
     def _preempt_outranked(self) -> None:
         """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
         bm = self.bm
+        freed = lambda v, taken: freed_blocks(self.bm, self.S, v, taken)  # noqa: E731
+        if self.proactive:  # a victim whose KV has no host room cannot yield its blocks
+            fits = X.HostRoom(self)
+            freed = lambda v, taken, f=freed: f(v, taken) if fits(v) else 0  # noqa: E731
         victims = preempt.outranked_victims(
             self.waiting, self.running, self.ranks(),
             self.eng.max_num_seqs - len(self.running) - len(self.loading),
             bm.available - self.wm_blocks + self._link_net(), bm.total - self.wm_blocks,
-            self.admit_need,
-            lambda v, taken: freed_blocks(self.bm, self.S, v, taken))
+            self.admit_need, freed)
         for v in victims:
-            X.park(self, v) if self.proactive else self.preempt(v)
+            if not self.proactive:
+                self.preempt(v)
+            elif fits(v):
+                X.park(self, v)
 
     # =============================================================== admission
     def _admit(self, budget: int, chunks: list, allow_chunk: bool) -> int:
@@ -332,6 +338,8 @@ class Replica(KVMoves):
                 S.kv_remote[i] = False
                 self._resumed = True
             else:
+                if self.proactive and X.holds_prompt(self, i):
+                    continue  # FastServe's host guard: passed over, not head of line
                 keys = S.block_keys(i, bt) if eng.prefix_caching else []
                 hits = bm.match(keys)
                 cached = min(len(hits) * bt, L - 1)

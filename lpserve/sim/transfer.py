@@ -33,14 +33,17 @@ import numpy as np
 from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.sim.state import RUNNING, TRANSFER, WAITING, XF_IN, XF_NONE, XF_OUT, XF_RESIDENT
 
-__all__ = ["RMLQ_BASE_S", "RMLQ_LEVELS", "Copy", "HostLink", "admit_swapped", "deadline_s",
-           "joins_by", "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
+__all__ = ["HOST_ADMIT_FLOOR", "RMLQ_BASE_S", "RMLQ_LEVELS", "Copy", "HostLink", "HostRoom", "admit_swapped",
+           "deadline_s", "holds_prompt", "joins_by", "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
            "tick"]
 
 #: the reverse multi-level queue of ``link_order="rmlq"``: level ``k`` holds copies whose
 #: laxity is in ``[base * 2**k, base * 2**(k+1))`` (level 0 below ``2 * base``, the last
 #: level everything above, including copies without a deadline); lower levels start first
 RMLQ_BASE_S = 0.01
+#: FastServe's host guard (its scheduler's hard-coded 0.1): new prompts wait while less
+#: than this share of host memory is free (:func:`holds_prompt`)
+HOST_ADMIT_FLOOR = 0.1
 RMLQ_LEVELS = 8
 
 
@@ -310,13 +313,14 @@ def park(rep: Any, v: int) -> None:
     rep.waiting.insert(0, v)
 
 
-def _evict_resident(rep: Any, v: int) -> bool:
-    """Swap out (or, without host room or with recompute preemption, drop) resident ``v``;
-    True if it was dropped (its blocks are free now, not at the end of a copy)."""
+def _evict_resident(rep: Any, v: int, mode: str | None = None) -> bool:
+    """Swap out (or, without host room or with recompute preemption, drop) resident ``v``
+    (by ``mode``, default its preemption mode); True if it was dropped (its blocks are
+    free now, not at the end of a copy)."""
     S = rep.S
     S.xfer[v] = XF_NONE
     held = int(S.anon[v] + S.nslots[v])
-    if not _swap_out(rep, v, held, rep.preemption_mode(v, held)):
+    if not _swap_out(rep, v, held, mode or rep.preemption_mode(v, held)):
         _drop_kv(rep, v)
         return True
     return False
@@ -353,6 +357,52 @@ def admit_swapped(rep: Any, i: int) -> int:
     return 1
 
 
+class HostRoom:
+    """Which running requests of ``rep`` priority preemption may park under proactive
+    swapping: those whose KV, in their preemption mode, fits in the host memory left by
+    the resident requests and the victims before them (asked once per request, in the
+    order asked). Parking a request without host room frees none of its blocks (FastServe
+    never drops KV to recompute): it keeps running instead (``models/simulator.md`` (30))."""
+
+    def __init__(self, rep: Any) -> None:
+        self.rep = rep
+        S = rep.S
+        self.left = rep.host_free - sum(int(S.anon[i] + S.nslots[i]) for i in rep.waiting
+                                        if S.xfer[i] == XF_RESIDENT)
+        self.seen: dict[int, bool] = {}
+
+    def __call__(self, v: int) -> bool:
+        """Whether running request ``v`` may be parked."""
+        if v not in self.seen:
+            need = _host_need(self.rep, v)
+            self.seen[v] = need <= self.left
+            if self.seen[v]:
+                self.left -= need
+        return self.seen[v]
+
+
+def _host_need(rep: Any, v: int) -> int:
+    """Host blocks swapping out ``v`` takes in its preemption mode (0 to recompute)."""
+    held = int(rep.S.anon[v] + rep.S.nslots[v])
+    mode = rep.preemption_mode(v, held)
+    if mode == "swap":
+        return held
+    if mode == "compress-swap":
+        return compressed_host_blocks(held, rep.eng.compression_ratio)
+    return 0
+
+
+def holds_prompt(rep: Any, i: int) -> bool:
+    """FastServe's host guard: with proactive swapping, a waiting request that has not
+    started (no KV anywhere, no token yet) is passed over by admission while less than
+    ``HOST_ADMIT_FLOOR`` of host memory is free, so the requests with KV finish first
+    and swap-outs keep room on the host (``models/simulator.md`` (30))."""
+    cap = rep.ctx.host_blocks
+    S = rep.S
+    return rep.host_free < HOST_ADMIT_FLOOR * cap and S.computed[i] == 0 and \
+        not S.swapped[i] and S.xfer[i] == XF_NONE and np.isnan(S.first_token[i])
+
+
 def proactive_target(rep: Any) -> int:
     """Free blocks proactive swapping keeps for arrivals (``models/simulator.md`` (30))."""
     v = rep.eng.proactive_free_blocks
@@ -370,6 +420,18 @@ def resident_cap(rep: Any, blocked: tuple[int, int] | None) -> int:
     if blocked is not None:
         floor = max(floor, rep.wm_blocks + blocked[1])
     return max(rep.bm.available + rep.link.freeing - rep.link.promised - floor, 0)
+
+
+def _host_mode(rep: Any, v: int) -> str | None:
+    """Resident ``v``'s preemption mode if its KV fits in the free host memory in that
+    mode (``"recompute"`` needs no host room), else None: FastServe's proactive swap-out
+    moves only KV that has room on the host and never drops a request to recompute."""
+    held = int(rep.S.anon[v] + rep.S.nslots[v])
+    mode = rep.preemption_mode(v, held)
+    if mode == "swap" and held > rep.host_free or mode == "compress-swap" and \
+            compressed_host_blocks(held, rep.eng.compression_ratio) > rep.host_free:
+        return None
+    return mode
 
 
 def relieve(rep: Any) -> bool:
@@ -409,21 +471,33 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> bool:
     # alone, residents tied with the blocked head kept their blocks and the replica idled)
     head = None if blocked is None else (ranks.get(blocked[0], math.inf),
                                          pos.get(blocked[0], -1))
+    # FastServe's swap-out only moves KV that has room on the host: a resident without
+    # room stays, unless nothing else could free blocks (no request running, no copy
+    # running: a queued one is a swap-in short of blocks): then it is dropped to
+    # recompute, as memory pressure (10) would
+    stuck = not rep.running and link.active is None
     for v in res:
         short_head = head is not None and free - rep.wm_blocks < blocked[1] and \
             (ranks.get(v, math.inf), pos[v]) > head
         if free >= target and not short_head:
             break
+        mode = _host_mode(rep, v)
+        if mode is None and not stuck:
+            continue
         free += int(S.anon[v] + S.nslots[v])
-        dropped |= _evict_resident(rep, v)
+        dropped |= _evict_resident(rep, v, mode)
         out += 1
     if out:
         return dropped
     host = sorted((ranks[i], pos[i], i) for i in rep.waiting
                   if S.swapped[i] and S.xfer[i] == XF_NONE and ranks[i] != math.inf)
+    # FastServe swaps in only while the free blocks stay above the target plus the needs
+    # of the requests it schedules: here the one admission stopped at (without it, a
+    # prefetch took the blocks that request was waiting for and was swapped out again)
+    floor = target if blocked is None else max(target, rep.wm_blocks + blocked[1])
     for _, _, i in host[:int(rep.eng.max_num_seqs)]:
         n = int(S.swap_gpu_blocks[i])
-        if free - n < target:
+        if free - n < floor:
             break
         free -= n
         S.xfer[i] = XF_IN
