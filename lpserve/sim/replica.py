@@ -282,19 +282,23 @@ class Replica(KVMoves):
         return 0 if self.link is None else self.link.freeing - self.link.promised
 
     def _preempt_outranked(self) -> None:
-        """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
-        bm = self.bm
-        freed = lambda v, taken: freed_blocks(self.bm, self.S, v, taken)  # noqa: E731
-        if self.proactive:  # a victim whose KV has no host room cannot yield its blocks
-            fits = X.HostRoom(self)
-            freed = lambda v, taken, f=freed: f(v, taken) if fits(v) else 0  # noqa: E731
+        """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`);
+        with proactive swapping a victim is parked, and only if its KV has host room
+        (:class:`lpserve.sim.transfer.HostRoom`): one without keeps running and frees
+        nothing (``models/simulator.md`` (30))."""
+        bm, S = self.bm, self.S
+        fits = X.HostRoom(self) if self.proactive else None
+
+        def freed(v: int, taken: dict[int, int]) -> int:
+            return freed_blocks(bm, S, v, taken) if fits is None or fits(v) else 0
+
         victims = preempt.outranked_victims(
             self.waiting, self.running, self.ranks(),
             self.eng.max_num_seqs - len(self.running) - len(self.loading),
             bm.available - self.wm_blocks + self._link_net(), bm.total - self.wm_blocks,
             self.admit_need, freed)
         for v in victims:
-            if not self.proactive:
+            if fits is None:
                 self.preempt(v)
             elif fits(v):
                 X.park(self, v)
@@ -338,8 +342,6 @@ class Replica(KVMoves):
                 S.kv_remote[i] = False
                 self._resumed = True
             else:
-                if self.proactive and X.holds_prompt(self, i):
-                    continue  # FastServe's host guard: passed over, not head of line
                 keys = S.block_keys(i, bt) if eng.prefix_caching else []
                 hits = bm.match(keys)
                 cached = min(len(hits) * bt, L - 1)

@@ -33,17 +33,14 @@ import numpy as np
 from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.sim.state import RUNNING, TRANSFER, WAITING, XF_IN, XF_NONE, XF_OUT, XF_RESIDENT
 
-__all__ = ["HOST_ADMIT_FLOOR", "RMLQ_BASE_S", "RMLQ_LEVELS", "Copy", "HostLink", "HostRoom", "admit_swapped",
-           "deadline_s", "holds_prompt", "joins_by", "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
+__all__ = ["RMLQ_BASE_S", "RMLQ_LEVELS", "Copy", "HostLink", "HostRoom", "admit_swapped",
+           "deadline_s", "joins_by", "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
            "tick"]
 
 #: the reverse multi-level queue of ``link_order="rmlq"``: level ``k`` holds copies whose
 #: laxity is in ``[base * 2**k, base * 2**(k+1))`` (level 0 below ``2 * base``, the last
 #: level everything above, including copies without a deadline); lower levels start first
 RMLQ_BASE_S = 0.01
-#: FastServe's host guard (its scheduler's hard-coded 0.1): new prompts wait while less
-#: than this share of host memory is free (:func:`holds_prompt`)
-HOST_ADMIT_FLOOR = 0.1
 RMLQ_LEVELS = 8
 
 
@@ -390,17 +387,6 @@ def _host_need(rep: Any, v: int) -> int:
     if mode == "compress-swap":
         return compressed_host_blocks(held, rep.eng.compression_ratio)
     return 0
-
-
-def holds_prompt(rep: Any, i: int) -> bool:
-    """FastServe's host guard: with proactive swapping, a waiting request that has not
-    started (no KV anywhere, no token yet) is passed over by admission while less than
-    ``HOST_ADMIT_FLOOR`` of host memory is free, so the requests with KV finish first
-    and swap-outs keep room on the host (``models/simulator.md`` (30))."""
-    cap = rep.ctx.host_blocks
-    S = rep.S
-    return rep.host_free < HOST_ADMIT_FLOOR * cap and S.computed[i] == 0 and \
-        not S.swapped[i] and S.xfer[i] == XF_NONE and np.isnan(S.first_token[i])
 
 
 def proactive_target(rep: Any) -> int:
