@@ -293,16 +293,31 @@ def test_proactive_swapping_parks_and_drops_no_request_without_host_room(monkeyp
 
 
 @pytest.mark.slow
-def test_fastserve_serves_the_first_400_mooncake_requests_without_thrashing():
+def test_fastserve_serves_the_first_400_mooncake_requests_without_thrashing(monkeypatch):
     """The first 400 Mooncake conversation requests at utilisation 0.75 of four H100s
     (Llama-3-8B): with host memory full, starvation promotions parked running requests
     whose KV could not move and proactive swapping dropped them to recompute, 100k-token
     contexts included; within 1,000 simulated seconds 43 requests were still unfinished
     after 296 such drops. Parking only victims with host room serves all 400 (the last by
-    about 240 s) with no recompute."""
+    about 240 s). Prefetch swap-ins keep the need of the request where admission stopped
+    free, as FastServe's do (before, 338 prefetches on this slice took those blocks)."""
     from lpserve.evaluate.utilization import fluid_capacity
     from lpserve.trace.loaders import load_trace
 
+    short = []
+    orig = X.proactive
+
+    def proactive(rep, blocked):
+        before = set(map(id, rep.link.copies()))
+        out = orig(rep, blocked)
+        if blocked is not None and any(c.kind == "in" and not c.then_run and
+                                       id(c) not in before for c in rep.link.copies()):
+            free = rep.bm.available + rep.link.freeing - rep.link.promised
+            if free < rep.wm_blocks + blocked[1]:
+                short.append((rep.now, blocked, free))
+        return out
+
+    monkeypatch.setattr(X, "proactive", proactive)
     tr = load_trace("mooncake-conv-5min")
     cl = lp.Cluster(gpu="h100-sxm", llm="llama-3-8b", replicas=4)
     scaled = tr.scale_rate(fluid_capacity(lp.Instance(trace=tr, cluster=cl)).load_for(0.75))
@@ -311,3 +326,37 @@ def test_fastserve_serves_the_first_400_mooncake_requests_without_thrashing():
                       seed=0, predictor="history")
     status = res.arrays["status"]
     assert (status == "finished").all(), dict(zip(*np.unique(status, return_counts=True)))
+    assert short == [], f"prefetches below the blocked request's need: {short[:3]}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_resident_without_host_room_is_dropped_only_when_nothing_else_frees_blocks(
+        monkeypatch, seed):
+    """Proactive swapping skips a resident whose KV has no host room; it drops one to
+    recompute only when no request runs and no copy runs on the link (else the replica
+    would idle for good). Residents without host room are forced here by parking every
+    outranked request regardless of host room, on a replica with no host memory. (Memory
+    pressure, rule (10), still drops the worst resident before preempting a running
+    request: those drops are not counted.)"""
+    monkeypatch.setattr(X, "HostRoom", lambda rep: (lambda v: True), raising=False)
+    drops, pressure = [], []
+    drop, relieve = X._drop_kv, X.relieve
+
+    def spy_relieve(rep):
+        pressure.append(True)
+        try:
+            return relieve(rep)
+        finally:
+            pressure.pop()
+
+    def spy_drop(rep, v):
+        if v in rep.waiting and not pressure:  # a resident dropped by proactive swapping
+            drops.append(bool(rep.running) or rep.link.active is not None)
+        drop(rep, v)
+
+    monkeypatch.setattr(X, "relieve", spy_relieve)
+    monkeypatch.setattr(X, "_drop_kv", spy_drop)
+    r = lp.simulate(preempting_instance(seed, 0.0), lp.make_policy("fastserve"), seed=0,
+                    check=True)
+    assert r.summary()["n_finished"] == 12
+    assert drops and not any(drops), drops
