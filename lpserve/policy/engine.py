@@ -74,9 +74,10 @@ class EngineConfig:
             starvation promotions (``models/simulator.md``, "Why serial is the
             default").
         proactive_swap: FastServe's proactive KV swapping (needs ``transfers="overlap"``):
-            a request preempted by priority keeps its KV on the GPU; the engine keeps
-            ``proactive_free_blocks`` blocks free for arrivals by swapping out the
-            lowest-priority such requests ahead of need, and swaps in the best-ranked
+            a request preempted by priority keeps its KV on the GPU (only one whose KV
+            has host room is preempted); the engine keeps ``proactive_free_blocks``
+            blocks free for arrivals by swapping out the lowest-priority such requests
+            ahead of need, into free host memory only, and swaps in the best-ranked
             swapped-out ones while that space allows (``models/simulator.md`` (30)).
         proactive_free_blocks: the free-block target of ``proactive_swap``; ``None`` takes
             FastServe's ``max(max batch size, minimum free threshold)``, i.e.

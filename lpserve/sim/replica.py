@@ -282,26 +282,17 @@ class Replica(KVMoves):
         return 0 if self.link is None else self.link.freeing - self.link.promised
 
     def _preempt_outranked(self) -> None:
-        """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`);
-        with proactive swapping a victim is parked, and only if its KV has host room
-        (:class:`lpserve.sim.transfer.HostRoom`): one without keeps running and frees
-        nothing (``models/simulator.md`` (30))."""
-        bm, S = self.bm, self.S
-        fits = X.HostRoom(self) if self.proactive else None
-
-        def freed(v: int, taken: dict[int, int]) -> int:
-            return freed_blocks(bm, S, v, taken) if fits is None or fits(v) else 0
-
+        """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`;
+        with proactive swapping, :class:`lpserve.sim.transfer.HostRoom` parks victims)."""
+        bm, room = self.bm, X.HostRoom(self) if self.proactive else None
         victims = preempt.outranked_victims(
             self.waiting, self.running, self.ranks(),
             self.eng.max_num_seqs - len(self.running) - len(self.loading),
             bm.available - self.wm_blocks + self._link_net(), bm.total - self.wm_blocks,
-            self.admit_need, freed)
+            self.admit_need, lambda v, taken: freed_blocks(bm, self.S, v, taken)
+            if room is None or room(v) else 0)
         for v in victims:
-            if fits is None:
-                self.preempt(v)
-            elif fits(v):
-                X.park(self, v)
+            self.preempt(v) if room is None else room.park(v)
 
     # =============================================================== admission
     def _admit(self, budget: int, chunks: list, allow_chunk: bool) -> int:

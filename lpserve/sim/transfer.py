@@ -17,7 +17,9 @@ them, nothing is done per decode iteration. ``models/simulator.md`` (26)-(31).
 FastServe's proactive swapping (``EngineConfig.proactive_swap``, :func:`proactive`) keeps a
 free-block target by swapping out the lowest-priority *resident* preempted requests (a
 priority-preemption victim keeps its KV on the GPU, state ``XF_RESIDENT``) and swaps in
-the next to run while the target allows.
+the next to run while the target allows. As in FastServe's code, KV only moves into free
+host memory: a victim without host room is not parked (:class:`HostRoom`) and a resident
+without it stays, dropped to recompute only when nothing else could free blocks.
 
 Every function takes the replica it acts on (a :class:`lpserve.sim.replica.Replica`) and
 uses only its public attributes.
@@ -377,6 +379,11 @@ class HostRoom:
                 self.left -= need
         return self.seen[v]
 
+    def park(self, v: int) -> None:
+        """Park victim ``v`` (:func:`park`) if it may be parked; else it keeps running."""
+        if self(v):
+            park(self.rep, v)
+
 
 def _host_need(rep: Any, v: int) -> int:
     """Host blocks swapping out ``v`` takes in its preemption mode (0 to recompute)."""
@@ -441,8 +448,11 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> bool:
     swap out the worst-ranked resident request. If none was swapped out, issue swap-ins of
     the best-ranked swapped-out waiting requests (at most ``max_num_seqs``) while
     ``free - need`` stays at or above the target; they become resident at their ends.
-    True if an evicted request was dropped (no host room): its blocks are free now, so the
-    replica plans again at once instead of idling until a copy ends.
+    A resident whose KV has no room in free host memory is skipped, unless no request
+    runs and no copy runs (then it is dropped to recompute: nothing else would free
+    blocks); the swap-ins also keep the watermark plus the need of ``blocked`` free.
+    True if an evicted request was dropped: its blocks are free now, so the replica plans
+    again at once instead of idling until a copy ends.
     """
     S, bm, link = rep.S, rep.bm, rep.link
     target = proactive_target(rep)
