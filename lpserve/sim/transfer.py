@@ -36,8 +36,8 @@ from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.sim.state import RUNNING, TRANSFER, WAITING, XF_IN, XF_NONE, XF_OUT, XF_RESIDENT
 
 __all__ = ["RMLQ_BASE_S", "RMLQ_LEVELS", "Copy", "HostLink", "HostRoom", "admit_swapped",
-           "deadline_s", "joins_by", "park", "preempt", "proactive", "proactive_target", "relieve", "resident_cap",
-           "tick"]
+           "deadline_s", "joins_by", "park", "preempt", "proactive", "proactive_target",
+           "relieve", "resident_cap", "tick"]
 
 #: the reverse multi-level queue of ``link_order="rmlq"``: level ``k`` holds copies whose
 #: laxity is in ``[base * 2**k, base * 2**(k+1))`` (level 0 below ``2 * base``, the last
@@ -314,8 +314,8 @@ def park(rep: Any, v: int) -> None:
 
 def _evict_resident(rep: Any, v: int, mode: str | None = None) -> bool:
     """Swap out (or, without host room or with recompute preemption, drop) resident ``v``
-    (by ``mode``, default its preemption mode); True if it was dropped (its blocks are
-    free now, not at the end of a copy)."""
+    by ``mode`` (default: its preemption mode, asked now); True if it was dropped (its
+    blocks are free now, not at the end of a copy)."""
     S = rep.S
     S.xfer[v] = XF_NONE
     held = int(S.anon[v] + S.nslots[v])
@@ -373,7 +373,7 @@ class HostRoom:
     def __call__(self, v: int) -> bool:
         """Whether running request ``v`` may be parked."""
         if v not in self.seen:
-            need = _host_need(self.rep, v)
+            need = _host_need(self.rep, v)[1]
             self.seen[v] = need <= self.left
             if self.seen[v]:
                 self.left -= need
@@ -385,15 +385,16 @@ class HostRoom:
             park(self.rep, v)
 
 
-def _host_need(rep: Any, v: int) -> int:
-    """Host blocks swapping out ``v`` takes in its preemption mode (0 to recompute)."""
+def _host_need(rep: Any, v: int) -> tuple[str, int]:
+    """Request ``v``'s preemption mode and the host blocks swapping it out takes in that
+    mode (0 to recompute: it needs no host room)."""
     held = int(rep.S.anon[v] + rep.S.nslots[v])
     mode = rep.preemption_mode(v, held)
     if mode == "swap":
-        return held
+        return mode, held
     if mode == "compress-swap":
-        return compressed_host_blocks(held, rep.eng.compression_ratio)
-    return 0
+        return mode, compressed_host_blocks(held, rep.eng.compression_ratio)
+    return mode, 0
 
 
 def proactive_target(rep: Any) -> int:
@@ -413,18 +414,6 @@ def resident_cap(rep: Any, blocked: tuple[int, int] | None) -> int:
     if blocked is not None:
         floor = max(floor, rep.wm_blocks + blocked[1])
     return max(rep.bm.available + rep.link.freeing - rep.link.promised - floor, 0)
-
-
-def _host_mode(rep: Any, v: int) -> str | None:
-    """Resident ``v``'s preemption mode if its KV fits in the free host memory in that
-    mode (``"recompute"`` needs no host room), else None: FastServe's proactive swap-out
-    moves only KV that has room on the host and never drops a request to recompute."""
-    held = int(rep.S.anon[v] + rep.S.nslots[v])
-    mode = rep.preemption_mode(v, held)
-    if mode == "swap" and held > rep.host_free or mode == "compress-swap" and \
-            compressed_host_blocks(held, rep.eng.compression_ratio) > rep.host_free:
-        return None
-    return mode
 
 
 def relieve(rep: Any) -> bool:
@@ -477,8 +466,8 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> bool:
             (ranks.get(v, math.inf), pos[v]) > head
         if free >= target and not short_head:
             break
-        mode = _host_mode(rep, v)
-        if mode is None and not stuck:
+        mode, need = _host_need(rep, v)
+        if need > rep.host_free and not stuck:
             continue
         free += int(S.anon[v] + S.nslots[v])
         dropped |= _evict_resident(rep, v, mode)
