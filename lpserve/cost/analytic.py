@@ -227,10 +227,7 @@ class AnalyticCost(CostModel):
 
     def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
         """:meth:`swap_time_s` for an int64 ``(K,)`` array of counts, float64 ``(K,)``
-        (the same floats: the same operations in the same order); a subclass that prices
-        single swaps its own way gets one call of its :meth:`swap_time_s` per count."""
-        if type(self).swap_time_s is not AnalyticCost.swap_time_s:
-            return super().swap_times_s(n_blocks, block_tokens)
+        (the same floats: the same operations in the same order)."""
         n = self._check_counts(n_blocks, "n_blocks")
         b = self._check_count(block_tokens, "block_tokens")
         bw = self.gpu.pcie_gbps / 2.0 * 1e9 * self.pcie_efficiency
@@ -239,10 +236,7 @@ class AnalyticCost(CostModel):
     def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
                             compression_ratio: float = 4.0) -> np.ndarray:
         """:meth:`kv_quantize_time_s` for an int64 ``(K,)`` array of counts, float64
-        ``(K,)`` (the same floats as the scalar; a subclass's own scalar method is asked
-        once per count)."""
-        if type(self).kv_quantize_time_s is not AnalyticCost.kv_quantize_time_s:
-            return super().kv_quantize_times_s(n_blocks, block_tokens, compression_ratio)
+        ``(K,)`` (the same floats as the scalar)."""
         n = self._check_counts(n_blocks, "n_blocks")
         b = self._check_count(block_tokens, "block_tokens")
         r = check_ratio(compression_ratio)

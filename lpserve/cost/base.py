@@ -68,6 +68,16 @@ class CostModel(ABC):
     params: np.ndarray
     kind: int
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that prices one swap (or one quantization) its own way, without its
+        own array method, gets the default array method, which asks its scalar method
+        once per count: a parent's vectorized table never stands in for a child's price."""
+        super().__init_subclass__(**kwargs)
+        for scalar in ("swap_time_s", "kv_quantize_time_s"):
+            vector = scalar.replace("_time_s", "_times_s")
+            if scalar in cls.__dict__ and vector not in cls.__dict__:
+                setattr(cls, vector, CostModel.__dict__[vector])
+
     def batch_time_s(self, prefill_tokens: ArrayLike = (), prefill_cached: ArrayLike | None = None,
                      decode_context: ArrayLike = ()) -> float:
         """Seconds of one iteration of the batch (0.0 for an empty batch)."""

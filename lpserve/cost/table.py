@@ -149,15 +149,11 @@ class TableCost(CostModel):
 
     def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
         """:meth:`swap_time_s` for an int64 ``(K,)`` array of counts (the analytic model's)."""
-        if type(self).swap_time_s is not TableCost.swap_time_s:
-            return super().swap_times_s(n_blocks, block_tokens)
         return self.sizes.swap_times_s(n_blocks, block_tokens)
 
     def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
                             compression_ratio: float = 4.0) -> np.ndarray:
         """:meth:`kv_quantize_time_s` for an int64 ``(K,)`` array of counts."""
-        if type(self).kv_quantize_time_s is not TableCost.kv_quantize_time_s:
-            return super().kv_quantize_times_s(n_blocks, block_tokens, compression_ratio)
         return self.sizes.kv_quantize_times_s(n_blocks, block_tokens, compression_ratio)
 
     def kv_quantize_time_s(self, n_blocks: int, block_tokens: int = 16,
@@ -222,8 +218,6 @@ class UnitRoundCost(CostModel):
 
     def swap_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16) -> np.ndarray:
         """Zeros, float64 ``(K,)`` (the counts are still checked)."""
-        if type(self).swap_time_s is not UnitRoundCost.swap_time_s:
-            return super().swap_times_s(n_blocks, block_tokens)
         n = self._check_counts(n_blocks, "n_blocks")
         self._check_count(block_tokens, "block_tokens")
         return np.zeros(n.size, np.float64)
@@ -231,8 +225,6 @@ class UnitRoundCost(CostModel):
     def kv_quantize_times_s(self, n_blocks: np.ndarray, block_tokens: int = 16,
                             compression_ratio: float = 4.0) -> np.ndarray:
         """Zeros, float64 ``(K,)`` (the counts and ratio are still checked)."""
-        if type(self).kv_quantize_time_s is not UnitRoundCost.kv_quantize_time_s:
-            return super().kv_quantize_times_s(n_blocks, block_tokens, compression_ratio)
         n = self._check_counts(n_blocks, "n_blocks")
         self._check_count(block_tokens, "block_tokens")
         check_ratio(compression_ratio)
