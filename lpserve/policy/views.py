@@ -305,13 +305,12 @@ class RouterView:
         return v
 
     def _load(self, name: str) -> np.ndarray | None:
-        v = self._lazy("_load_src", per_entry=True)
-        if v is None or name not in v:
-            return None
-        x = v[name]
-        if not (isinstance(x, np.ndarray) and x.dtype == np.int64 and not x.flags.writeable):
-            x = v[name] = readonly(x, np.int64)
-        return x
+        """Load field ``name``, read-only int64 on its first read (None if not given)."""
+        done = self.__dict__.setdefault("_loaded", {})
+        if name not in done:
+            v = self._lazy("_load_src", per_entry=True)
+            done[name] = None if v is None or name not in v else readonly(v[name], np.int64)
+        return done[name]
 
     prefill_tokens = property(lambda self: self._load("prefill_tokens"),
                               doc="(n_replicas,) int64 prompt tokens still to prefill, or None")
