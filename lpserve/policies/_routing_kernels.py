@@ -25,6 +25,14 @@ C_PER_TOKEN, C_ATTN, C_CHUNK, C_BP, C_CP, C_E, C_D0, C_D1, C_D2, C_W, C_TAU = ra
 N_COEF = 11
 
 
+@njit(cache=True)
+def session_delay_s(nu, wait_s, own_s):
+    """(21) per session: the expected delay (s) that ``own_s`` seconds of prefill queued
+    behind ``wait_s`` seconds of backlog add to a session returning after an exponential
+    time of rate ``nu`` (1/s, > 0)."""
+    return own_s - math.exp(-nu * wait_s) * (1.0 - math.exp(-nu * own_s)) / nu
+
+
 def _route(coef, P, D, H, backlog, backlog_sq, run, kv_blocks, block_tokens, maxp, modes,
            resident, nu):
     R = coef.shape[1]
@@ -58,8 +66,7 @@ def _route(coef, P, D, H, backlog, backlog_sq, run, kv_blocks, block_tokens, max
             own = (new * coef[C_PER_TOKEN, m] + coef[C_ATTN, m] * (p * p - h * h)) * slow[m]
             s = wait[m] + own + coef[C_BP, m] * new + (p * d + 0.5 * d * d) * coef[C_E, m]
             if nu > 0.0 and resident[m] > 0.0:  # (21): sessions resident on m coming back
-                s += resident[m] * (own - math.exp(-nu * wait[m])
-                                    * (1.0 - math.exp(-nu * own)) / nu)
+                s += resident[m] * session_delay_s(nu, wait[m], own)
             if modes[2] == 2:
                 s += d * (coef[C_TAU, m] + coef[C_CP, m])
             elif modes[2] != 3:

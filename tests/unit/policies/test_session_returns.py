@@ -51,13 +51,12 @@ def test_an_older_request_finishing_does_not_send_its_session_away():
 
 @pytest.mark.parametrize("nu,wait,own", [(0.05, 0.0, 14.0), (0.5, 2.0, 3.0), (3.0, 0.3, 1.0)])
 def test_session_term_is_the_expected_delay(nu, wait, own):
-    """(21) equals E[delay] of an Exp(nu) return behind wait + own seconds of prefill, of
-    which own is this request's, by quadrature."""
+    """The kernel's (21) equals E[delay] of an Exp(nu) return behind wait + own seconds of
+    prefill, of which own is this request's, by quadrature."""
     t = np.linspace(0.0, 60.0 / nu, 400_001)
     delay = np.clip(np.minimum(own, wait + own - t), 0.0, None)
     direct = np.trapezoid(delay * nu * np.exp(-nu * t), t)
-    closed = own - np.exp(-nu * wait) * (1.0 - np.exp(-nu * own)) / nu
-    assert closed == pytest.approx(direct, rel=1e-5)
+    assert K.session_delay_s(nu, wait, own) == pytest.approx(direct, rel=1e-5)
 
 
 def _router(R, **kw):
