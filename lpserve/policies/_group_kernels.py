@@ -275,6 +275,22 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
     return idx, t_g, nxt
 
 
+@njit(cache=True)
+def group_keys(mode, cls, t_g, now, expiry, value, NE, pi, mu, edges,
+               params):  # pragma: no cover - numba
+    """:func:`group_key`'s ``(primary, secondary)`` of many groups at ``now`` (float64
+    arrays, ``(n_groups,)``; ``cls``, ``t_g``, ``expiry``, ``value`` per group, top depth
+    and need 0), as the simulator's session evictors order them; ``group_keys.py_func`` is
+    the interpreted twin."""
+    n = cls.shape[0]
+    prim = np.empty(n)
+    sec = np.empty(n)
+    for k in range(n):
+        prim[k], sec[k], _ = group_key(mode, cls[k], t_g[k], now, expiry[k], 0, 0, value[k],
+                                       NE, pi, mu, edges, params)
+    return prim, sec
+
+
 # ===================================================================================== replay
 @njit(cache=True)
 def new_cache(n, n_keys, B, log):  # pragma: no cover - numba

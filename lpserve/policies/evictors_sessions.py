@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, fields
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
+from lpserve.arrays import group_rows
 from lpserve.policies import _group_kernels as G
 from lpserve.policies import _group_ref as GR
 from lpserve.policy import Evictor, EvictorView, Meta, RequestEvent
@@ -431,28 +433,25 @@ class SessionEvictor(Evictor):
         cls = (np.zeros(n, np.int64) if view.wait_kind is None
                else np.asarray(view.wait_kind, np.int64) + 1)
         val = self._values(depth, int(view.block_tokens))
-        keys = np.stack([th, t.view(np.int64), cls])
-        _, first, gid = np.unique(keys, axis=1, return_index=True, return_inverse=True)
-        gid = gid.reshape(-1)
-        prim = np.empty(first.size)
-        sec = np.empty(first.size)
+        first, gid = group_rows(th, t.view(np.int64), cls)
         gneed = np.zeros(first.size, np.int64)
         gval = np.bincount(gid, weights=val) / np.bincount(gid)
         params = sp.params(int(view.block_tokens))
         pins = not (sp.mode == G.MODE_TTL and sp.duel_alpha > 0) or \
             self._pinning.get(view.replica, False)
-        for k, j in enumerate(first.tolist()):
-            c, tg_, thj = int(cls[j]), float(t[j]), int(th[j])
-            info = self._info.get(thj)
-            if info is not None and info[0] == tg_:
-                expiry, ret, gneed[k] = info[1], info[2], info[3]
-            else:
-                expiry, ret = tg_ + self._tau[c], tg_ + self._predicted(-1, c)
-            v = ret if sp.mode == G.MODE_TTL else gval[k]
-            if not pins:
-                expiry = tg_
-            prim[k], sec[k], _ = G.group_key(sp.mode, c, tg_, now, expiry, 0, 0, v, st.NE,
-                                             self._pi, self._mu, G.AGE_EDGES_S, params)
+        c_g, t_g = cls[first], t[first]
+        expiry = t_g + self._tau[c_g]  # a group no thread's latest finish explains
+        ret = t_g + np.array([self._predicted(-1, c) for c in range(G.N_CLASSES)])[c_g]
+        info = self._info
+        for k, (thj, tg_) in enumerate(zip(th[first].tolist(), t_g.tolist())):
+            rec = info.get(thj)
+            if rec is not None and rec[0] == tg_:
+                expiry[k], ret[k], gneed[k] = rec[1], rec[2], rec[3]
+        if not pins:
+            expiry = t_g.copy()
+        prim, sec = G.group_keys(sp.mode, c_g, t_g, now, expiry,
+                                 ret if sp.mode == G.MODE_TTL else gval, st.NE, self._pi,
+                                 self._mu, G.AGE_EDGES_S, params)
         p = prim[gid]
         if sp.mode == G.MODE_TAIL:
             p = np.where(depth >= gneed[gid], 0.0, 1.0)
@@ -460,8 +459,10 @@ class SessionEvictor(Evictor):
         sh = self._shadows.get(view.replica) if view.key is not None else None
         if self.reads_keys and sh is not None:
             lead, ids = sh["ttl" if pins else "lru"], sh["ids"]
-            for j, k in enumerate(view.key):
-                i = ids.get(k)
-                kept[j] = i is None or i >= len(lead.inc) or bool(lead.inc[i])
+            i = np.fromiter(map(ids.get, view.key, repeat(-1)), np.int64, count=n)
+            seen = np.flatnonzero((i >= 0) & (i < len(lead.inc)))
+            if seen.size:
+                kept[seen] = np.fromiter(map(lead.inc.__getitem__, i[seen].tolist()), bool,
+                                         count=seen.size)
         order = np.lexsort((-depth, gid, sec[gid], p, kept))
         return order[:int(need_blocks)].astype(np.int64)

@@ -4,6 +4,7 @@ its checked choice (``models/simulator.md``; the evictors are in
 (prompt allocation with prefix keys, blocks a release frees)."""
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -44,10 +45,18 @@ def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
                        queued=None if queued is None else readonly(np.isin(slots, queued)),
                        thread=readonly(bm.thread[slots]),
                        wait_kind=readonly(bm.wait_kind[slots]), block_tokens=bm.block_tokens,
-                       key=(tuple(bm.slot_key[s] for s in slots.tolist())
-                            if getattr(evictor, "reads_keys", False) else None))
+                       key=_slot_keys(bm, slots) if getattr(evictor, "reads_keys", False)
+                       else None)
     pos = check_evictions(evictor.evict(view, int(need)), int(need), int(slots.size), who)
     return slots[pos].tolist()
+
+
+def _slot_keys(bm: BlockManager, slots: np.ndarray) -> tuple:
+    """The prefix keys of cached ``slots`` (a tuple, in slot order)."""
+    if slots.size == 0:
+        return ()
+    keys = itemgetter(*slots.tolist())(bm.slot_key)
+    return keys if slots.size > 1 else (keys,)
 
 
 def queued_slots(bm: BlockManager, state: State, waiting: Sequence[int],

@@ -236,3 +236,48 @@ def test_belady_prefix_kernel_equals_offline_belady(stream):
             assert np.array_equal(EK.heap_replay(*args), ref)
             assert np.array_equal(EK.heap_replay_ref(*args), ref)
             assert replay_accesses(acc, C, "belady-prefix").hits == int(ref.sum())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_group_rows_numbers_groups_as_numpy_unique(seed):
+    """The evictor adapters group blocks by (thread, last access, wait class) with
+    ``group_rows``; its numbering must be ``np.unique(axis=1)``'s, which the adapters'
+    tie order (and so their results) was defined with."""
+    from lpserve.arrays import group_rows
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    th = rng.integers(-1, 6, n)
+    t = rng.choice(np.array([0.0, 0.5, 1.25, 7.0, 1e6]), n)
+    cls = rng.integers(0, 3, n)
+    first, gid = group_rows(th, t.view(np.int64), cls)
+    _, f_np, g_np = np.unique(np.stack([th, t.view(np.int64), cls]), axis=1,
+                              return_index=True, return_inverse=True)
+    assert np.array_equal(first, f_np) and np.array_equal(gid, g_np.reshape(-1))
+    assert group_rows(np.zeros(0, np.int64))[0].size == 0
+
+
+@pytest.mark.parametrize("mode", [G.MODE_GLRU, G.MODE_TTL, G.MODE_DECAY, G.MODE_TAIL,
+                                  G.MODE_INDEX])
+def test_group_keys_kernel_equals_twin_and_scalar_key(mode):
+    """``group_keys`` (the simulator adapters' vectorized keys) gives ``group_key``'s
+    primary and secondary key of every group, compiled and interpreted alike."""
+    rng = np.random.default_rng(mode)
+    n = 40
+    cls = rng.integers(0, G.N_CLASSES, n)
+    t_g = rng.uniform(0.0, 100.0, n)
+    expiry = t_g + rng.uniform(-5.0, 30.0, n)
+    value = rng.uniform(0.0, 200.0, n)
+    NE = rng.uniform(1.0, 5.0, (G.N_CLASSES, 3))
+    B = G.AGE_EDGES_S.shape[0] - 1
+    pi = rng.uniform(0.1, 1.0, (G.N_CLASSES, B))
+    mu = rng.uniform(0.5, 2.0, (G.N_CLASSES, B))
+    params = SessionEvictorSpec("x", mode).params(16)
+    args = (mode, cls, t_g, 80.0, expiry, value, NE, pi, mu, G.AGE_EDGES_S, params)
+    prim, sec = G.group_keys(*args)
+    prim_py, sec_py = G.group_keys.py_func(*args)
+    assert np.array_equal(prim, prim_py) and np.array_equal(sec, sec_py)
+    for k in range(n):
+        p, s, _ = G.group_key(mode, cls[k], t_g[k], 80.0, expiry[k], 0, 0, value[k], NE, pi,
+                              mu, G.AGE_EDGES_S, params)
+        assert (prim[k], sec[k]) == (p, s)
