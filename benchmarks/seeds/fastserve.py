@@ -43,7 +43,13 @@ Tables printed:
    (``starvation_s=None``); recompute does not use the link. Printed: the bandwidth below
    which proactive swapping loses to recompute, and below which it is no better than
    reactive (log-linear interpolation between sweep points);
-5. the claims table.
+5. heavy-tailed lengths at overload (``--overload-requests``, default 3,000; 0 skips
+   it): alpaca-like requests at 1.2 times FCFS's rate *while requests wait* (every
+   request queued at time 0, the requests finished by the last first token over that
+   time, :func:`steady_rps`), for FCFS, naive MLFQ, skip-join MLFQ, skip-join without
+   priority preemption and SRPT with oracle lengths: mean JCT, its ratio to FCFS,
+   preemptions, makespan, the GPU's busy time and its number of iterations;
+6. the claims table.
 
 **What reproduces and what does not** (``--requests 400``, seed 0; the commands and
 figures are in the closing note of issue 19 and ``models/simulator.md``, "Transfers"):
@@ -52,6 +58,24 @@ paper reports, but it is *not* faster than reactive swapping on the same overlap
 (ratio about 1.0): in lpserve, reactive swapping already runs off the critical path, so the
 paper's 1.7x is the gain over a *blocking* reactive swap, which here measures about 1.3x.
 Link waits are under 5 % of latency with overlapped copies, about 5 % serially.
+
+**Heavy tails at overload** (table 5). The load unit of tables 1-3 (``n`` over the
+makespan with every request queued at once) holds the longest requests' lone decode
+after the queue emptied; on 400 alpaca-like requests (output CV 1.43) every load of
+table 1 leaves the batch room for every request, nothing is preempted and every
+scheduler gives the same JCT. At a real overload (3,000 requests, 1.2 x the rate while
+requests wait, seed 0) skip-join MLFQ is 1.74x *worse* than FCFS (16.73 s against
+9.60 s) and naive MLFQ 1.76x: with 10,075 preemptions against FCFS's 1,236, the same
+tokens take 3,474 iterations instead of 2,426 and 102 s of GPU time instead of 81 s
+(makespan 103.0 s against 81.2 s). A request swapped out keeps its GPU blocks until its
+copy ends and a swapped-in one joins the batch only when its copy ends
+(``models/simulator.md`` (27)-(28)), so on this KV-bound GPU (989 blocks of OPT-13B on an
+A100-40GB) preemption shrinks the batches, and at overload the throughput lost outweighs
+the order gained. The order alone does gain: skip-join without priority preemption is
+0.99x FCFS, SRPT with oracle lengths 0.91x. For the paper's gain the preemptions would
+have to leave the batches full (a victim's blocks given to the next request before its
+copy ends), which rules (27)-(28) do not allow: copies here run off the critical path,
+but the blocks they move are not usable while they move.
 
 **The tipping point** (table 4; ``--effs 1,0.5,0.3,0.2,0.15,0.1`` adds 3.2 GB/s). With
 proactive swapping the link is busy 8.4 % of the makespan at 32 GB/s (469 swaps, JCT
@@ -98,6 +122,14 @@ LOADS = (0.5, 0.8, 1.0, 1.2)
 ENGINE = {"max_num_batched_tokens": MAX_LEN}
 #: the transfer engine of the registered ``fastserve``, for naive MLFQ too
 OVERLAP = {"transfers": "overlap", "proactive_swap": True}
+#: table 6, heavy-tailed lengths at overload: label -> (policy, options)
+OVERLOAD = {
+    "fcfs": ("vllm-v0", {}),
+    "naive mlfq": ("mlfq", {}),
+    "skip-join": ("fastserve", {}),
+    "skip-join, no preemption": ("fastserve", {"priority_preemption": False}),
+    "srpt (oracle lengths)": ("srpt-oracle", {}),
+}
 #: the ablation (table 3): label -> (policy, options, Python engine for the link waits)
 ABLATION = {
     "fcfs": ("vllm-v0", {}, False),
@@ -199,6 +231,46 @@ def saturation_rps(trace: lp.Trace, name: str = "vllm-v0", seed: int = 0) -> flo
     return float(len(trace) / (np.max(a["finish_s"]) - np.min(a["arrival_s"])))
 
 
+def steady_rps(trace: lp.Trace, name: str = "vllm-v0", seed: int = 0) -> float:
+    """Requests per second of ``name`` while requests still wait, with every request of
+    ``trace`` queued at time 0: the requests finished by the last first token over that
+    time (the makespan of :func:`saturation_rps` also holds the longest requests' lone
+    decode after the queue emptied)."""
+    a = run(trace.with_rate(1e9), name, seed).arrays
+    t = float(np.max(a["first_token_s"]) - np.min(a["arrival_s"]))
+    return float(np.sum(a["finish_s"] <= np.max(a["first_token_s"])) / t)
+
+
+def overload(trace: lp.Trace, seed: int = 0) -> dict:
+    """Table 6: :data:`OVERLOAD`'s policies on ``trace`` at ``max(LOADS)`` times FCFS's
+    :func:`steady_rps` on it: label -> :func:`cell` plus the makespan (s), the GPU's busy
+    time (s, iterations running) and the number of iterations."""
+    mu = steady_rps(trace, seed=seed)
+    tr = trace.with_rate(max(LOADS) * mu)
+    out = {"steady_rps": mu, "rows": {}}
+    for label, (name, kw) in OVERLOAD.items():
+        res = run_policy(tr, policy(name, **kw), seed)
+        a = res.arrays
+        out["rows"][label] = {**cell(res), "busy_s": float(res.stats["busy_s"]),
+                              "iterations": float(res.stats["iterations"]),
+                              "makespan_s": float(np.max(a["finish_s"]) - np.min(a["arrival_s"]))}
+    return out
+
+
+def print_overload(ov: dict, n: int) -> None:
+    """Table 6."""
+    rows = ov["rows"]
+    f = rows["fcfs"]["jct_s"]
+    print(f"\nat overload: alpaca-like, {n} requests at {max(LOADS)} x FCFS's rate while "
+          f"requests wait ({ov['steady_rps']:.1f} req/s)")
+    print(f"{'':28s}{'JCT s':>8}{'/ fcfs':>8}{'preempt':>9}{'makespan s':>12}"
+          f"{'GPU busy s':>12}{'iterations':>12}{'link busy':>11}")
+    for label, c in rows.items():
+        print(f"  {label:26s}{c['jct_s']:>8.2f}{c['jct_s'] / f:>8.2f}{c['preemptions']:>9.0f}"
+              f"{c['makespan_s']:>12.1f}{c['busy_s']:>12.1f}{c['iterations']:>12.0f}"
+              f"{pct(c['link_busy']):>11}")
+
+
 def slo_capacity(trace: lp.Trace, name: str, seed: int, hi: float = 200.0) -> float:
     """Highest rate with mean latency per output token <= 0.3 s (``hi`` when it holds
     there: printed as ">=")."""
@@ -245,6 +317,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overload-requests", type=int, default=3000,
+                    help="alpaca-like requests of table 6 (0 skips it)")
     ap.add_argument("--effs", default=",".join(f"{e:g}" for e in EFFS),
                     help="PCIe efficiencies of table 4, descending ('' skips it)")
     args = ap.parse_args(argv)
@@ -314,6 +388,16 @@ def main(argv: list[str] | None = None) -> dict:
         if tip is not None:
             rows.append((f"{kind}: GB/s below which proactive swap loses to recompute",
                          "not analysed", tip["tipping_gbps"]["proactive"], None, "measured"))
+    if args.overload_requests:
+        ov = overload(workload("alpaca", args.overload_requests, args.seed), args.seed)
+        print_overload(ov, args.overload_requests)
+        out["overload"] = ov
+        r = ov["rows"]
+        rows.append((f"alpaca, {args.overload_requests} requests at overload: JCT skip-join < "
+                     "naive MLFQ < FCFS", "<= 8.9x FCFS",
+                     r["fcfs"]["jct_s"] / r["skip-join"]["jct_s"], None,
+                     C.verdict(r["skip-join"]["jct_s"] < r["naive mlfq"]["jct_s"]
+                               < r["fcfs"]["jct_s"])))
     C.claims_table("FastServe: claims (transfer engine; see the module docstring)", rows)
     print(f"\nwall {time.perf_counter() - t0:.0f} s")
     return out
