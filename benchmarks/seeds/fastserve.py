@@ -261,8 +261,8 @@ def print_overload(ov: dict, n: int) -> None:
     """Table 6."""
     rows = ov["rows"]
     f = rows["fcfs"]["jct_s"]
-    print(f"\nat overload: alpaca-like, {n} requests at {max(LOADS)} x FCFS's rate while "
-          f"requests wait ({ov['steady_rps']:.1f} req/s)")
+    print(f"\nat overload: alpaca-like, {n} requests at {max(LOADS)} x {ov['steady_rps']:.1f} "
+          "req/s (FCFS's rate while requests wait)")
     print(f"{'':28s}{'JCT s':>8}{'/ fcfs':>8}{'preempt':>9}{'makespan s':>12}"
           f"{'GPU busy s':>12}{'iterations':>12}{'link busy':>11}")
     for label, c in rows.items():
