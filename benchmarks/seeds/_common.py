@@ -11,39 +11,50 @@ import numpy as np
 
 import lpserve as lp
 from lpserve.trace import generate as G
-from lpserve.trace import papers
 
 SHARED = Path(os.environ.get("LPSERVE_SHARED",
                              Path(__file__).resolve().parents[3] / "shared")) / "traces"
 
 
+#: ShareGPT V3 first turns bundled with lpserve (``lpserve/data/TRACES.md``): the rows of
+#: the shared per-turn table that :func:`sharegpt_requests` keeps, in its order
+BUNDLED_FIRST_TURNS = Path(lp.__file__).resolve().parent / "data" / \
+    "sharegpt_v3_first_turn_lengths.csv.gz"
+
+
+def first_turn_lengths() -> tuple[np.ndarray, np.ndarray, str]:
+    """ShareGPT V3 first turns with a prompt and a response: ``(prompt_tokens,
+    response_tokens, source)``, int64 arrays in the table's order; from the shared
+    ``sharegpt_v3_turn_lengths_part1.csv.gz`` when present, else the same rows bundled
+    with lpserve."""
+    import pandas as pd
+
+    path = SHARED / "sharegpt_v3_turn_lengths_part1.csv.gz"
+    if path.exists():
+        d = pd.read_csv(path)
+        d = d[(d.turn == 0) & (d.prompt_tokens > 0) & (d.response_tokens > 0)]
+        src = "ShareGPT V3 first turns (shared data)"
+    else:
+        d = pd.read_csv(BUNDLED_FIRST_TURNS)
+        src = "ShareGPT V3 first turns (bundled with lpserve)"
+    return (d.prompt_tokens.to_numpy(np.int64), d.response_tokens.to_numpy(np.int64), src)
+
+
 def sharegpt_requests(n: int, rate_per_s: float, *, seed: int = 0,
                       max_total_tokens: int = 2048) -> lp.Trace:
     """``n`` Poisson requests at ``rate_per_s`` whose (prompt, output) pairs are resampled
-    from ShareGPT V3's first turns with prompt + output <= ``max_total_tokens`` (the
-    shared ``sharegpt_v3_turn_lengths_part1.csv.gz``); without the shared data, the
-    log-normal :func:`lpserve.trace.papers.sharegpt_like` fit of the same turns."""
-    path = SHARED / "sharegpt_v3_turn_lengths_part1.csv.gz"
-    if not path.exists():
-        return papers.sharegpt_like(n, rate_per_s, seed=seed,
-                                    max_prompt_tokens=max_total_tokens // 2,
-                                    max_output_tokens=max_total_tokens // 2)
-    import pandas as pd
-
-    d = pd.read_csv(path)
-    d = d[(d.turn == 0) & (d.prompt_tokens > 0) & (d.response_tokens > 0)
-          & (d.prompt_tokens + d.response_tokens <= max_total_tokens)]
-    joint = G.EmpiricalJoint(d.prompt_tokens.to_numpy(np.int64),
-                             d.response_tokens.to_numpy(np.int64))
+    from ShareGPT V3's first turns with prompt + output <= ``max_total_tokens``
+    (:func:`first_turn_lengths`)."""
+    p, r, _ = first_turn_lengths()
+    keep = p + r <= max_total_tokens
+    joint = G.EmpiricalJoint(p[keep], r[keep])
     return G.synthetic(n, arrivals=G.Poisson(rate_per_s=rate_per_s), lengths=joint,
                        seed=seed, name="sharegpt-v3-first-turns")
 
 
 def data_source() -> str:
     """Which ShareGPT lengths the benchmarks use."""
-    return ("ShareGPT V3 first turns (shared data)"
-            if (SHARED / "sharegpt_v3_turn_lengths_part1.csv.gz").exists()
-            else "ShareGPT-like log-normal fit (lpserve.trace.papers)")
+    return first_turn_lengths()[2]
 
 
 def max_rate(ok: Callable[[float], bool], lo: float, hi: float,

@@ -2,7 +2,8 @@
 output lengths.
 
 Set-up: OPT-13B on one A100-40GB; ShareGPT requests (first turns of the shared ShareGPT
-V3 lengths within OPT's 2,048-token context, else the log-normal fit) and Alpaca-like
+V3 lengths within OPT's 2,048-token context: the shared table, or the same rows bundled
+with lpserve) and Alpaca-like
 requests (:func:`lpserve.trace.papers.alpaca_like`: the paper's means, an assumed CV of
 1.5 for a heavy tail), Poisson arrivals. Schedulers on vLLM's V0 engine (``vllm-v0``:
 FCFS; ``mlfq``: naive MLFQ, every request enters queue 0; ``fastserve``: skip-join MLFQ,

@@ -2,8 +2,8 @@
 sequence length, on the paper's own set-up.
 
 Set-up: OPT-13B on one A100-40GB (the paper's Fig. 12a), ShareGPT requests (first turns
-of the shared ShareGPT V3 lengths with prompt + output <= 2,048, OPT's context; without
-``../shared`` the log-normal fit of :func:`lpserve.trace.papers.sharegpt_like`), Poisson
+of ShareGPT V3's lengths with prompt + output <= 2,048, OPT's context: the shared table,
+or the same rows bundled with lpserve), Poisson
 arrivals, no prefix caching (the paper's requests share nothing).
 
 Engines: ``vllm-v0`` (the vLLM the paper measured: paged blocks allocated as tokens are
