@@ -292,6 +292,7 @@ class SessionEvictor(Evictor):
 
     meta = Meta(online=True, engines=("lpserve",))
     observes_requests = True
+    reads_tree = False  # never reads EvictorView.parent
 
     def __init__(self, spec: SessionEvictorSpec) -> None:
         self.spec = spec

@@ -162,7 +162,7 @@ HIDDEN_FIELDS = {
                     "predicted_lo/hi)",
     "program_id": "the trace has no agentic programs (program_id)",
     "parent": "the trace has no parent calls (or, in an EvictorView, the view was built by "
-              "hand without them)",
+              "hand without them, or the evictor's reads_tree is False)",
     "queued": "EvictorView.queued is filled only for evictors whose reads_queue is True",
     "key": "EvictorView.key is filled only for evictors whose reads_keys is True",
     "children": "the EvictorView was built by hand without it",

@@ -177,6 +177,9 @@ class Evictor(Role):
     waiting requests would hit), which costs a cache lookup per queued block.
     ``reads_keys = True`` asks it to fill ``EvictorView.key`` (each evictable block's
     prefix-cache key), which costs a list lookup per evictable block.
+    ``reads_tree = False`` tells it that the evictor never reads ``EvictorView.parent``
+    (each block's cached parent among the candidates, a binary search per evictable
+    block), which is then None.
     ``observes_requests = True`` asks it to call :meth:`observe` with a
     :class:`~lpserve.policy.views.RequestEvent` when a request arrives at a replica and
     when it finishes there (what an evictor learns return gaps from).
@@ -184,6 +187,7 @@ class Evictor(Role):
 
     reads_queue: bool = False
     reads_keys: bool = False
+    reads_tree: bool = True
     observes_requests: bool = False
 
     def observe(self, event: Any) -> None:
@@ -241,6 +245,7 @@ class LRU(Evictor):
     """Least recently used first; among equal times the deepest block of a chain first."""
 
     name = "lru"
+    reads_tree = False
 
     def kernel_spec(self) -> tuple[str, tuple[float, ...]]:
         """``(kind, params)`` of this evictor's compiled twin in the simulator's prefix

@@ -31,16 +31,13 @@ def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
     evictor that ``reads_queue``; ``who`` names the policy in errors.
     """
     slots = bm.evictable_slots()
-    pslot = bm.parent_slot[slots]
-    parent = np.searchsorted(slots, pslot)  # slots ascending: position of the parent
-    ok = (pslot >= 0) & (parent < slots.size)
-    ok[ok] = slots[parent[ok]] == pslot[ok]
-    parent = np.where(ok, parent, -1).astype(np.int64)
     view = EvictorView(now_s=now_s, replica=replica, block=readonly(slots),
                        last_access_s=readonly(bm.last_access_s[slots]),
                        hits=readonly(bm.hits[slots]), depth=readonly(bm.depth[slots]),
                        created_s=readonly(bm.created_s[slots]),
-                       children=readonly(bm.n_children[slots]), parent=readonly(parent),
+                       children=readonly(bm.n_children[slots]),
+                       parent=(readonly(_parent_positions(bm, slots))
+                               if getattr(evictor, "reads_tree", True) else None),
                        turn_gap_s=readonly(bm.turn_gap_s[slots]),
                        queued=None if queued is None else readonly(np.isin(slots, queued)),
                        thread=readonly(bm.thread[slots]),
@@ -49,6 +46,16 @@ def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
                        else None)
     pos = check_evictions(evictor.evict(view, int(need)), int(need), int(slots.size), who)
     return slots[pos].tolist()
+
+
+def _parent_positions(bm: BlockManager, slots: np.ndarray) -> np.ndarray:
+    """Per evictable slot (``slots`` ascending), the position in ``slots`` of its cached
+    parent block, -1 where the parent is not evictable or not cached (int64)."""
+    pslot = bm.parent_slot[slots]
+    parent = np.searchsorted(slots, pslot)
+    ok = (pslot >= 0) & (parent < slots.size)
+    ok[ok] = slots[parent[ok]] == pslot[ok]
+    return np.where(ok, parent, -1).astype(np.int64)
 
 
 def _slot_keys(bm: BlockManager, slots: np.ndarray) -> tuple:

@@ -101,3 +101,38 @@ def test_evictor_view_hidden_field_reason():
 
     assert "reads_queue" in HIDDEN_FIELDS["queued"]
     assert issubclass(PolicyError, ValueError) and Evictor is not None
+
+
+class ReadsParent(Evictor):
+    """Oldest first, after reading ``view.parent`` (which ``reads_tree`` controls)."""
+
+    name = "reads-parent"
+
+    def __init__(self, reads_tree: bool) -> None:
+        self.reads_tree = reads_tree
+        self.calls = 0
+
+    def evict(self, view, need_blocks):
+        has_parent = view.parent >= 0  # a TypeError when the simulator left it None
+        assert has_parent.shape == (len(view),)
+        self.calls += 1
+        return np.argsort(view.last_access_s, kind="stable")[:need_blocks].astype(np.int64)
+
+
+def test_evictor_parent_follows_reads_tree():
+    """``EvictorView.parent`` is filled for evictors with ``reads_tree`` (the default) and
+    left None otherwise, where reading it names the flag; the built-in LRU and the session
+    evictors, which never read it, turn it off."""
+    from lpserve.policies.baselines import engine_policy
+    from lpserve.policies.evictors_sessions import SESSION_SPECS, SessionEvictor
+    from lpserve.policy import LRU
+
+    mc = lp.Instance(trace=lp.bundled_trace("mooncake-conv-5min").window(0.0, 60.0),
+                     cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=1))
+    ev = ReadsParent(True)
+    lp.simulate(mc, engine_policy("vllm-chunked", evictor=ev, name="reads-parent"))
+    assert ev.calls > 0
+    with pytest.raises(PolicyError, match="reads_tree"):
+        lp.simulate(mc, engine_policy("vllm-chunked", evictor=ReadsParent(False),
+                                      name="reads-parent-off"))
+    assert not LRU.reads_tree and not SessionEvictor(SESSION_SPECS["ttl-pin"]).reads_tree
