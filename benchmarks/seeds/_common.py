@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 import lpserve as lp
+from lpserve.arrays import readonly
 from lpserve.trace import generate as G
 
 SHARED = Path(os.environ.get("LPSERVE_SHARED",
@@ -22,11 +24,12 @@ BUNDLED_FIRST_TURNS = Path(lp.__file__).resolve().parent / "data" / \
     "sharegpt_v3_first_turn_lengths.csv.gz"
 
 
+@lru_cache(maxsize=None)
 def first_turn_lengths() -> tuple[np.ndarray, np.ndarray, str]:
     """ShareGPT V3 first turns with a prompt and a response: ``(prompt_tokens,
-    response_tokens, source)``, int64 arrays in the table's order; from the shared
-    ``sharegpt_v3_turn_lengths_part1.csv.gz`` when present, else the same rows bundled
-    with lpserve."""
+    response_tokens, source)``, read-only int64 arrays in the table's order; from the
+    shared ``sharegpt_v3_turn_lengths_part1.csv.gz`` when present, else the same rows
+    bundled with lpserve (read once per process)."""
     import pandas as pd
 
     path = SHARED / "sharegpt_v3_turn_lengths_part1.csv.gz"
@@ -37,7 +40,8 @@ def first_turn_lengths() -> tuple[np.ndarray, np.ndarray, str]:
     else:
         d = pd.read_csv(BUNDLED_FIRST_TURNS)
         src = "ShareGPT V3 first turns (bundled with lpserve)"
-    return (d.prompt_tokens.to_numpy(np.int64), d.response_tokens.to_numpy(np.int64), src)
+    return (readonly(d.prompt_tokens.to_numpy(np.int64)),
+            readonly(d.response_tokens.to_numpy(np.int64)), src)
 
 
 def sharegpt_requests(n: int, rate_per_s: float, *, seed: int = 0,

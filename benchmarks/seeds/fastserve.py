@@ -123,7 +123,7 @@ LOADS = (0.5, 0.8, 1.0, 1.2)
 ENGINE = {"max_num_batched_tokens": MAX_LEN}
 #: the transfer engine of the registered ``fastserve``, for naive MLFQ too
 OVERLAP = {"transfers": "overlap", "proactive_swap": True}
-#: table 6, heavy-tailed lengths at overload: label -> (policy, options)
+#: table 5, heavy-tailed lengths at overload: label -> (policy, options)
 OVERLOAD = {
     "fcfs": ("vllm-v0", {}),
     "naive mlfq": ("mlfq", {}),
@@ -243,7 +243,7 @@ def steady_rps(trace: lp.Trace, name: str = "vllm-v0", seed: int = 0) -> float:
 
 
 def overload(trace: lp.Trace, seed: int = 0) -> dict:
-    """Table 6: :data:`OVERLOAD`'s policies on ``trace`` at ``max(LOADS)`` times FCFS's
+    """Table 5: :data:`OVERLOAD`'s policies on ``trace`` at ``max(LOADS)`` times FCFS's
     :func:`steady_rps` on it: label -> :func:`cell` plus the makespan (s), the GPU's busy
     time (s, iterations running) and the number of iterations."""
     mu = steady_rps(trace, seed=seed)
@@ -259,7 +259,7 @@ def overload(trace: lp.Trace, seed: int = 0) -> dict:
 
 
 def print_overload(ov: dict, n: int) -> None:
-    """Table 6."""
+    """Table 5."""
     rows = ov["rows"]
     f = rows["fcfs"]["jct_s"]
     print(f"\nat overload: alpaca-like, {n} requests at {max(LOADS)} x {ov['steady_rps']:.1f} "
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overload-requests", type=int, default=3000,
-                    help="alpaca-like requests of table 6 (0 skips it)")
+                    help="alpaca-like requests of table 5 (0 skips it)")
     ap.add_argument("--effs", default=",".join(f"{e:g}" for e in EFFS),
                     help="PCIe efficiencies of table 4, descending ('' skips it)")
     args = ap.parse_args(argv)

@@ -449,7 +449,7 @@ class SessionEvictor(Evictor):
             if rec is not None and rec[0] == tg_:
                 expiry[k], ret[k], gneed[k] = rec[1], rec[2], rec[3]
         if not pins:
-            expiry = t_g.copy()
+            expiry = t_g
         prim, sec = G.group_keys(sp.mode, c_g, t_g, now, expiry,
                                  ret if sp.mode == G.MODE_TTL else gval, st.NE, self._pi,
                                  self._mu, G.AGE_EDGES_S, params)

@@ -338,11 +338,11 @@ def test_a_resident_without_host_room_is_dropped_only_when_nothing_else_frees_bl
     outranked request regardless of host room, on a replica with no host memory. (Memory
     pressure, rule (10), still drops the worst resident before preempting a running
     request: those drops are not counted.)"""
-    class EveryVictim(getattr(X, "HostRoom", object)):
+    class EveryVictim(X.HostRoom):
         def __call__(self, v):
             return True
 
-    monkeypatch.setattr(X, "HostRoom", EveryVictim, raising=False)
+    monkeypatch.setattr(X, "HostRoom", EveryVictim)
     drops, pressure = [], []
     drop, relieve = X._drop_kv, X.relieve
 
