@@ -83,3 +83,20 @@ def test_cli_trace_stats_json_on_shared_file(shared_traces):
     d = json.loads(out)
     assert d["n_requests"] == 5719
     assert round(100 * d["infinite_cache_hit_rate"], 1) == 34.1
+
+
+def test_bundled_sharegpt_first_turns_are_the_shared_rows(shared_traces):
+    """``lpserve/data/sharegpt_v3_first_turn_lengths.csv.gz`` holds exactly the first turns
+    (with a prompt and a response) of the shared per-turn table, in its order: the seed
+    benchmarks draw the same requests with or without the shared data."""
+    from pathlib import Path
+
+    import numpy as np
+    import pandas as pd
+
+    d = pd.read_csv(shared_traces / "sharegpt_v3_turn_lengths_part1.csv.gz")
+    d = d[(d.turn == 0) & (d.prompt_tokens > 0) & (d.response_tokens > 0)]
+    b = pd.read_csv(Path(lp.__file__).parent / "data" / "sharegpt_v3_first_turn_lengths.csv.gz")
+    assert len(b) == len(d) == 11_776
+    for col in ("conv_index", "prompt_tokens", "response_tokens"):
+        assert np.array_equal(b[col].to_numpy(), d[col].to_numpy()), col
