@@ -16,6 +16,9 @@ __all__ = ["EXIT_BOUND_VIOLATED", "add_interval_args", "optimality_intervals", "
            "violated", "write_interval"]
 
 EXIT_BOUND_VIOLATED = 3  # exit code of lpserve gap when a policy beats a lower bound
+#: default simulations of the schedule search per load: the five seed orders on the first
+#: engine x router, then the other 11 engine x router pairs of the best seed
+SEARCH_EVALUATIONS = 16
 
 
 def add_interval_args(p: argparse.ArgumentParser) -> None:
@@ -24,12 +27,19 @@ def add_interval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-interval", dest="interval", action="store_false",
                    help="skip the optimality interval (best lower bound, best offline "
                    "schedule) of each load")
-    p.add_argument("--bound-time-limit", type=float, default=2.0, metavar="SECONDS",
-                   help="time limit of the cost-model LP per load (default 2 s, which keeps "
-                   "the report fast; the LP of ~600 requests needs minutes. At the limit the "
-                   "best certified bound is kept and its status says limit)")
-    p.add_argument("--search-time-limit", type=float, default=1.0, metavar="SECONDS",
-                   help="time limit of the offline schedule search per load (default 1 s)")
+    p.add_argument("--bound-time-limit", type=float, default=None, metavar="SECONDS",
+                   help="also compute the cost-model LP bound (cost-lp) at each load, with "
+                   "this time limit (default: not computed. The LP of ~600 requests needs "
+                   "15-20 s per load to certify a bound; at the limit the best certified "
+                   "bound is kept and its status says limit)")
+    p.add_argument("--search-evaluations", type=int, default=SEARCH_EVALUATIONS,
+                   metavar="N", help="simulations of the offline schedule search per load "
+                   f"(default {SEARCH_EVALUATIONS}: every seed order, then every engine x "
+                   "router of the best seed; a fixed count keeps the report the same on "
+                   "every machine)")
+    p.add_argument("--search-time-limit", type=float, default=60.0, metavar="SECONDS",
+                   help="wall-time cap of the schedule search per load (default 60 s; a "
+                   "search stopped by it says so in its status)")
 
 
 def violated(exc: Any, args: argparse.Namespace) -> int:
@@ -51,10 +61,16 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
         return []
     for flag in ("bound_time_limit", "search_time_limit"):
         v = getattr(args, flag)
-        if not (math.isfinite(v) and v > 0):
+        if v is not None and not (math.isfinite(v) and v > 0):
             raise CLIError(f"--{flag.replace('_', '-')} must be > 0 seconds, got {v}")
+    if args.search_evaluations < 1:
+        raise CLIError(f"--search-evaluations must be an integer >= 1, got "
+                       f"{args.search_evaluations}")
     from lpserve.evaluate import check_bound
-    from lpserve.evaluate.interval import fitting_subset, optimality_interval
+    from lpserve.evaluate.interval import LOWER_BOUNDS, fitting_subset, optimality_interval
+
+    lower = LOWER_BOUNDS if args.bound_time_limit is not None else \
+        tuple(b for b in LOWER_BOUNDS if b != "cost-lp")
 
     out = []
     for wl, load, inst in cases:
@@ -68,7 +84,8 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
                   if int(round(float(r["n_finished"]))) == n_fit and _plain(r["policy"])}
         rec = optimality_interval(inst, lp_time_limit_s=args.bound_time_limit,
                                   search_time_limit_s=args.search_time_limit,
-                                  policy_totals=totals)
+                                  search_evaluations=args.search_evaluations,
+                                  policy_totals=totals, lower=lower)
         for name, v in totals.items():
             check_bound(policy=name, bound=rec["lower_name"] or "interval",
                         bound_values={"total_latency_s": rec["lower_s"]},
@@ -89,6 +106,15 @@ def _plain(label: str) -> bool:
     if label not in policy_names():
         return True
     return make_policy(label).engine.speculation is None
+
+
+#: the line that says the cost-model LP bound was not computed
+LP_LEFT_OUT = ("cost-lp (the time-indexed LP bound, models/cost-lp.md) not computed: "
+               "--bound-time-limit 20 computes it (about 15-20 s per load of ~600 requests)")
+
+
+def _lp_left_out(intervals: list[dict[str, Any]]) -> bool:
+    return any(all(b["name"] != "cost-lp" for b in r["bounds"]) for r in intervals)
 
 
 def _interval_lines(intervals: list[dict[str, Any]]) -> list[str]:
@@ -114,6 +140,8 @@ def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str) ->
           "of the simulator's non-speculative schedules lies inside):")
     for line in _interval_lines(intervals):
         print("  " + line)
+    if _lp_left_out(intervals):
+        print("  " + LP_LEFT_OUT)
     r = max(intervals, key=lambda x: x["load"])
     print(f"{'policy':<26}" + "".join(f"{'x' + format(x['load'], 'g') + ' /lower':>13}"
                                        f"{'/upper':>8}" for x in intervals))
@@ -163,7 +191,8 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
           "`srpt-bound`: models/cost-lp.md; `cost-bound`: models/lower-bounds.md) and the best offline schedule found "
           "(`schedule-search`: static priority orders, models/schedule-search.md) or "
           "simulated policy. Status `limit`: the time limit stopped the solver; the "
-          "bound kept is the best certified one.", "",
+          "bound kept is the best certified one."
+          + (" " + LP_LEFT_OUT + "." if _lp_left_out(intervals) else ""), "",
           md_table(["load", "lower (s)", "by", "upper (s)", "by", "upper / lower",
                      "bounds (status, wall)", "search (status, wall)"], rows),
           "Each policy as value / lower and value / upper:", "",

@@ -95,7 +95,8 @@ class TotalLatencyBound:
 
 
 def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
-                        search_time_limit_s: float = 20.0,
+                        search_time_limit_s: float | None = 20.0,
+                        search_evaluations: int | None = None,
                         policy_totals: Mapping[str, float] | None = None,
                         lower: Sequence[str] = LOWER_BOUNDS, seed: int = 0,
                         lp_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -105,7 +106,9 @@ def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
     Args:
         lp_time_limit_s: time limit of ``cost-lp`` (LIMIT keeps the best certified bound).
         search_time_limit_s: time limit of ``schedule-search`` (LIMIT keeps the best
-            schedule found).
+            schedule found; None: only ``search_evaluations``).
+        search_evaluations: simulations of ``schedule-search`` at most (None: only the
+            time limit); a count alone makes the upper end the same on every machine.
         policy_totals: simulated total latencies of policies that finished every fitting
             request (label -> s); any of them can be the upper end.
         lower: lower-bound formulations to compute.
@@ -138,7 +141,7 @@ def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
                         "wall_s": time.perf_counter() - t0, "message": sol.message})
     t0 = time.perf_counter()
     ss = solve("schedule-search", sub, time_limit_s=search_time_limit_s, seed=seed,
-               lp_solution=alpha)
+               lp_solution=alpha, max_evaluations=search_evaluations)
     search = {"status": ss.status.value, "total_s": float(ss.objective),
               "mean_s": float(ss.objective) / n if n else math.nan,
               "wall_s": time.perf_counter() - t0, "message": ss.message,

@@ -317,15 +317,34 @@ class SessionEvictor(Evictor):
             from lpserve.cost import cost_model_for
 
             self._cost = cost_model_for(cluster)
-        self._refit()
+        self._fit: tuple | None = None  # (tau, pi, mu), fitted on first use
 
     def _refit(self) -> None:
         st, sp = self._st, self.spec
-        self._tau = (np.full(G.N_CLASSES, sp.ttl_s) if sp.ttl_s >= 0 else
-                     G.fit_ttl(st.H, st.O, float(sp.min_n), st.NE, G.TTL_GRID_S)[0])
-        self._pi, self._mu = G.fit_return(st.R, st.X, st.NE, G.AGE_EDGES_S, sp.amax_s,
-                                          float(sp.min_n))
+        tau = (np.full(G.N_CLASSES, sp.ttl_s) if sp.ttl_s >= 0 else
+               G.fit_ttl(st.H, st.O, float(sp.min_n), st.NE, G.TTL_GRID_S)[0])
+        pi, mu = G.fit_return(st.R, st.X, st.NE, G.AGE_EDGES_S, sp.amax_s, float(sp.min_n))
+        self._fit = (tau, pi, mu)
         self._n_new = 0
+
+    def _fitted(self) -> tuple:
+        """(TTL per wait class (s), return probabilities, mean return gaps): the fit of the
+        waits seen so far, made on first use (constructing the evictor compiles nothing)."""
+        if self._fit is None:
+            self._refit()
+        return self._fit
+
+    @property
+    def _tau(self) -> np.ndarray:
+        return self._fitted()[0]
+
+    @property
+    def _pi(self) -> np.ndarray:
+        return self._fitted()[1]
+
+    @property
+    def _mu(self) -> np.ndarray:
+        return self._fitted()[2]
 
     def _end_wait(self, th: int, gap: float, ev: RequestEvent | None) -> None:
         t0, c, w, ctx = self._pending.pop(th)

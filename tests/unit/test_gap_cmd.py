@@ -170,3 +170,26 @@ def test_gap_shows_the_optimality_interval(tmp_path, capsys):
             assert p["over_lower"] >= 1.0 - 1e-9
     assert (tmp_path / "interval_vs_load.png").exists()
     assert "## Optimality interval" in (tmp_path / "gap_table.md").read_text()
+
+
+def test_gap_interval_defaults_are_reproducible_and_say_what_is_left_out(tmp_path, capsys):
+    """By default the schedule search runs a fixed number of simulations (the same upper
+    end on every machine) and the cost-model LP is not computed; the report says how to
+    compute it. Twice the same command gives the same interval."""
+    args = ["gap", "--duration", "6", "--windows", "1", "--loads", "1.0", "--policies",
+            "vllm", "--json"]
+    runs = []
+    for k in range(2):
+        assert main(args + ["--out", str(tmp_path / str(k))]) == 0
+        runs.append(json.loads(capsys.readouterr().out)["interval"])
+    for r in runs[0]:
+        assert {b["name"] for b in r["bounds"]} == {"cost-bound", "srpt-bound"}
+        assert r["search"]["evaluations"] <= 16
+    assert [(r["lower_s"], r["upper_s"]) for r in runs[0]] == \
+        [(r["lower_s"], r["upper_s"]) for r in runs[1]]
+    assert "--bound-time-limit 20 computes it" in (tmp_path / "0" / "gap_table.md").read_text()
+    assert main(["gap", "--duration", "6", "--windows", "1", "--loads", "1.0", "--policies",
+                 "vllm", "--out", str(tmp_path / "x")]) == 0
+    assert "cost-lp (the time-indexed LP bound" in capsys.readouterr().out
+    assert main(args + ["--out", str(tmp_path / "y"), "--search-evaluations", "0"]) == 2
+    assert "--search-evaluations must be an integer >= 1" in capsys.readouterr().err
