@@ -116,8 +116,9 @@ def mix64(x):
 def _probe(p, key):
     """Table index holding ``key``, else the empty one where it would go."""
     mask = p.ist[P_MASK]
+    hu, hk = p.hu, p.hk
     j = mix64(key) & mask
-    while p.hu[j] and p.hk[j] != key:
+    while hu[j] and hk[j] != key:
         j = (j + 1) & mask
     return j
 
@@ -147,18 +148,19 @@ def _table_drop_if_empty(p, j):
     if p.hs[j] >= 0 or p.hc[j] > 0:
         return
     mask = p.ist[P_MASK]
-    p.hu[j] = 0
+    hu, hk, hs, hc = p.hu, p.hk, p.hs, p.hc
+    hu[j] = 0
     i = j
     k = (j + 1) & mask
-    while p.hu[k]:
-        home = mix64(p.hk[k]) & mask
+    while hu[k]:
+        home = mix64(hk[k]) & mask
         # move k to the hole at i when its home is not in (i, k] (cyclically)
         if (k > i and (home <= i or home > k)) or (k < i and (home <= i and home > k)):
-            p.hk[i] = p.hk[k]
-            p.hs[i] = p.hs[k]
-            p.hc[i] = p.hc[k]
-            p.hu[i] = 1
-            p.hu[k] = 0
+            hk[i] = hk[k]
+            hs[i] = hs[k]
+            hc[i] = hc[k]
+            hu[i] = 1
+            hu[k] = 0
             i = k
         k = (k + 1) & mask
 
@@ -178,42 +180,42 @@ def n_children(p, s):
 
 
 # ===================================================================================== heaps
+# The heap kernels read each of the pool's arrays once per call, into locals: every
+# attribute read of the pool structure is a reference count taken and dropped.
 @njit(cache=True)
-def _less(p, h, a, b):
-    if p.hk1[h, a] != p.hk1[h, b]:
-        return p.hk1[h, a] < p.hk1[h, b]
-    if p.hk2[h, a] != p.hk2[h, b]:
-        return p.hk2[h, a] < p.hk2[h, b]
-    if p.hneg[h, a] != p.hneg[h, b]:
-        return p.hneg[h, a] < p.hneg[h, b]
-    return p.hslot[h, a] < p.hslot[h, b]
+def _less(k1, k2, neg, slot, a, b):
+    """Whether entry ``a`` of one heap (its rows ``k1, k2, neg, slot``) orders before
+    ``b``."""
+    if k1[a] != k1[b]:
+        return k1[a] < k1[b]
+    if k2[a] != k2[b]:
+        return k2[a] < k2[b]
+    if neg[a] != neg[b]:
+        return neg[a] < neg[b]
+    return slot[a] < slot[b]
+
+
+@njit(cache=True)
+def _swap_rows(k1, k2, neg, slot, stamp, a, b):
+    k1[a], k1[b] = k1[b], k1[a]
+    k2[a], k2[b] = k2[b], k2[a]
+    neg[a], neg[b] = neg[b], neg[a]
+    slot[a], slot[b] = slot[b], slot[a]
+    stamp[a], stamp[b] = stamp[b], stamp[a]
 
 
 @njit(cache=True)
 def _swap(p, h, a, b):
-    t1 = p.hk1[h, a]
-    p.hk1[h, a] = p.hk1[h, b]
-    p.hk1[h, b] = t1
-    t2 = p.hk2[h, a]
-    p.hk2[h, a] = p.hk2[h, b]
-    p.hk2[h, b] = t2
-    t3 = p.hneg[h, a]
-    p.hneg[h, a] = p.hneg[h, b]
-    p.hneg[h, b] = t3
-    t4 = p.hslot[h, a]
-    p.hslot[h, a] = p.hslot[h, b]
-    p.hslot[h, b] = t4
-    t5 = p.hstamp[h, a]
-    p.hstamp[h, a] = p.hstamp[h, b]
-    p.hstamp[h, b] = t5
+    _swap_rows(p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h], a, b)
 
 
 @njit(cache=True)
 def _sift_up(p, h, i):
+    k1, k2, neg, slot, stamp = p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h]
     while i > 0:
         par = (i - 1) >> 1
-        if _less(p, h, i, par):
-            _swap(p, h, i, par)
+        if _less(k1, k2, neg, slot, i, par):
+            _swap_rows(k1, k2, neg, slot, stamp, i, par)
             i = par
         else:
             break
@@ -222,15 +224,16 @@ def _sift_up(p, h, i):
 @njit(cache=True)
 def _sift_down(p, h, i):
     n = p.hsize[h]
+    k1, k2, neg, slot, stamp = p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h]
     while True:
         le = 2 * i + 1
         if le >= n:
             break
         c = le
-        if le + 1 < n and _less(p, h, le + 1, le):
+        if le + 1 < n and _less(k1, k2, neg, slot, le + 1, le):
             c = le + 1
-        if _less(p, h, c, i):
-            _swap(p, h, c, i)
+        if _less(k1, k2, neg, slot, c, i):
+            _swap_rows(k1, k2, neg, slot, stamp, c, i)
             i = c
         else:
             break
@@ -239,7 +242,8 @@ def _sift_down(p, h, i):
 @njit(cache=True)
 def _valid(p, h, pos):
     s = p.hslot[h, pos]
-    if p.si[S_HASKEY, s] == 0 or p.si[S_REF, s] != 0 or p.si[S_STAMP, s] != p.hstamp[h, pos]:
+    si = p.si
+    if si[S_HASKEY, s] == 0 or si[S_REF, s] != 0 or si[S_STAMP, s] != p.hstamp[h, pos]:
         return False
     if h == 1 and p.ist[P_KIND] != EV_KNAPSACK and n_children(p, s) != 0:
         return False
