@@ -180,8 +180,7 @@ def n_children(p, s):
 
 
 # ===================================================================================== heaps
-# The heap kernels read each of the pool's arrays once per call, into locals: every
-# attribute read of the pool structure is a reference count taken and dropped.
+# (the kernels read each pool array once per call: every attribute read is a refcount)
 @njit(cache=True)
 def _less(k1, k2, neg, slot, a, b):
     """Whether entry ``a`` of one heap (its rows ``k1, k2, neg, slot``) orders before
@@ -202,11 +201,6 @@ def _swap_rows(k1, k2, neg, slot, stamp, a, b):
     neg[a], neg[b] = neg[b], neg[a]
     slot[a], slot[b] = slot[b], slot[a]
     stamp[a], stamp[b] = stamp[b], stamp[a]
-
-
-@njit(cache=True)
-def _swap(p, h, a, b):
-    _swap_rows(p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h], a, b)
 
 
 @njit(cache=True)
@@ -285,7 +279,7 @@ def _push(p, h, k1, k2, s):
 @njit(cache=True)
 def _pop_top(p, h):
     n = p.hsize[h] - 1
-    _swap(p, h, np.int64(0), n)
+    _swap_rows(p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h], np.int64(0), n)
     p.hsize[h] = n
     if n > 0:
         _sift_down(p, h, np.int64(0))
