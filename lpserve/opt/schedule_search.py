@@ -228,7 +228,8 @@ def _search(model: SearchModel, solver: str, time_limit_s: float | None,
     val, keys, eng, rt, e2e = best
     order = np.argsort(keys, kind="stable")
     improved = 0
-    while budget_left():
+    # one request has one order: no neighbour to try (the loop would spin until the limit)
+    while order.size > 1 and budget_left():
         cand = _moves(rng, order, e2e, model.isolated_s, arrival)
         if np.array_equal(cand, order):
             continue

@@ -78,3 +78,12 @@ def test_exact_refuses_big_instances():
 def test_search_needs_a_limit():
     with pytest.raises(ValueError, match="time_limit_s or max_evaluations"):
         solve("schedule-search", _inst(0, 3), time_limit_s=None)
+
+
+def test_search_of_one_request_ends_without_its_time_limit():
+    """One request has one order: the local search has no neighbour, so the search ends
+    with the seeds and engines tried, not at its time limit."""
+    s = solve("schedule-search", _inst(0, 1), time_limit_s=3.0, max_evaluations=40)
+    assert s.status is Status.FEASIBLE and math.isfinite(s.objective)
+    assert not s.info["hit_time_limit"]
+    assert s.info["evaluations"] < 40
