@@ -334,18 +334,6 @@ class SessionEvictor(Evictor):
             self._refit()
         return self._fit
 
-    @property
-    def _tau(self) -> np.ndarray:
-        return self._fitted()[0]
-
-    @property
-    def _pi(self) -> np.ndarray:
-        return self._fitted()[1]
-
-    @property
-    def _mu(self) -> np.ndarray:
-        return self._fitted()[2]
-
     def _end_wait(self, th: int, gap: float, ev: RequestEvent | None) -> None:
         t0, c, w, ctx = self._pending.pop(th)
         st, sp = self._st, self.spec
@@ -378,7 +366,8 @@ class SessionEvictor(Evictor):
             heapq.heappush(self._timeouts, (now, th))
             q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
             need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
-            self._info[th] = (now, now + self._tau[c], now + self._predicted(th, c), need)
+            tau = self._fitted()[0]
+            self._info[th] = (now, now + tau[c], now + self._predicted(th, c), need)
             if sp.mode == G.MODE_TTL and sp.duel_alpha > 0:
                 self._duel(event, c, need)
         if self._n_new >= sp.refit:
@@ -408,12 +397,12 @@ class SessionEvictor(Evictor):
         params = self.spec.params(int(ev.block_tokens))
         args = (sh["offsets"], sh["key"], sh["request"], sh["arrival"], sh["cls"],
                 max(int(ev.total_blocks), 1))
+        tau, pi, mu = self._fitted()
         hits = []
-        for name, mode, exp in (("lru", G.MODE_GLRU, now),
-                                ("ttl", G.MODE_TTL, now + self._tau[c])):
+        for name, mode, exp in (("lru", G.MODE_GLRU, now), ("ttl", G.MODE_TTL, now + tau[c])):
             sh[name].grow(r + 1, len(ids))
             hits.append(sh[name].step(mode, r, now, *args, exp, need, ret, self._st.NE,
-                                      self._pi, self._mu, G.AGE_EDGES_S, params))
+                                      pi, mu, G.AGE_EDGES_S, params))
         on = self._pinning.get(ev.replica, False)
         x = float(hits[0] - hits[1] if on else hits[1] - hits[0])
         e = sh["evidence"]
@@ -460,7 +449,8 @@ class SessionEvictor(Evictor):
         pins = not (sp.mode == G.MODE_TTL and sp.duel_alpha > 0) or \
             self._pinning.get(view.replica, False)
         c_g, t_g = cls[first], t[first]
-        expiry = t_g + self._tau[c_g]  # a group no thread's latest finish explains
+        tau, pi, mu = self._fitted()
+        expiry = t_g + tau[c_g]  # a group no thread's latest finish explains
         ret = t_g + np.array([self._predicted(-1, c) for c in range(G.N_CLASSES)])[c_g]
         info = self._info
         for k, (thj, tg_) in enumerate(zip(th[first].tolist(), t_g.tolist())):
@@ -470,8 +460,8 @@ class SessionEvictor(Evictor):
         if not pins:
             expiry = t_g
         prim, sec = G.group_keys(sp.mode, c_g, t_g, now, expiry,
-                                 ret if sp.mode == G.MODE_TTL else gval, st.NE, self._pi,
-                                 self._mu, G.AGE_EDGES_S, params)
+                                 ret if sp.mode == G.MODE_TTL else gval, st.NE, pi, mu,
+                                 G.AGE_EDGES_S, params)
         p = prim[gid]
         if sp.mode == G.MODE_TAIL:
             p = np.where(depth >= gneed[gid], 0.0, 1.0)
