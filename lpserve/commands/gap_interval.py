@@ -29,9 +29,9 @@ def add_interval_args(p: argparse.ArgumentParser) -> None:
                    "schedule) of each load")
     p.add_argument("--bound-time-limit", type=float, default=None, metavar="SECONDS",
                    help="also compute the cost-model LP bound (cost-lp) at each load, with "
-                   "this time limit (default: not computed. The LP of ~600 requests needs "
-                   "15-20 s per load to certify a bound; at the limit the best certified "
-                   "bound is kept and its status says limit)")
+                   "this time limit (default: not computed. On ~600 requests 20 s per load "
+                   "certifies a bound; at the limit the best certified bound is kept and "
+                   "its status says limit)")
     p.add_argument("--search-evaluations", type=int, default=SEARCH_EVALUATIONS,
                    metavar="N", help="simulations of the offline schedule search per load "
                    f"(default {SEARCH_EVALUATIONS}: every seed order, then every engine x "
@@ -110,7 +110,8 @@ def _plain(label: str) -> bool:
 
 #: the line that says the cost-model LP bound was not computed
 LP_LEFT_OUT = ("cost-lp (the time-indexed LP bound, models/cost-lp.md) not computed: "
-               "--bound-time-limit 20 computes it (about 15-20 s per load of ~600 requests)")
+               "--bound-time-limit 20 computes it (20 s per load; enough to certify a bound on "
+               "~600 requests)")
 
 
 def _lp_left_out(intervals: list[dict[str, Any]]) -> bool:
