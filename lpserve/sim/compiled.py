@@ -278,20 +278,6 @@ class CompiledRun:
                 self.ctl_obj.restore(r.key, r.r.ctl_st)
 
 
-def machine_entry(kernel: Any, args: tuple) -> Any:
-    """The compiled entry of numba ``kernel`` for the types of ``args`` (compiled or loaded
-    from the cache on first use): calling it skips numba's per-call type dispatch (about
-    5 us of the kernel calls made at every event). Only for later calls whose arguments
-    have exactly these types; ``kernel`` itself when numba does not expose its entries."""
-    try:
-        sig = tuple(kernel.typeof_pyval(a) for a in args)
-        if sig not in kernel.overloads:
-            kernel.compile(sig)
-        return kernel.overloads[sig].entry_point
-    except (AttributeError, KeyError, TypeError):
-        return kernel
-
-
 def _mutable(a: Any) -> np.ndarray:
     """``a`` as a writable int64 array (the trace's read-only columns are copied)."""
     arr = np.asarray(a, np.int64)
@@ -396,7 +382,6 @@ class CompiledReplica:
         self.ss = ST.new_specrep(np.zeros((n_ctx, n_arms), np.int64),
                                  np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
                                  np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64))
-        self._advance = self._enqueue = None  # machine_entry of the kernels
         # the acceptance draws: the replica's own generator, spawned as the Python engine's
         self.rng = (ctx.spec.start(self.key).rng if ctx.spec is not None
                     else np.random.default_rng(0))
@@ -442,12 +427,9 @@ class CompiledReplica:
     def _call(self, t: float, max_steps: int) -> int:
         run = self.runset
         while True:
-            args = (run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
-                    run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, self.rng, float(t),
-                    int(max_steps))
-            if self._advance is None:  # the arrays' types are fixed until they are regrown
-                self._advance = machine_entry(RX.advance, args)
-            code = self._advance(*args)
+            code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
+                              run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, self.rng, t,
+                              max_steps)
             if code == SK.NEED_RANKS:
                 self._rank_in_python()
                 continue
@@ -455,7 +437,6 @@ class CompiledReplica:
                 self._drain()
                 self._grow_arena()
                 run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS]) + run.swap_step + 2)
-                self._advance = None
                 continue
             self._drain()
             return code
@@ -486,10 +467,7 @@ class CompiledReplica:
     def enqueue(self, i: int, t: float) -> None:
         """Request ``i`` joins this replica at time ``t`` (after everything before ``t``)."""
         self.advance(t)
-        args = (self.runset.req, self.rep, self.cfg, int(i), float(t))
-        if self._enqueue is None:
-            self._enqueue = machine_entry(RX.enqueue, args)
-        code = self._enqueue(*args)
+        code = RX.enqueue(self.runset.req, self.rep, self.cfg, i, t)
         if code == 0 and self.ctx.check is not None:
             self.ctx.check(self)
 

@@ -75,27 +75,3 @@ def test_empty_batch_returns_at_once():
     for fn in (K.decode_advance, K.decode_advance_ref):
         assert fn(p, e.copy(), e.copy(), e.copy(), e.copy(), 16, 0, 0, 2.0, np.inf,
                   1 << 40) == (0, 2.0, 0, K.STOP_DONE, 0.0)
-
-
-def test_machine_entry_runs_the_kernel_without_dispatch():
-    """``machine_entry`` gives the compiled entry of a kernel for its arguments' types: the
-    same results as calling the kernel; an object numba does not compile is returned as
-    it is (the caller then dispatches as usual)."""
-    from numba import njit
-
-    from lpserve.sim.compiled import machine_entry
-
-    @njit
-    def scaled_sum(a, k, x):
-        return a[:k].sum() * x
-
-    a = np.arange(10, dtype=np.int64)
-    entry = machine_entry(scaled_sum, (a, 4, 0.5))
-    assert entry is not scaled_sum
-    assert entry(a, 4, 0.5) == scaled_sum(a, 4, 0.5) == 3.0
-    assert entry(a, 10, 2.0) == 90.0
-
-    def plain(a, k, x):
-        return 0
-
-    assert machine_entry(plain, (a, 4, 0.5)) is plain
