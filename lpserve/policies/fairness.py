@@ -26,6 +26,10 @@ the counters equal the service delivered at every decision, including the last t
 requests that finished since (a view no longer shows those). :func:`fair_policy` wires
 both; a VTC used without the hook (an external engine) falls back to the generated tokens
 its views show, which misses the tokens a request produced after it was last seen.
+In the compiled engine (``lpserve/sim/_vtc_kernels.py``) the twin credits the same
+service at each decision from the engine's per-request arrays, and after the run
+:meth:`VTC.restore_service` sets the counters :meth:`VTC.counter` reports; ``record=True``,
+a rebalancer or a disaggregated cluster keep VTC in Python.
 
 Decisions are taken only when the candidates or their running flags change
 (:class:`~lpserve.policies.schedulers.TickCached`), so the fast and the reference
@@ -135,6 +139,27 @@ class VTC(TickCached, BudgetController):
         observation count and the log of the last run."""
         super().reset(cluster, rng)
         self._fresh()
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]] | None:
+        """The compiled twin's kind and parameters (``lpserve/sim/_vtc_kernels.py``, which
+        adds the run's tenants; weights as ``[n, tenant ids]`` and ``[.., weights]``), or
+        None with ``record`` (the decision log is kept in Python only). A compiled run
+        meters the service from the engine's arrays, so :attr:`observed` stays 0 there."""
+        if self.record:
+            return None
+        keys = sorted(self.weights)
+        return "vtc", [0.0, self.input_price, self.output_price,
+                       *[self.weights[k] for k in keys]], [len(keys), *keys]
+
+    def restore_service(self, state: Mapping[int, Mapping[str, Any]]) -> None:
+        """Set every replica's counters from a compiled run's final service
+        (:func:`lpserve.sim._vtc_kernels.final_service`), so :meth:`counter` and
+        :meth:`service` report that run."""
+        self._rep = {}
+        for r, rec in state.items():
+            st = self._rep[int(r)] = _Replica()
+            st.prompt, st.output = dict(rec["prompt"]), dict(rec["output"])
+            st.offset, st.last_left = dict(rec["offset"]), float(rec["last_left"])
 
     # ------------------------------------------------------------------ counters
     def _weight(self, tenant: int) -> float:

@@ -22,13 +22,16 @@ import math
 import numpy as np
 from numba import njit
 
+from lpserve.sim import _vtc_kernels as V
+
 # kinds (``kernel_spec()[0]`` of the schedulers)
 R_FCFS, R_SJF, R_WSPT, R_SJFP, R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG, R_DPP, \
-    R_STATIC = range(12)
+    R_STATIC, R_VTC = range(13)
 RANK_KINDS = {"fcfs": R_FCFS, "sjf": R_SJF, "wspt": R_WSPT, "sjf-predicted": R_SJFP,
               "las": R_LAS, "round-robin": R_RR, "mcsf": R_MCSF, "slo-aware": R_SLO,
-              "mlfq": R_MLFQ, "program": R_PROG, "dpp-classes": R_DPP, "static": R_STATIC}
-TICKED = (R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG)
+              "mlfq": R_MLFQ, "program": R_PROG, "dpp-classes": R_DPP, "static": R_STATIC,
+              "vtc": R_VTC}
+TICKED = (R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG, R_VTC)
 
 # per-request float state rows
 RF_SERVED, RF_USED, RF_ENTERED, RF_LAST, RF_C1, RF_C4, RF_C5, RF_C6, RF_C7 = range(9)
@@ -180,6 +183,12 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
               g, res)
     elif kind == R_PROG:
         _program(fp, ip, cand, run, m, now, rep, arrival, prog_id, rf, ri, pf, xf, xi, g, res)
+    elif kind == R_VTC:  # the last decision's candidates and flags, as _program reads them
+        m0 = xi[rep, XI_M] if xi[rep, XI_VALID] else 0
+        g[G_STAMP] += 2
+        V.ranks(fp, ip, cand, run, m, rep, xi[rep, N_XI_HEAD:N_XI_HEAD + m0],
+                xi[rep, N_XI_HEAD + m0:N_XI_HEAD + 2 * m0], arrival, prompt, gen, tenant,
+                rf[RF_USED], ri[RI_LEVEL], ri[RI_MARK], g[G_STAMP], pf, res)
     elif kind == R_DPP:
         n_cls = ip[0]
         if n_cls == 1 or m == 0:

@@ -30,6 +30,7 @@ from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as SK
 from lpserve.sim import _structs as ST
+from lpserve.sim import _vtc_kernels as V
 from lpserve.sim.state import RunContext, State
 
 __all__ = ["RANK_EXTERNAL", "CompiledReplica", "CompiledRun", "eligible", "finalize_reasons",
@@ -41,7 +42,8 @@ _BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
           "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}
 _PREEMPT = {"recompute": T.PRE_RECOMPUTE, "swap": T.PRE_SWAP, "compress-swap": T.PRE_COMPRESS}
 _ROLE = {"colocated": T.ROLE_COLOCATED, "prefill": T.ROLE_PREFILL, "decode": T.ROLE_DECODE}
-_CTL = {"dpp": SK.CTL_DPP, "tbt-recorder": SK.CTL_RECORDER}
+_CTL = {"dpp": SK.CTL_DPP, "tbt-recorder": SK.CTL_RECORDER,
+        "vtc": SK.CTL_NONE}  # VTC's meter: its twin reads the engine's arrays instead
 
 
 def _spec(obj: Any) -> Any:
@@ -62,13 +64,14 @@ def rank_spec(scheduler: Any) -> tuple[int, np.ndarray, np.ndarray]:
     return RK.RANK_KINDS[kind], np.asarray(fp, np.float64), np.asarray(ip, np.int64)
 
 
-def eligible(policy: Any, reference: bool, heterogeneous: bool = False) -> bool:
+def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
+             disaggregated: bool = False) -> bool:
     """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
     heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
     no router that reads completions or the replicas' cached tokens (compiled replicas do
     not report them), and compiled twins for its evictor (when prefix caching is on), its
-    preemption decider, its budget controller and its speculation decider, and no swap on
-    the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
+    preemption decider, its budget controller and its speculation decider, VTC only on a
+    colocated cluster without a rebalancer, and no swap on the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
     preemption, or ``proactive_swap``)."""
     eng = policy.engine
     if reference or heterogeneous or (eng.speculation is not None
@@ -77,6 +80,10 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False) -> bool:
     if any(getattr(getattr(policy, role, None), "reads_completions", False)
            for role in ("router", "decode_router")):
         return False
+    vtc = _spec(policy.scheduler)
+    if vtc is not None and vtc[0] == "vtc" and (disaggregated
+                                                 or policy.rebalancer is not None):
+        return False  # its twin credits a request's service to the replica it ends on
     swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
     if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
         return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only
@@ -157,6 +164,9 @@ class CompiledRun:
         kind, fp, ip = rank_spec(pol.scheduler)
         if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
             pol.scheduler.check_size(n)
+        if kind == RK.R_VTC:  # the weights over the run's tenants
+            fp, ip = V.vtc_params(fp[1], fp[2], dict(zip(ip[1:].tolist(), fp[3:].tolist())),
+                                  S.tenant)
         self.rank_kind = kind
         R = cluster.n_replicas
         n_prog = known.size + n
@@ -165,7 +175,8 @@ class CompiledRun:
         ticked = kind in RK.TICKED
         width = n if ticked else 1
         self.rk_a = SK.Rk(fp=fp, ip=ip, rf=rf, ri=np.zeros((RK.N_RI, n), np.int64),
-                        pf=np.zeros((4, n_prog if kind == RK.R_PROG else 1)),
+                        pf=np.zeros((4, n_prog if kind == RK.R_PROG else
+                                     max(R * int(ip[0]), R) if kind == RK.R_VTC else 1)),
                         xf=np.full((R, 2), np.nan),
                         xi=np.zeros((R, RK.N_XI_HEAD + 2 * width), np.int64),
                         xr=np.zeros((R, width)), g=np.zeros(4, np.int64),
@@ -175,7 +186,7 @@ class CompiledRun:
         cs = _spec(c)
         self.ctl_kind = SK.CTL_NONE if cs is None else _CTL[cs[0]]
         self.ctl_obj = c
-        if cs is None:
+        if self.ctl_kind == SK.CTL_NONE:
             self.ctl_a = SK.Ctl(cp=np.zeros(D.N_CP), w=np.ones(1))
         else:
             self.ctl_a = SK.Ctl(cp=np.asarray(c.cparams(block_tokens=bt), np.float64),
@@ -273,6 +284,11 @@ class CompiledRun:
                 self.ctx.spec.counts[k] = int(v)
         if self.rank_kind == RK.R_MLFQ:
             sched.demotions = int(self.rk_a.g[RK.G_DEMOTIONS])
+        if self.rank_kind == RK.R_VTC:
+            S, a = self.ctx.state, self.rk_a
+            sched.restore_service(V.final_service(
+                a.ip, a.pf, S.replica, a.ri[RK.RI_LEVEL], S.prompt, S.gen,
+                S.tenant, len(replicas)))
         if self.ctl_kind != SK.CTL_NONE:
             for r in replicas:
                 self.ctl_obj.restore(r.key, r.r.ctl_st)

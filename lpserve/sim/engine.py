@@ -112,7 +112,8 @@ class Simulation:
             slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s))
         self.spec = spec
         self.compiled = compiled.eligible(policy, self.reference,
-                                          heterogeneous=replica_kw is not None)
+                                          heterogeneous=replica_kw is not None,
+                                          disaggregated=cl.disaggregated)
         self.engine_name = "python"
         if self.compiled:
             external = compiled.rank_spec(policy.scheduler)[0] == compiled.RANK_EXTERNAL

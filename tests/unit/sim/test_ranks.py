@@ -1,6 +1,7 @@
-"""The compiled rank kernels (lpserve/sim/_ranks.py) against the built-in schedulers'
-Python ranks, on random sequences of decisions over two replicas: identical ranks at
-every decision, state and time-slicing included."""
+"""The compiled rank kernels (lpserve/sim/_ranks.py, _vtc_kernels.py) against the
+built-in schedulers' Python ranks, on random sequences of decisions over two replicas:
+identical ranks at every decision, state and time-slicing included (VTC with the engine's
+meter crediting each produced token)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +11,11 @@ from hypothesis import strategies as st
 
 import lpserve as lp
 from lpserve.arrays import readonly
-from lpserve.policies import mlfq, programs, schedulers
+from lpserve.policies import fairness, mlfq, programs, schedulers
 from lpserve.policies.lyapunov import DPPScheduler
 from lpserve.policy import FCFS, SchedulerView
 from lpserve.sim import _ranks as K
+from lpserve.sim import _vtc_kernels as V
 
 CLUSTER = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2)
 
@@ -38,6 +40,7 @@ SCHEDULERS = {
     "plas-mlfq": lambda: programs.ProgramScheduler("plas", base_quantum_s=0.1,
                                                    two_level=True),
     "dpp": lambda: DPPScheduler((1.0, 3.0, 0.5)),
+    "vtc": fairness.VTC, "vtc-weighted": lambda: fairness.VTC({0: 3.0, -1: 0.5}, 1.5, 4.0),
 }
 
 
@@ -61,6 +64,9 @@ def _compare(name, seed, steps=60, with_pred=True):
     prompt = rng.integers(1, 400, n)
     out = rng.integers(1, 300, n)
     tenant = rng.integers(-1, 3, n)
+    metered = isinstance(sched, fairness.VTC)  # the engine credits its tokens as produced
+    if metered:
+        fp, ip = V.vtc_params(fp[1], fp[2], sched.weights, tenant)
     lo = np.maximum(out - rng.integers(0, 50, n), 1)
     hi = out + rng.integers(0, 50, n)
     pid = rng.integers(-1, 5, n)
@@ -88,6 +94,12 @@ def _compare(name, seed, steps=60, with_pred=True):
         run[m - n_run:] = True
         cand = np.concatenate([np.sort(cand[:m - n_run]), cand[m - n_run:]])
         grow = rng.integers(0, 3, m) * run
+        if metered:  # tokens only for requests a decision has seen, each one metered
+            grow *= np.array([int(i) in sched._req for i in cand.tolist()], np.int64)
+            grow = np.minimum(gen[cand] + grow, out[cand] - 1) - gen[cand]
+            for unit in (1, 2):
+                if (grow >= unit).any():
+                    sched._produced(r, cand[grow >= unit], 1)
         gen[cand] = np.minimum(gen[cand] + grow, out[cand] - 1)
         computed[cand] = np.minimum(prompt[cand] + gen[cand], computed[cand] + 50)
         view = SchedulerView(
