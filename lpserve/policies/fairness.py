@@ -141,20 +141,18 @@ class VTC(TickCached, BudgetController):
         self._fresh()
 
     def kernel_spec(self) -> tuple[str, list[float], list[int]] | None:
-        """The compiled twin's kind and parameters (``lpserve/sim/_vtc_kernels.py``, which
-        adds the run's tenants; weights as ``[n, tenant ids]`` and ``[.., weights]``), or
-        None with ``record`` (the decision log is kept in Python only). A compiled run
-        meters the service from the engine's arrays, so :attr:`observed` stays 0 there."""
-        if self.record:
-            return None
-        keys = sorted(self.weights)
-        return "vtc", [0.0, self.input_price, self.output_price,
-                       *[self.weights[k] for k in keys]], [len(keys), *keys]
+        """The compiled twin's kind and quantum (its parameters over the run's tenants come
+        from :func:`lpserve.sim._vtc_kernels.vtc_params`), or None with ``record`` (the
+        decision log is kept in Python only). A compiled run meters the service from the
+        engine's arrays, so :attr:`observed` stays 0 there."""
+        return None if self.record else ("vtc", [float(self.quantum_s or 0.0)], [])
 
-    def restore_service(self, state: Mapping[int, Mapping[str, Any]]) -> None:
+    def restore_service(self, state: Mapping[int, Mapping[str, Any]],
+                        shed: Any = ()) -> None:
         """Set every replica's counters from a compiled run's final service
         (:func:`lpserve.sim._vtc_kernels.final_service`), so :meth:`counter` and
-        :meth:`service` report that run."""
+        :meth:`service` report that run; ``shed``: the requests it shed (none for
+        plain VTC)."""
         self._rep = {}
         for r, rec in state.items():
             st = self._rep[int(r)] = _Replica()
@@ -348,6 +346,16 @@ class TieredShedding(VTC):
         super()._fresh()
         self.shed: set[int] = set()       # requests shed (held back for good)
         self._known: dict[int, set[int]] = {}
+
+    def kernel_spec(self) -> tuple[str, list[float], list[int]] | None:
+        """As :meth:`VTC.kernel_spec` (the twin reads the tiers, caps and deadlines)."""
+        return None if self.record else ("vtc", [self.quantum_s], [])
+
+    def restore_service(self, state: Mapping[int, Mapping[str, Any]],
+                        shed: Any = ()) -> None:
+        """As :meth:`VTC.restore_service`, and :attr:`shed` from the compiled run."""
+        super().restore_service(state)
+        self.shed = {int(i) for i in shed}
 
     def _tier(self, tenant: int) -> int:
         return self.tiers.get(int(tenant), 0)

@@ -186,9 +186,10 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
     elif kind == R_VTC:  # the last decision's candidates and flags, as _program reads them
         m0 = xi[rep, XI_M] if xi[rep, XI_VALID] else 0
         g[G_STAMP] += 2
-        V.ranks(fp, ip, cand, run, m, rep, xi[rep, N_XI_HEAD:N_XI_HEAD + m0],
-                xi[rep, N_XI_HEAD + m0:N_XI_HEAD + 2 * m0], arrival, prompt, gen, tenant,
-                rf[RF_USED], ri[RI_LEVEL], ri[RI_MARK], g[G_STAMP], pf, res)
+        V.ranks(fp, ip, cand, run, m, rep, tick_of(now, fp[0]) * fp[0] if fp[0] > 0 else now,
+                xi[rep, N_XI_HEAD:N_XI_HEAD + m0], xi[rep, N_XI_HEAD + m0:N_XI_HEAD + 2 * m0],
+                arrival, prompt, gen, tenant, rf[RF_USED], ri[RI_LEVEL], rf[RF_C1],
+                ri[RI_INIT], ri[RI_PROG], ri[RI_MARK], g[G_STAMP], pf, res)
     elif kind == R_DPP:
         n_cls = ip[0]
         if n_cls == 1 or m == 0:

@@ -12,33 +12,52 @@ between replicas: :func:`lpserve.sim.compiled.eligible` keeps VTC with a rebalan
 disaggregated cluster in Python). :func:`final_service` gives the counters at the end of
 the run for :meth:`~lpserve.sim.compiled.CompiledRun.sync_policy_state`.
 
-Parameters (:func:`vtc_params`): ``fp = [0 (no quantum), input_price, output_price,
-weight of tenant 0, ...]`` and ``ip = [T, tenant id 0, ...]`` over the trace's tenant ids
-in ascending order (dense tenant ``t`` is the ``t``-th smallest id). State ``pf``
-float64 ``(4, max(R T, R))``: rows 0-2 at ``r T + t`` the prompt tokens admitted, output
-tokens produced and lift offset of tenant ``t`` on replica ``r`` (whole numbers in
-float64, exact below 2**53); row 3 at ``r`` the counter of the last tenant to leave the
-backlog of replica ``r``.
+Parameters (:func:`vtc_params`, from the scheduler and the run's tenant ids): ``fp =
+[quantum_s, input_price, output_price, weight of dense tenant 0..T-1, shedding deadline of
+dense tier 0..K-1 (inf: none)]`` and ``ip = [T, tenant ids (ascending; dense tenant t is
+the t-th), K, dense tier of each tenant, admission cap of each tier (-1: none), tier of
+each dense tier (ascending)]``; ``K = 0`` for plain VTC (one tier, nothing shed).
+:class:`~lpserve.policies.fairness.TieredShedding` (``K >= 1``) serves tiers in strict
+order, VTC within a tier, and sheds as its Python ``_admissible``. State ``pf`` float64
+``(4, max(R T, R))``: rows 0-2 at ``r T + t`` the prompt tokens admitted, output tokens
+produced and lift offset of tenant ``t`` on replica ``r`` (whole numbers in float64, exact
+below 2**53); row 3 at ``r`` the counter of the last tenant to leave the backlog of
+replica ``r``. Per request: the prompt-charged flag, the output tokens credited, the
+decision stamp at which it was shed (0: never), whether the replica knows it (it was
+admitted against its tier's cap) and the stamps marking it a candidate of the current and
+of the previous decision.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 _RUNNING_RANK = -1.0e18
+_TIER_SCALE = 1.0e9
 _PROMPT, _OUTPUT, _OFFSET, _LAST_LEFT = range(4)
 
 
-def vtc_params(input_price: float, output_price: float, weights: Mapping[int, float],
-               tenant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(fp, ip)`` of the twin for a run whose requests have tenant ids ``tenant``
-    (int64 ``(n,)``); unlisted tenants weigh 1."""
-    ids = np.unique(np.asarray(tenant, np.int64))
-    fp = np.concatenate([[0.0, float(input_price), float(output_price)],
-                         [float(weights.get(int(t), 1.0)) for t in ids.tolist()]])
-    return fp.astype(np.float64), np.concatenate([[ids.size], ids]).astype(np.int64)
+def vtc_params(scheduler: Any, tenant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(fp, ip)`` of the twin of ``scheduler`` (a VTC or TieredShedding) for a run whose
+    requests have tenant ids ``tenant`` (int64 ``(n,)``)."""
+    ids = np.unique(np.asarray(tenant, np.int64)).tolist()
+    w = [float(scheduler.weights.get(t, 1.0)) for t in ids]
+    tiers = getattr(scheduler, "tiers", None)
+    quantum = float(scheduler.quantum_s or 0.0)
+    if tiers is None:
+        return (np.asarray([quantum, scheduler.input_price, scheduler.output_price, *w],
+                           np.float64),
+                np.asarray([len(ids), *ids, 0], np.int64))
+    of = [int(tiers.get(t, 0)) for t in ids]
+    levels = sorted(set(of))
+    cap = [int(scheduler.max_waiting.get(k, -1)) for k in levels]
+    limit = [float(scheduler.shed_after_s.get(k, np.inf)) for k in levels]
+    return (np.asarray([quantum, scheduler.input_price, scheduler.output_price, *w, *limit],
+                       np.float64),
+            np.asarray([len(ids), *ids, len(levels), *[levels.index(k) for k in of], *cap,
+                        *levels], np.int64))
 
 
 def final_service(ip: np.ndarray, pf: np.ndarray, replica: np.ndarray,
@@ -154,16 +173,59 @@ def _pop(hc, ha, ht, n):
 
 
 @njit(cache=True)
-def ranks(fp, ip, cand, run, m, rep, prev, prev_run, arrival, prompt, gen, tenant,
-          charged_out, prompt_charged, mark, stamp, pf, res):
-    """VTC's ranks of ``cand[:m]`` (``run``: running flags) on replica ``rep`` into
-    ``res``; ``prev``/``prev_run``: the candidates and flags of the replica's last
-    decision; ``mark`` (per request) with ``stamp`` and ``stamp - 1`` fresh values."""
-    T = ip[0]
+def _admissible(fp, ip, cand, run, m, tick_s, stamp, arrival, tenant, known, shed_at):
+    """Twin of ``TieredShedding._admissible``: sheds waiting candidates past their tier's
+    deadline (checked at the tick's start ``tick_s``) and, oldest first, the new ones that
+    find their tier's cap of admissible requests waiting (``shed_at`` = ``stamp``)."""
+    T, K = ip[0], ip[1 + ip[0]]
+    tt, cap = 2 + T, 2 + 2 * T
+    counts = np.zeros(K, np.int64)
+    fresh = np.empty(m, np.int64)
+    nf = 0
+    for k in range(m):
+        i = cand[k]
+        if run[k] or shed_at[i] != 0:
+            continue
+        kk = ip[tt + _dense(ip, tenant[i])]
+        if tick_s - arrival[i] > fp[3 + T + kk]:
+            shed_at[i] = stamp
+        elif known[i]:
+            counts[kk] += 1
+        else:
+            fresh[nf] = i
+            nf += 1
+    fresh = fresh[:nf]
+    o1 = np.argsort(fresh, kind="mergesort")
+    arr = np.empty(nf)
+    for w in range(nf):
+        arr[w] = arrival[fresh[o1[w]]]
+    for w in o1[np.argsort(arr, kind="mergesort")]:
+        i = fresh[w]
+        kk = ip[tt + _dense(ip, tenant[i])]
+        known[i] = 1
+        if 0 <= ip[cap + kk] <= counts[kk]:
+            shed_at[i] = stamp
+        else:
+            counts[kk] += 1
+
+
+@njit(cache=True)
+def ranks(fp, ip, cand, run, m, rep, tick_s, prev, prev_run, arrival, prompt, gen, tenant,
+          charged_out, prompt_charged, shed_at, known, in_prev, mark, stamp, pf, res):
+    """VTC's (or TieredShedding's) ranks of ``cand[:m]`` (``run``: running flags) on
+    replica ``rep`` into ``res``; ``prev``/``prev_run``: the candidates and flags of the
+    replica's last decision; ``stamp``, ``stamp - 1``: fresh values for ``mark`` and
+    ``in_prev`` (per request); ``tick_s``: the start of the current quantum tick."""
+    T, K = ip[0], ip[1 + ip[0]]
     base = rep * T
     s_run, s_wait = stamp - 1, stamp
+    for k in range(prev.shape[0]):
+        in_prev[prev[k]] = stamp
     for k in range(m):
-        mark[cand[k]] = s_run if run[k] else s_wait
+        i = cand[k]
+        mark[i] = s_run if run[k] else s_wait
+        if in_prev[i] != stamp:  # the replica forgets a request that left its candidates
+            known[i] = 0
     # service since the last decision, of the candidates and of those that left
     for k in range(m):
         _credit(ip, cand[k], run[k] != 0, base, prompt, gen, tenant, charged_out,
@@ -173,19 +235,21 @@ def ranks(fp, ip, cand, run, m, rep, prev, prev_run, arrival, prompt, gen, tenan
         if mark[i] != s_run and mark[i] != s_wait:
             _credit(ip, i, False, base, prompt, gen, tenant, charged_out, prompt_charged,
                     pf)
+    if K > 0:
+        _admissible(fp, ip, cand, run, m, tick_s, stamp, arrival, tenant, known, shed_at)
     # the backlog's change: tenants that (re)joined are lifted to its floor (VTC._lift)
     now_t = np.zeros(T, np.bool_)
     prev_t = np.zeros(T, np.bool_)
     stay = np.zeros(T, np.bool_)
     for k in range(m):
-        if not run[k]:
+        if not run[k] and shed_at[cand[k]] == 0:
             now_t[_dense(ip, tenant[cand[k]])] = True
     for k in range(prev.shape[0]):
-        if prev_run[k] == 0:
-            i = prev[k]
+        i = prev[k]
+        if prev_run[k] == 0 and (shed_at[i] == 0 or shed_at[i] == stamp):
             t = _dense(ip, tenant[i])
             prev_t[t] = True
-            if mark[i] == s_wait:
+            if mark[i] == s_wait and shed_at[i] == 0:
                 stay[t] = True
     any_stay = False
     floor = 0.0
@@ -204,12 +268,23 @@ def ranks(fp, ip, cand, run, m, rep, prev, prev_run, arrival, prompt, gen, tenan
             c = _counter(fp, pf, base + t, t)
             if c < floor:
                 pf[_OFFSET, base + t] += floor - c
-    # admission order (VTC._order): each tenant's queue by (arrival, request), the tenant
-    # with the smallest (counter, head arrival, id) first, its counter raised by the prompt
+    _order(fp, ip, cand, run, m, base, arrival, prompt, tenant, prompt_charged, shed_at,
+           pf, res)
+
+
+@njit(cache=True)
+def _order(fp, ip, cand, run, m, base, arrival, prompt, tenant, prompt_charged, shed_at,
+           pf, res):
+    """Admission order (``VTC._order`` within each tier, tiers in order): each tenant's
+    queue by (arrival, request), the tenant with the smallest (counter, head arrival, id)
+    first, its counter raised by the prompt; shed requests +inf, running ones first."""
+    T, K = ip[0], ip[1 + ip[0]]
     nw = 0
     for k in range(m):
         if run[k]:
             res[k] = _RUNNING_RANK
+        elif shed_at[cand[k]] != 0:
+            res[k] = np.inf
         else:
             nw += 1
     if nw == 0:
@@ -217,7 +292,7 @@ def ranks(fp, ip, cand, run, m, rep, prev, prev_run, arrival, prompt, gen, tenan
     pos = np.empty(nw, np.int64)
     w = 0
     for k in range(m):
-        if not run[k]:
+        if not run[k] and shed_at[cand[k]] == 0:
             pos[w] = k
             w += 1
     ids = np.empty(nw, np.int64)
@@ -245,20 +320,24 @@ def ranks(fp, ip, cand, run, m, rep, prev, prev_run, arrival, prompt, gen, tenan
     hc = np.empty(T)
     ha = np.empty(T)
     ht = np.empty(T, np.int64)
-    n = 0
-    for t in range(T):
-        if start[t + 1] > start[t]:
-            n = _push(hc, ha, ht, n, _counter(fp, pf, base + t, t),
-                      arrival[cand[queue[start[t]]]], t)
-    rank = 0
-    while n > 0:
-        c, t = hc[0], ht[0]
-        n = _pop(hc, ha, ht, n)
-        k = queue[head[t]]
-        res[k] = float(rank)
-        rank += 1
-        head[t] += 1
-        if prompt_charged[cand[k]] == 0:
-            c += fp[1] * prompt[cand[k]] / fp[3 + t]
-        if head[t] < start[t + 1]:
-            n = _push(hc, ha, ht, n, c, arrival[cand[queue[head[t]]]], t)
+    for kk in range(max(K, 1)):
+        scale = float(ip[2 + 2 * T + K + kk]) * _TIER_SCALE if K > 0 else 0.0
+        n = 0
+        for t in range(T):
+            if start[t + 1] > start[t] and (K == 0 or ip[2 + T + t] == kk):
+                n = _push(hc, ha, ht, n, _counter(fp, pf, base + t, t),
+                          arrival[cand[queue[start[t]]]], t)
+        rank = 0
+        while n > 0:
+            c, t = hc[0], ht[0]
+            n = _pop(hc, ha, ht, n)
+            k = queue[head[t]]
+            res[k] = float(rank)
+            if K > 0:
+                res[k] += scale
+            rank += 1
+            head[t] += 1
+            if prompt_charged[cand[k]] == 0:
+                c += fp[1] * prompt[cand[k]] / fp[3 + t]
+            if head[t] < start[t + 1]:
+                n = _push(hc, ha, ht, n, c, arrival[cand[queue[head[t]]]], t)

@@ -164,9 +164,8 @@ class CompiledRun:
         kind, fp, ip = rank_spec(pol.scheduler)
         if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
             pol.scheduler.check_size(n)
-        if kind == RK.R_VTC:  # the weights over the run's tenants
-            fp, ip = V.vtc_params(fp[1], fp[2], dict(zip(ip[1:].tolist(), fp[3:].tolist())),
-                                  S.tenant)
+        if kind == RK.R_VTC:  # weights, tiers, caps and deadlines over the run's tenants
+            fp, ip = V.vtc_params(pol.scheduler, S.tenant)
         self.rank_kind = kind
         R = cluster.n_replicas
         n_prog = known.size + n
@@ -288,7 +287,7 @@ class CompiledRun:
             S, a = self.ctx.state, self.rk_a
             sched.restore_service(V.final_service(
                 a.ip, a.pf, S.replica, a.ri[RK.RI_LEVEL], S.prompt, S.gen,
-                S.tenant, len(replicas)))
+                S.tenant, len(replicas)), shed=np.flatnonzero(a.rf[RK.RF_C1] != 0).tolist())
         if self.ctl_kind != SK.CTL_NONE:
             for r in replicas:
                 self.ctl_obj.restore(r.key, r.r.ctl_st)

@@ -41,6 +41,9 @@ SCHEDULERS = {
                                                    two_level=True),
     "dpp": lambda: DPPScheduler((1.0, 3.0, 0.5)),
     "vtc": fairness.VTC, "vtc-weighted": lambda: fairness.VTC({0: 3.0, -1: 0.5}, 1.5, 4.0),
+    "tiered-vtc": lambda: fairness.TieredShedding(
+        tiers={0: 1, -1: 2}, max_waiting={1: 2, 0: 4}, shed_after_s={2: 0.8, 0: 1.5},
+        quantum_s=0.1, weights={2: 2.0}),
 }
 
 
@@ -66,7 +69,7 @@ def _compare(name, seed, steps=60, with_pred=True):
     tenant = rng.integers(-1, 3, n)
     metered = isinstance(sched, fairness.VTC)  # the engine credits its tokens as produced
     if metered:
-        fp, ip = V.vtc_params(fp[1], fp[2], sched.weights, tenant)
+        fp, ip = V.vtc_params(sched, tenant)
     lo = np.maximum(out - rng.integers(0, 50, n), 1)
     hi = out + rng.integers(0, 50, n)
     pid = rng.integers(-1, 5, n)
@@ -122,6 +125,8 @@ def _compare(name, seed, steps=60, with_pred=True):
         assert np.array_equal(want, got), (name, step, want, got)
     if isinstance(sched, mlfq.MLFQ):
         assert sched.demotions == g[K.G_DEMOTIONS]
+    if isinstance(sched, fairness.TieredShedding):
+        assert set(np.flatnonzero(rf[K.RF_C1] != 0).tolist()) == sched.shed
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
