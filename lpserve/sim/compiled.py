@@ -68,17 +68,15 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
              disaggregated: bool = False) -> bool:
     """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
     heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
-    no router that reads completions or the replicas' cached tokens (compiled replicas do
-    not report them), and compiled twins for its evictor (when prefix caching is on), its
-    preemption decider, its budget controller and its speculation decider, VTC only on a
-    colocated cluster without a rebalancer, and no swap on the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
-    preemption, or ``proactive_swap``)."""
+    and compiled twins for its evictor (when prefix caching is on), its preemption
+    decider, its budget controller and its speculation decider, VTC only on a colocated
+    cluster without a rebalancer, and no swap on the overlapped host link
+    (``EngineConfig.transfers="overlap"`` with a swapping preemption, or
+    ``proactive_swap``). Completions reach a router that reads them through the event
+    loop as with Python replicas."""
     eng = policy.engine
     if reference or heterogeneous or (eng.speculation is not None
                                       and _spec(eng.speculation) is None):
-        return False
-    if any(getattr(getattr(policy, role, None), "reads_completions", False)
-           for role in ("router", "decode_router")):
         return False
     vtc = _spec(policy.scheduler)
     if vtc is not None and vtc[0] == "vtc" and (disaggregated
@@ -121,7 +119,8 @@ class CompiledRun:
     Args:
         ctx: the run's :class:`~lpserve.sim.state.RunContext`.
         cluster: the instance's cluster (block size, roles).
-        track_finished: report completions to the event loop (dependency releases).
+        track_finished: report completions to the event loop (dependency releases, online
+            predictors, routers that read completions).
     """
 
     def __init__(self, ctx: RunContext, cluster: Any, track_finished: bool) -> None:

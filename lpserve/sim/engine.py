@@ -120,8 +120,10 @@ class Simulation:
             self.engine_name = "compiled+python-ranks" if external else "compiled"
         self.runset = None
         if self.compiled:
+            reads_done = any(getattr(getattr(policy, role), "reads_completions", False)
+                             for role in ("router", "decode_router"))
             self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
-                                               or predictor is not None)
+                                               or predictor is not None or reads_done)
             make = self.runset.replica
         else:
             def make(k: int, role: str) -> Replica:
