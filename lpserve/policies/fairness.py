@@ -29,7 +29,8 @@ its views show, which misses the tokens a request produced after it was last see
 In the compiled engine (``lpserve/sim/_vtc_kernels.py``) the twin credits the same
 service at each decision from the engine's per-request arrays, and after the run
 :meth:`VTC.restore_service` sets the counters :meth:`VTC.counter` reports; ``record=True``,
-a rebalancer or a disaggregated cluster keep VTC in Python.
+a VTC that is not its engine's budget controller, a rebalancer or a disaggregated cluster
+keep VTC in Python.
 
 Decisions are taken only when the candidates or their running flags change
 (:class:`~lpserve.policies.schedulers.TickCached`), so the fast and the reference

@@ -69,8 +69,8 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
     """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
     heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
     and compiled twins for its evictor (when prefix caching is on), its preemption
-    decider, its budget controller and its speculation decider, VTC only on a colocated
-    cluster without a rebalancer, and no swap on the overlapped host link
+    decider, its budget controller and its speculation decider, VTC only as its own
+    meter (the budget controller) on a colocated cluster without a rebalancer, and no swap on the overlapped host link
     (``EngineConfig.transfers="overlap"`` with a swapping preemption, or
     ``proactive_swap``). Completions reach a router that reads them through the event
     loop as with Python replicas."""
@@ -79,9 +79,12 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
                                       and _spec(eng.speculation) is None):
         return False
     vtc = _spec(policy.scheduler)
-    if vtc is not None and vtc[0] == "vtc" and (disaggregated
-                                                 or policy.rebalancer is not None):
-        return False  # its twin credits a request's service to the replica it ends on
+    if vtc is not None and vtc[0] == "vtc" and (
+            disaggregated or policy.rebalancer is not None
+            or eng.budget_controller is not policy.scheduler):
+        # its twin meters every token (as the engine's hook does when the scheduler is
+        # also the budget controller) and credits it to the replica the request ends on
+        return False
     swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
     if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
         return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only

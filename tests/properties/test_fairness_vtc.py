@@ -172,3 +172,24 @@ def test_tiered_twin_equals_python_and_reference(seed):
     assert pol.scheduler.shed == py.scheduler.shed
     for r in range(cl.n_replicas):
         assert pol.scheduler.service(r) == py.scheduler.service(r)
+
+
+def test_vtc_without_its_meter_stays_in_python_and_equals_reference():
+    """A VTC scheduler that is not its engine's budget controller charges only what its
+    views show (the module's external-engine fallback), which the compiled twin does not
+    model: such a run uses Python replicas and equals the reference mode."""
+    import dataclasses
+
+    from lpserve.policies.fairness import VTC
+
+    rng = np.random.default_rng(2)
+    n = 80
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 1.0, n)),
+                              prompt_tokens=rng.integers(50, 900, n),
+                              output_tokens=rng.integers(1, 60, n), tenant=rng.integers(0, 3, n))
+    inst = lp.Instance(trace=tr, cluster=CLUSTER)
+    base = lp.make_policy("vllm-v0", max_num_seqs=3)
+    fast = lp.simulate(inst, dataclasses.replace(base, scheduler=VTC()), seed=0)
+    assert fast.stats["engine"] == "python"
+    ref = lp.simulate(inst, dataclasses.replace(base, scheduler=VTC()), seed=0, reference=True)
+    assert fast.digest() == ref.digest()
