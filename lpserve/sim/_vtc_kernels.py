@@ -69,23 +69,27 @@ def final_service(ip: np.ndarray, pf: np.ndarray, replica: np.ndarray,
     where each request ran, -1 if nowhere)."""
     T = int(ip[0])
     ids = ip[1:1 + T]
-    out: dict[int, dict[str, Any]] = {}
     ran = replica >= 0
     charged = ran & ((prompt_charged != 0) | (gen > 0))
     produced = ran & (gen > 0)
-    dense = np.searchsorted(ids, tenant)
+    col = np.where(ran, replica, 0) * T + np.searchsorted(ids, tenant)
+    size = max(n_replicas * T, 1)
+    p_tok = np.bincount(col[charged], weights=prompt[charged], minlength=size)
+    p_any = np.bincount(col[charged], minlength=size)
+    o_tok = np.bincount(col[produced], weights=gen[produced], minlength=size)
+    o_any = np.bincount(col[produced], minlength=size)
+    out: dict[int, dict[str, Any]] = {}
     for r in range(n_replicas):
-        on = replica == r
         rec: dict[str, Any] = {"prompt": {}, "output": {}, "offset": {},
                                "last_left": float(pf[_LAST_LEFT, r])}
         for t in range(T):
-            mine = on & (dense == t)
-            if (mine & charged).any():
-                rec["prompt"][int(ids[t])] = int(prompt[mine & charged].sum())
-            if (mine & produced).any():
-                rec["output"][int(ids[t])] = int(gen[mine & produced].sum())
-            if pf[_OFFSET, r * T + t] != 0.0:
-                rec["offset"][int(ids[t])] = float(pf[_OFFSET, r * T + t])
+            b = r * T + t
+            if p_any[b]:
+                rec["prompt"][int(ids[t])] = int(p_tok[b])
+            if o_any[b]:
+                rec["output"][int(ids[t])] = int(o_tok[b])
+            if pf[_OFFSET, b] != 0.0:
+                rec["offset"][int(ids[t])] = float(pf[_OFFSET, b])
         out[r] = rec
     return out
 
