@@ -69,10 +69,10 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
     """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
     heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
     and compiled twins for its evictor (when prefix caching is on), its preemption
-    decider, its budget controller and its speculation decider, VTC only as its own
-    meter (the budget controller) on a colocated cluster without a rebalancer, and no swap on the overlapped host link
-    (``EngineConfig.transfers="overlap"`` with a swapping preemption, or
-    ``proactive_swap``). Completions reach a router that reads them through the event
+    decider, its budget controller and its speculation decider, VTC only as its own meter
+    (the budget controller) on a colocated cluster without a rebalancer, and no swap on
+    the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
+    preemption, or ``proactive_swap``). Completions reach a router that reads them through the event
     loop as with Python replicas."""
     eng = policy.engine
     if reference or heterogeneous or (eng.speculation is not None
