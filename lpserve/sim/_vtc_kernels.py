@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from lpserve.kernels.heap import heap_pop, heap_push
+
 _RUNNING_RANK = -1.0e18
 _TIER_SCALE = 1.0e9
 _PROMPT, _OUTPUT, _OFFSET, _LAST_LEFT = range(4)
@@ -126,54 +128,6 @@ def _credit(ip, i, running, base, prompt, gen, tenant, charged_out, prompt_charg
     if d > 0:
         pf[_OUTPUT, b] += d
         charged_out[i] = gen[i]
-
-
-@njit(cache=True)
-def _less(hc, ha, ht, a, b):
-    if hc[a] != hc[b]:
-        return hc[a] < hc[b]
-    if ha[a] != ha[b]:
-        return ha[a] < ha[b]
-    return ht[a] < ht[b]
-
-
-@njit(cache=True)
-def _swap(hc, ha, ht, a, b):
-    hc[a], hc[b] = hc[b], hc[a]
-    ha[a], ha[b] = ha[b], ha[a]
-    ht[a], ht[b] = ht[b], ht[a]
-
-
-@njit(cache=True)
-def _push(hc, ha, ht, n, c, a, t):
-    hc[n], ha[n], ht[n] = c, a, t
-    i = n
-    while i > 0:
-        par = (i - 1) >> 1
-        if not _less(hc, ha, ht, i, par):
-            break
-        _swap(hc, ha, ht, i, par)
-        i = par
-    return n + 1
-
-
-@njit(cache=True)
-def _pop(hc, ha, ht, n):
-    """Remove the heap's head (moved to position ``n - 1``); returns the new size."""
-    n -= 1
-    _swap(hc, ha, ht, 0, n)
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _less(hc, ha, ht, c + 1, c):
-            c += 1
-        if not _less(hc, ha, ht, c, i):
-            break
-        _swap(hc, ha, ht, c, i)
-        i = c
-    return n
 
 
 @njit(cache=True)
@@ -321,20 +275,22 @@ def _order(fp, ip, cand, run, m, base, arrival, prompt, tenant, prompt_charged, 
         queue[fill[t]] = k
         fill[t] += 1
     head = start[:T].copy()
+    # one entry per tenant: (counter, head arrival, tenant); no payload
     hc = np.empty(T)
     ha = np.empty(T)
     ht = np.empty(T, np.int64)
+    hv = np.zeros(T, np.int64)
     for kk in range(max(K, 1)):
         scale = float(ip[2 + 2 * T + K + kk]) * _TIER_SCALE if K > 0 else 0.0
         n = 0
         for t in range(T):
             if start[t + 1] > start[t] and (K == 0 or ip[2 + T + t] == kk):
-                n = _push(hc, ha, ht, n, _counter(fp, pf, base + t, t),
-                          arrival[cand[queue[start[t]]]], t)
+                n = heap_push(hc, ha, ht, hv, n, _counter(fp, pf, base + t, t),
+                              arrival[cand[queue[start[t]]]], t, 0)
         rank = 0
         while n > 0:
             c, t = hc[0], ht[0]
-            n = _pop(hc, ha, ht, n)
+            n = heap_pop(hc, ha, ht, hv, n)
             k = queue[head[t]]
             res[k] = float(rank)
             if K > 0:
@@ -344,4 +300,4 @@ def _order(fp, ip, cand, run, m, base, arrival, prompt, tenant, prompt_charged, 
             if prompt_charged[cand[k]] == 0:
                 c += fp[1] * prompt[cand[k]] / fp[3 + t]
             if head[t] < start[t + 1]:
-                n = _push(hc, ha, ht, n, c, arrival[cand[queue[head[t]]]], t)
+                n = heap_push(hc, ha, ht, hv, n, c, arrival[cand[queue[head[t]]]], t, 0)
