@@ -348,9 +348,9 @@ class TieredShedding(VTC):
         self.shed: set[int] = set()       # requests shed (held back for good)
         self._known: dict[int, set[int]] = {}
 
-    def kernel_spec(self) -> tuple[str, list[float], list[int]] | None:
-        """As :meth:`VTC.kernel_spec` (the twin reads the tiers, caps and deadlines)."""
-        return None if self.record else ("vtc", [self.quantum_s], [])
+    # its own class attribute (the compiled engine uses only a class's own twin); the
+    # twin reads the tiers, caps and deadlines from the scheduler
+    kernel_spec = VTC.kernel_spec
 
     def restore_service(self, state: Mapping[int, Mapping[str, Any]],
                         shed: Any = ()) -> None:

@@ -118,12 +118,14 @@ class Simulation:
         if self.compiled:
             external = compiled.rank_spec(policy.scheduler)[0] == compiled.RANK_EXTERNAL
             self.engine_name = "compiled+python-ranks" if external else "compiled"
+        # the routing roles that read completions (RouterView.completions)
+        self._done_roles = [role for role in ("router", "decode_router")
+                            if getattr(getattr(policy, role), "reads_completions", False)]
         self.runset = None
         if self.compiled:
-            reads_done = any(getattr(getattr(policy, role), "reads_completions", False)
-                             for role in ("router", "decode_router"))
             self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
-                                               or predictor is not None or reads_done)
+                                               or predictor is not None
+                                               or bool(self._done_roles))
             make = self.runset.replica
         else:
             def make(k: int, role: str) -> Replica:
@@ -140,8 +142,6 @@ class Simulation:
         self._routed_hit = np.zeros(S.n, np.int64)
         self._done_cursor: dict[str, int] = {}
         self._done_pending: dict[str, list[tuple[float, int]]] = {}
-        self._done_roles = [role for role in ("router", "decode_router")
-                            if getattr(getattr(policy, role), "reads_completions", False)]
         self.events.track_router = bool(self._done_roles)
         self.migrator = None
         if policy.rebalancer is not None:
