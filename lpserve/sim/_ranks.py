@@ -183,7 +183,9 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
               g, res)
     elif kind == R_PROG:
         _program(fp, ip, cand, run, m, now, rep, arrival, prog_id, rf, ri, pf, xf, xi, g, res)
-    elif kind == R_VTC:  # the last decision's candidates and flags, as _program reads them
+    elif kind == R_VTC:  # the last decision's candidates and flags, as _program reads them;
+        # per-request rows lent to VTC: RF_USED output credited, RI_LEVEL prompt charged,
+        # RF_C1 shed stamp, RI_INIT known to the replica, RI_PROG / RI_MARK decision marks
         m0 = xi[rep, XI_M] if xi[rep, XI_VALID] else 0
         g[G_STAMP] += 2
         V.ranks(fp, ip, cand, run, m, rep, tick_of(now, fp[0]) * fp[0] if fp[0] > 0 else now,
