@@ -22,11 +22,23 @@ DEFAULT_ENGINES = ("kernels", "vllm")
 REQUIRED_KEYS = ("name", "gpu", "llm", "engine")
 
 
+#: the shipped calibration files, in lookup order: fits to serving benchmarks (today's
+#: engines, ``serving.toml``; written by ``scripts/fit_serving_profile.py``) before fits to
+#: iteration timings (``fitted.toml``; ``python -m lpserve.cost.fit``), so that at equal
+#: specificity an engine's serving-era profile is its default and the older ones stay
+#: reachable by name (``calibration="splitwise-h100"``)
+CALIBRATION_FILES = ("serving.toml", "fitted.toml")
+
+
 @lru_cache(maxsize=None)
 def calibrations() -> tuple[dict[str, Any], ...]:
-    """Calibrated parameter sets from ``lpserve/data/calibration/fitted.toml``."""
-    text = (resources.files("lpserve") / "data" / "calibration" / "fitted.toml").read_text()
-    return tuple(tomllib.loads(text)["calibration"])
+    """Calibrated parameter sets from ``lpserve/data/calibration/`` (:data:`CALIBRATION_FILES`
+    in order)."""
+    folder = resources.files("lpserve") / "data" / "calibration"
+    out: list[dict[str, Any]] = []
+    for name in CALIBRATION_FILES:
+        out.extend(tomllib.loads((folder / name).read_text())["calibration"])
+    return tuple(out)
 
 
 def _order(gpu: GPUSpec, llm: LLMSpec) -> tuple[tuple[str, str], ...]:
