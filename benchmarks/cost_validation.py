@@ -73,6 +73,9 @@ def main() -> None:
     for key, v in summary_by_engine(t).items():
         print(f"  {key:22s} n={v['n']:4d}  median {100 * v['median_abs']:5.1f}%  "
               f"max {100 * v['max_abs']:6.1f}%")
+    print("\nprofiles that predicted the points, with the engine era each models")
+    for name, sub in t.groupby("calibration", sort=True):
+        print(f"  {name:28s} {sub['era'].iloc[0]:55s} n={len(sub):4d}")
     kept = t[~t.excluded & (t.phase != "comm")]
     worse = kept[kept.rel_error.abs() > 0.30]
     print(f"  prefill+decode+request points worse than 30%: {len(worse)} of {len(kept)}")

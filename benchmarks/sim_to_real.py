@@ -4,8 +4,9 @@ For every stage of the bundled public runs (inference-perf against vLLM's V1 eng
 H100 SXM: Llama-2-7B TP1, Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; provenance
 in ``lpserve/data/serving/README.md``) this rebuilds the client's workload (constant-rate
 arrivals, the shared-prefix prompt set cycled in a shuffled order, exact output lengths),
-simulates it on one replica with lpserve's ``vllm`` policy and the run's
-``max_num_batched_tokens`` / ``max_num_seqs``, and prints per stage the measured and
+simulates it on one replica with lpserve's ``vllm`` policy, the run's
+``max_num_batched_tokens`` / ``max_num_seqs`` and vLLM's async scheduling
+(``schedule_ahead``), and prints per stage the measured and
 simulated mean and p90 E2E and TTFT and mean inter-token latency (seconds per generated
 token), their absolute percentage errors, whether each side saturated, then the MAPE per
 figure on the validation split (stages of runs the shipped fits never saw) and on the

@@ -17,13 +17,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "decode_context as ';'-separated token counts; optional tp) and/or the JSON vLLM's "
         "serving benchmark writes (--save-result; per-request results with --save-detailed). "
         "Prints the fit error per phase before and after and the parameters that moved, and "
-        "writes a TOML calibration that lp.cost_model(..., calibration=PATH) loads.")
+        "writes a TOML calibration that lp.cost_model(..., calibration=PATH) loads. With "
+        "--serving it fits to serving-benchmark results instead (an inference-perf run "
+        "folder, or a serving-run table): it rebuilds each stage's workload, simulates it "
+        "and matches the measured mean E2E and inter-token latency.")
     p.add_argument("--csv", action="append", default=[], metavar="FILE",
                    help="CSV of iterations (repeatable)")
     p.add_argument("--vllm-json", action="append", default=[], metavar="FILE",
                    help="vLLM serving-benchmark result JSON (repeatable)")
+    p.add_argument("--serving", action="append", default=[], metavar="PATH",
+                   help="inference-perf run folder or serving-run JSON table (repeatable)")
+    p.add_argument("--max-stage-s", type=float, default=120.0, metavar="S",
+                   help="with --serving: simulate each stage's first S seconds while "
+                   "fitting (default 120; 0 for whole stages)")
     p.add_argument("--gpu", required=True, help="catalog GPU the measurements ran on")
-    p.add_argument("--llm", required=True, help="catalog LLM measured")
+    p.add_argument("--llm", default=None, help="catalog LLM measured (required without "
+                   "--serving, whose runs name it)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1; a CSV "
                    "'tp' column overrides it per row)")
     p.add_argument("--engine", default=None, help="engine measured (vllm, trtllm, sglang, "
@@ -50,8 +59,17 @@ def _calibrate(args: argparse.Namespace) -> int:
         read_vllm_benchmark_json,
     )
 
+    if args.serving:
+        if args.csv or args.vllm_json:
+            raise CLIError("--serving fits by simulation; give it without --csv/--vllm-json")
+        from lpserve.commands.calibrate_serving import calibrate_serving
+
+        return calibrate_serving(args)
     if not args.csv and not args.vllm_json:
-        raise CLIError("give measurements: --csv FILE and/or --vllm-json FILE")
+        raise CLIError("give measurements: --csv FILE and/or --vllm-json FILE, or --serving "
+                       "PATH")
+    if not args.llm:
+        raise CLIError("--llm is required with --csv/--vllm-json")
     rows = []
     try:
         for f in args.csv:

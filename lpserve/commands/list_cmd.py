@@ -1,5 +1,5 @@
-"""``lpserve list gpus|llms|policies|formulations|traces|engine|predictors``: the names
-every other command accepts, with what each one is."""
+"""``lpserve list gpus|llms|policies|formulations|traces|engine|engine-profiles|predictors``:
+the names every other command accepts, with what each one is."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 from lpserve.commands.common import add_json_flag, emit_json, fmt_num
 
-WHAT = ("gpus", "llms", "policies", "formulations", "traces", "engine", "predictors")
+WHAT = ("gpus", "llms", "policies", "formulations", "traces", "engine", "engine-profiles",
+        "predictors")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "list", help="the names other commands accept (GPUs, LLMs, policies, ...)",
         description="List catalog GPUs (memory, bandwidth, FLOP/s), LLMs (shape, context "
         "length), registered policies (kind, engine, what they read), formulations, "
-        "bundled traces, the EngineConfig parameters --engine sets, and the predictors "
+        "bundled traces, the EngineConfig parameters --engine sets, the cost model's "
+        "engine profiles (calibrations: engine, era, data, date, fitted terms), and the "
+        "predictors "
         "--predictor names. Registered policies set their own engine parameters "
         "(`lpserve list policies` shows batching and token budget, and which of them the "
         "engine sets by the cluster's GPU).")
@@ -124,6 +127,20 @@ def _engine() -> list[dict[str, Any]]:
     return out
 
 
+def _engine_profiles() -> list[dict[str, Any]]:
+    from lpserve.cost.calibration import calibrations, era_of
+
+    out = []
+    for e in calibrations():
+        pv = e.get("provenance", {})
+        out.append({"name": e["name"], "engine": e["engine"], "gpu": e["gpu"],
+                    "llm": e["llm"], "era": era_of(e), "date": pv.get("date"),
+                    "median_abs_error": pv.get("median_abs_error"),
+                    "fitted": ", ".join(pv.get("fitted", [])),
+                    "source": f"{pv.get('data', '')}: {pv.get('note', '')}"})
+    return out
+
+
 def _predictors() -> list[dict[str, Any]]:
     from lpserve.policies.predictors import PREDICTORS, predictor_parameters
 
@@ -136,7 +153,8 @@ def _predictors() -> list[dict[str, Any]]:
 
 LISTS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "gpus": _gpus, "llms": _llms, "policies": _policies, "formulations": _formulations,
-    "traces": _traces, "engine": _engine, "predictors": _predictors}
+    "traces": _traces, "engine": _engine, "engine-profiles": _engine_profiles,
+    "predictors": _predictors}
 
 
 def _cell(v: Any) -> str:

@@ -46,6 +46,28 @@ def _order(gpu: GPUSpec, llm: LLMSpec) -> tuple[tuple[str, str], ...]:
             ("*", "*"))
 
 
+#: the engine era each shipped calibration's data measured, by its provenance data file
+#: (an entry's own ``era`` field wins)
+ERAS = {
+    "splitwise_perf_model_medians.csv": "vLLM-based engine of 2023 (Splitwise, ISCA 2024)",
+    "vidur_a100": "operator profiles, no engine (Vidur, MLSys 2024)",
+    "nemo_trtllm": "TensorRT-LLM of 2023-24 (NVIDIA NeMo inference tables)",
+    "sglang_b200": "SGLang 0.5.8 (February 2026)",
+}
+
+
+def era_of(entry: dict[str, Any]) -> str:
+    """The serving-engine era a calibration entry models (``era``, else from the data it
+    was fitted to; ``"unknown"`` for a user's entry that says neither)."""
+    if entry.get("era"):
+        return str(entry["era"])
+    data = str(entry.get("provenance", {}).get("data", ""))
+    for prefix, era in ERAS.items():
+        if data.startswith(prefix):
+            return era
+    return "unknown"
+
+
 def calibration_for(gpu: GPUSpec, llm: LLMSpec, engine: str | None = None,
                     entries: Iterable[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The most specific calibration: (gpu key, llm), (family, llm), (gpu, *), (family, *), *.

@@ -17,7 +17,8 @@ def validation_table(source: str | None = None) -> Any:
     ``vllm``, ``trtllm``, ``sglang``; empty where lpserve has no profile of that engine,
     predicted with the default calibration). Columns: ``point``, ``source``, ``engine``,
     ``phase`` (``prefill``, ``decode``, ``request`` for whole static batches, ``comm``),
-    ``scope``, ``gpu``, ``llm``, ``tp``, ``calibration``, ``measured_ms``,
+    ``scope``, ``gpu``, ``llm``, ``tp``, ``calibration``, ``era`` (the engine era that
+    calibration models, :func:`lpserve.cost.calibration.era_of`), ``measured_ms``,
     ``predicted_ms``, ``rel_error`` (predicted / measured - 1), ``fit_split`` (``train``:
     used by the fit of the calibration that predicts it; ``test``: held out) and
     ``excluded`` (the source, or a physical bound, flags the point as anomalous).
@@ -25,6 +26,7 @@ def validation_table(source: str | None = None) -> Any:
     import pandas as pd
 
     from lpserve.cost.analytic import AnalyticCost
+    from lpserve.cost.calibration import era_of
     from lpserve.cost.data import CalibrationData
     from lpserve.cost.fit import predict_row
 
@@ -41,6 +43,7 @@ def validation_table(source: str | None = None) -> Any:
             "point": r["point"], "source": r["source"], "engine": r.get("engine") or "",
             "phase": r["phase"], "scope": r["scope"], "gpu": r["gpu"], "llm": r["llm"],
             "tp": int(r["tp"]), "calibration": models[key].calibration.get("name"),
+            "era": era_of(models[key].calibration),
             "measured_ms": r["measured_s"] * 1e3, "predicted_ms": pred * 1e3,
             "rel_error": pred / r["measured_s"] - 1.0,
             "fit_split": r.get("fit_split", "train"), "excluded": bool(r.get("excluded", False)),

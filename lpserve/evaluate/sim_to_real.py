@@ -105,8 +105,9 @@ def simulate_run(stages: Sequence[ServingStage], *, seed: int = 0,
     """Simulate one run's stages back to back on its engine and compare each stage.
 
     The cluster is one replica of the run's GPU, model and TP; the policy is lpserve's
-    ``vllm`` (V1 scheduling: chunked prefill, decode first, prefix caching) with the run's
-    ``max_num_batched_tokens`` and ``max_num_seqs`` unless ``policy`` is given;
+    ``vllm`` (V1 scheduling: chunked prefill, decode first) with the run's
+    ``max_num_batched_tokens``, ``max_num_seqs``, prefix caching and async scheduling
+    (``schedule_ahead``) unless ``policy`` is given;
     ``cost_options`` go to :func:`lpserve.cost.cost_model` (``engine=``,
     ``calibration=``, parameter overrides)."""
     from lpserve.cluster import Cluster
@@ -121,7 +122,8 @@ def simulate_run(stages: Sequence[ServingStage], *, seed: int = 0,
     inst = Instance(trace=trace, cluster=cluster, cost=cost)
     pol = policy if policy is not None else make_policy(
         "vllm", max_num_batched_tokens=st0.max_num_batched_tokens,
-        max_num_seqs=st0.max_num_seqs)
+        max_num_seqs=st0.max_num_seqs, prefix_caching=st0.prefix_caching,
+        schedule_ahead=st0.schedule_ahead)
     res = simulate(inst, pol, seed)
     name = str(getattr(cost, "calibration", {}).get("name", "?"))
     out = []

@@ -82,6 +82,11 @@ class EngineConfig:
         proactive_free_blocks: the free-block target of ``proactive_swap``; ``None`` takes
             FastServe's ``max(max batch size, minimum free threshold)``, i.e.
             ``max(max_num_seqs, watermark blocks)``.
+        schedule_ahead: vLLM's async scheduling (on by default since vLLM 0.14): the
+            batch of each iteration is fixed when the previous iteration starts, so a
+            request that joins a replica while an iteration runs first waits for the
+            iteration after the next one; a replica with nothing running admits it at once
+            (``models/simulator.md`` (32)).
         link_order: which queued copy a free link starts next: ``"fifo"`` (issue order),
             ``"priority"`` (the scheduler's rank of the copy's request when it was issued),
             ``"llf"`` (least laxity first: the request's SLO deadline minus the copy time)
@@ -109,6 +114,7 @@ class EngineConfig:
     proactive_swap: bool = False
     proactive_free_blocks: int | None = None
     link_order: str = "fifo"
+    schedule_ahead: bool = False
 
     def __post_init__(self) -> None:
         from lpserve.cost.base import check_ratio  # the cost package loads numba
@@ -150,6 +156,9 @@ class EngineConfig:
             if self.budget_controller is not None:
                 raise ValueError("EngineConfig.speculation cannot be combined with "
                                  "EngineConfig.budget_controller")
+        if not isinstance(self.schedule_ahead, (bool, np.bool_)):
+            raise ValueError(f"EngineConfig.schedule_ahead must be a bool, got "
+                             f"{self.schedule_ahead!r}")
         if not isinstance(self.proactive_swap, (bool, np.bool_)):
             raise ValueError(f"EngineConfig.proactive_swap must be a bool, got "
                              f"{self.proactive_swap!r}")
@@ -197,6 +206,7 @@ ENGINE_TEXT_FIELDS: dict[str, Any] = {
     "evict_batch_blocks": "int", "priority_preemption": "bool", "compression_ratio": "float",
     "compression_accuracy_cost": "float", "transfers": TRANSFER_MODES,
     "proactive_swap": "bool", "proactive_free_blocks": "int?", "link_order": LINK_ORDERS,
+    "schedule_ahead": "bool",
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

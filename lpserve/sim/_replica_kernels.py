@@ -41,6 +41,10 @@ def enqueue(req, rep, cfg, i, t):
         return code
     if rep.fst[T.F_NOW] < t:
         rep.fst[T.F_NOW] = t
+    if cfg[T.C_AHEAD] and rep.ist[T.I_NRUN] > 0:
+        # the next iteration's batch was fixed when the one in progress at t started
+        req.ready[i] = rep.ist[T.I_ITERS] + 1
+        rep.ist[T.I_PENDING] = req.ready[i]
     T.w_append(req, rep, i)
     req.status[i] = T.ST_WAITING
     if cfg[T.C_ROLE] == T.ROLE_DECODE:
@@ -67,15 +71,18 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
     ch_h = np.empty(cap, np.int64)
     n_ch = 0
     budget = cfg[T.C_BUDGET]
+    # schedule_ahead (models/simulator.md (32)): requests that joined after this step's
+    # batch was fixed wait, unless nothing ran (the fixed batch is then empty)
+    ready = ist[T.I_ITERS] if ist[T.I_NRUN] > 0 else np.int64(1) << 62
     admit_ok = ist[T.I_NWAIT] > 0 and not (batch == T.BATCH_STATIC and ist[T.I_NRUN] > 0)
     if admit_ok and cfg[T.C_PRIO] and ist[T.I_NRUN] > 0:
         n_run = ist[T.I_NRUN]
-        S.preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
+        S.preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ready)
         if ist[T.I_NRUN] < n_run:
             ist[T.I_RESUMED] = 1
     if batch == T.BATCH_PREFILL and admit_ok:
         n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
-                               n_ch, np.bool_(False))
+                               n_ch, np.bool_(False), ready)
         admit_ok = False
         if n_ch > 0:
             return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h,
@@ -176,7 +183,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
                 budget -= c
     if admit_ok and budget > 0:
         n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
-                               n_ch, cfg[T.C_CHUNKED] != 0)
+                               n_ch, cfg[T.C_CHUNKED] != 0, ready)
     if n_ch == 0 and n_dec == 0:
         return ist[T.I_RESUMED] != 0  # a resumed request decodes next step; else idle
     any_new = False
@@ -184,7 +191,8 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
         if req.gen[dec[k]] == 0:
             any_new = True
     if n_ch > 0 or ist[T.I_SWAP_BLOCKS] or rep.fst[T.F_SWAP_S] or ist[T.I_RESUMED] or \
-            cfg[T.C_ROLE] == T.ROLE_PREFILL or any_new:
+            cfg[T.C_ROLE] == T.ROLE_PREFILL or any_new or \
+            ist[T.I_PENDING] > ist[T.I_ITERS]:  # a deferred arrival joins after one
         return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_ch,
                          dec, n_dec)
     if cfg[T.C_SPEC]:  # one speculative step (lpserve/sim/_spec_kernels.py)

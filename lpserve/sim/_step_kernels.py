@@ -115,8 +115,9 @@ def waiting_by_rank(req, rep):
 
 
 @njit(cache=True)
-def preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
-    """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)."""
+def preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ready):
+    """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)
+    for the waiting requests with ``req.ready <= ready``."""
     ensure_ranks(req, rep, cfg, rk)
     p = rep.pool
     order = waiting_by_rank(req, rep)
@@ -132,6 +133,8 @@ def preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
     floor = np.inf
     for t in range(order.shape[0]):
         w = order[t]
+        if req.ready[w] > ready:
+            continue
         r = req.rk[w]
         if r >= floor:
             break
@@ -194,8 +197,10 @@ def free_cap(req, rep, cfg, rk):
 
 # ===================================================================================== admission
 @njit(cache=True)
-def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, allow_chunk):
-    """Admit waiting requests in rank order as prefill chunks; returns ``(n_ch, budget)``."""
+def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, allow_chunk,
+          ready):
+    """Admit waiting requests in rank order as prefill chunks; returns ``(n_ch, budget)``.
+    Only requests with ``req.ready <= ready`` are candidates (``schedule_ahead``)."""
     ensure_ranks(req, rep, cfg, rk)
     ist, p, bt = rep.ist, rep.pool, cfg[T.C_BT]
     now = rep.fst[T.F_NOW]
@@ -206,6 +211,8 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
         i = order[t]
         if ist[T.I_NRUN] >= cfg[T.C_MAX_SEQS] or budget <= 0:
             break
+        if req.ready[i] > ready:
+            continue
         L = req.prompt[i] + req.gen[i]
         if req.swapped[i] or req.kv_remote[i]:
             n = req.swap_gpu[i] if req.swapped[i] else (req.computed[i] + bt - 1) // bt

@@ -88,7 +88,7 @@ REQ_FIELDS = (
     'swap_gpu', 'swapped', 'compressed', 'kv_remote', 'status', 'first_sched', 'first_token',
     'finish', 'preempt', 'cached_tok', 'seen_tok', 'replica', 'decode_replica', 'reason',
     'tenant', 'plo', 'phi', 'prog', 'wnext', 'wprev', 'slot_off', 'slot_buf', 'turn_gap', 'rk',
-    'chain', 'chain_off', 'keybuf',
+    'chain', 'chain_off', 'keybuf', 'ready',
 )
 REQ_T = ReqType([
     ("prompt", types.int64[::1]),
@@ -127,6 +127,7 @@ REQ_T = ReqType([
     ("chain", types.int64[::1]),
     ("chain_off", types.int64[::1]),
     ("keybuf", types.int64[::1]),
+    ("ready", types.int64[::1]),
 ])
 
 
@@ -134,7 +135,7 @@ REQ_T = ReqType([
 def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_blocks, swap_gpu,
             swapped, compressed, kv_remote, status, first_sched, first_token, finish, preempt,
             cached_tok, seen_tok, replica, decode_replica, reason, tenant, plo, phi, prog,
-            wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf):
+            wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf, ready):
     """A Req over these arrays (see ``REQ_FIELDS``)."""
     s = structref.new(REQ_T)
     s.prompt = prompt
@@ -173,6 +174,7 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
     s.chain = chain
     s.chain_off = chain_off
     s.keybuf = keybuf
+    s.ready = ready
     return s
 
 RepType, Rep = _struct("Rep")

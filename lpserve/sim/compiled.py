@@ -161,7 +161,8 @@ class CompiledRun:
             wnext=np.full(n, -1, np.int64), wprev=np.full(n, -1, np.int64),
             slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
             turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
-            keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64))
+            keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
+            ready=S.ready_iter)
         self.req = ST.new_req(*self.req_a)
         kind, fp, ip = rank_spec(pol.scheduler)
         if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
@@ -250,6 +251,7 @@ class CompiledRun:
         cfg[T.C_HAS_PRED] = int(has_pred)
         cfg[T.C_SPEC] = int(ctx.spec is not None)
         cfg[T.C_SWAP_STEP] = self.swap_step
+        cfg[T.C_AHEAD] = int(eng.schedule_ahead)
         self.sr_a = _spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = _spec(pol.evictor) if eng.prefix_caching else None

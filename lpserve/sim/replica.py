@@ -74,6 +74,7 @@ class Replica(KVMoves):
         self.now = 0.0
         self.link_free_s = 0.0
         self.n_iters = 0
+        self.pending_until, self._ready = 0, _BIG  # schedule_ahead (models/simulator.md (32))
         self.n_decode_iters = 0
         self.used_block_s = 0.0
         # preemptions (n_swaps counts compressed ones too) and the context tokens swapped
@@ -118,14 +119,12 @@ class Replica(KVMoves):
         if reason:
             S.reject(i, reason)
             return
-        if self.now < t:
-            self.now = t
+        self.now = max(self.now, t)
+        if self.eng.schedule_ahead and self.running:  # the next batch is fixed already
+            S.ready_iter[i] = self.pending_until = self.n_iters + 1
         self.waiting.append(i)
         S.status[i] = WAITING
-        if self.role == "decode":
-            S.decode_replica[i] = self.index
-        else:
-            S.replica[i] = self.index
+        (S.decode_replica if self.role == "decode" else S.replica)[i] = self.index
         if self.observer:
             self._observe("arrive", i)
         self._check()
@@ -286,7 +285,8 @@ class Replica(KVMoves):
         with proactive swapping, :class:`lpserve.sim.transfer.HostRoom` parks victims)."""
         bm, room = self.bm, X.HostRoom(self) if self.proactive else None
         victims = preempt.outranked_victims(
-            self.waiting, self.running, self.ranks(),
+            [i for i in self.waiting if self.S.ready_iter[i] <= self._ready], self.running,
+            self.ranks(),
             self.eng.max_num_seqs - len(self.running) - len(self.loading),
             bm.available - self.wm_blocks + self._link_net(), bm.total - self.wm_blocks,
             self.admit_need, lambda v, taken: freed_blocks(bm, self.S, v, taken)
@@ -300,7 +300,7 @@ class Replica(KVMoves):
         S, eng, bm, bt = self.S, self.eng, self.bm, self.bt
         ranks = self.ranks()
         order = sorted((ranks[i], pos, i) for pos, i in enumerate(self.waiting)
-                       if ranks[i] != math.inf)
+                       if ranks[i] != math.inf and S.ready_iter[i] <= self._ready)
         for _, _, i in order:
             if len(self.running) + len(self.loading) >= eng.max_num_seqs or budget <= 0:
                 break
@@ -396,6 +396,7 @@ class Replica(KVMoves):
         S, eng = self.S, self.eng
         self._ranks = None
         self._resumed = False
+        self._ready = self.n_iters if self.running else _BIG  # nothing ran: admit all
         if self._eager_ranks:
             self.ranks()
         chunks: list[tuple[int, int, int]] = []
@@ -473,7 +474,8 @@ class Replica(KVMoves):
             # a resumed request decodes next step, blocks freed now admit one; else idle
             return self._resumed or freed
         if chunks or self.swap_blocks_pending or self.swap_s_pending or self._resumed or \
-                self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all():
+                self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all() or \
+                self.pending_until > self.n_iters:  # a deferred arrival joins after one
             return self._iterate(chunks, decodes)
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
             return self.spec.step(self, decodes)

@@ -65,6 +65,9 @@ class State:
         self.link_wait = np.zeros(n, np.float64)
         self.status = np.zeros(n, np.int8)
         self.first_sched = np.full(n, np.nan)
+        # with EngineConfig.schedule_ahead: the replica iteration count from which a waiting
+        # request may be admitted (0: at once)
+        self.ready_iter = np.zeros(n, np.int64)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.preempt = np.zeros(n, np.int64)

@@ -68,6 +68,8 @@ class ServingStage:
         engine: serving engine (``"vllm"``); ``engine_version``: what the source says of it.
         max_num_batched_tokens, max_num_seqs, max_model_len: the engine's limits.
         prefix_caching: whether the engine cached prompt prefixes.
+        schedule_ahead: whether the engine fixed each batch one iteration ahead (vLLM's
+            async scheduling, its default from 0.14 on).
         rate_rps, duration_s: the stage's constant arrival rate and its length;
             ``start_s``: when the stage began, from the run's start.
         arrivals: ``"constant"`` (evenly spaced) or ``"poisson"``.
@@ -92,6 +94,7 @@ class ServingStage:
     max_num_seqs: int
     max_model_len: int
     prefix_caching: bool
+    schedule_ahead: bool
     rate_rps: float
     duration_s: float
     start_s: float
@@ -213,7 +216,8 @@ def stage_measurements(path: str | Path) -> tuple[dict[str, dict[str, float]], i
 
 
 def load_inference_perf(folder: str | Path, *, gpu: str = "h100-sxm",
-                        engine_version: str = "") -> list[ServingStage]:
+                        engine_version: str = "",
+                        schedule_ahead: bool = True) -> list[ServingStage]:
     """The stages of one inference-perf run against vLLM, from its folder.
 
     Reads ``exp-config.yaml`` (``model``, ``tensor_parallelism``, ``max_num_batched_tokens``,
@@ -221,7 +225,8 @@ def load_inference_perf(folder: str | Path, *, gpu: str = "h100-sxm",
     ``load.type`` and ``load.stages``, ``server.ignore_eos``) and each
     ``results/stage_K_lifecycle_metrics.json``. Only the ``shared_prefix`` data generator
     with ``ignore_eos`` is understood (the output length is then exact); anything else is
-    an error naming the file and field."""
+    an error naming the file and field. ``schedule_ahead``: the server's async scheduling
+    (vLLM's default from 0.14 on; ``--no-async-scheduling`` turns it off)."""
     root = Path(folder)
     ecfg_path, cfg_path = root / "exp-config.yaml", root / "results" / "config.yaml"
     ecfg, cfg = _read_yaml(ecfg_path), _read_yaml(cfg_path)
@@ -251,6 +256,7 @@ def load_inference_perf(folder: str | Path, *, gpu: str = "h100-sxm",
         max_model_len=_num(esrc, "max_model_len", _get(esrc, ecfg, "max_model_len"),
                            integer=True),
         prefix_caching=not bool(ecfg.get("no_enable_prefix_caching", False)),
+        schedule_ahead=bool(schedule_ahead),
         arrivals=load_type,
         **{k: _num(csrc, f"data.shared_prefix.{src_k}", _get(csrc, sp, src_k), integer=True)
            for k, src_k in (("num_groups", "num_groups"),

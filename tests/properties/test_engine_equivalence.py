@@ -2,7 +2,8 @@
 policy under every engine option.
 
 A case draws a registered policy, an engine configuration (batching, chunked prefill,
-preemption mode, priority preemption, prefix caching, batch caps), a small trace (shared
+preemption mode, priority preemption, prefix caching, batch caps, scheduling one
+iteration ahead), a small trace (shared
 prefix blocks, bursts, agentic parents for some) and a cluster with a tight KV pool, then
 compares the fast run (compiled replicas where the policy has twins) with the reference
 mode (Python replicas, the scheduler consulted every iteration) under ``check=True`` (the
@@ -65,7 +66,8 @@ def _case(seed: int, name: str) -> tuple[lp.Instance, lp.Policy]:
                prefix_caching=bool(rng.random() < 0.7),
                max_num_seqs=int(rng.integers(1, 33)),
                max_num_batched_tokens=int(rng.choice([1024, 2048, 8192])),
-               chunked_prefill=batching == "decode-first" and bool(rng.random() < 0.8))
+               chunked_prefill=batching == "decode-first" and bool(rng.random() < 0.8),
+               schedule_ahead=bool(rng.random() < 0.3))
     if pol.engine.preemption_decider is not None:
         eng.pop("preemption")
     if pol.engine.budget_controller is not None or pol.engine.speculation is not None:

@@ -1,0 +1,86 @@
+"""``lpserve calibrate --serving``: fit the cost model to serving-benchmark results by
+simulating the benchmark's own workload (:mod:`lpserve.evaluate.serving_fit`)."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from lpserve.commands.common import CLIError, emit_json
+
+
+def _stages(paths: list[str], gpu: str) -> list[Any]:
+    from lpserve.trace import TraceError
+    from lpserve.trace.serving_runs import load_inference_perf, load_serving_runs
+
+    out = []
+    try:
+        for p in paths:
+            path = Path(p)
+            if path.is_dir():
+                out += load_inference_perf(path, gpu=gpu)
+            elif path.suffix == ".json":
+                out += load_serving_runs(path)
+            else:
+                raise CLIError(f"--serving {p!r}: give an inference-perf run folder "
+                               "(exp-config.yaml, results/) or a serving-run table (.json)")
+    except TraceError as exc:
+        raise CLIError(str(exc)) from None
+    if not out:
+        raise CLIError("--serving: no stage found")
+    return out
+
+
+def calibrate_serving(args: argparse.Namespace) -> int:
+    """Fit, print the error per figure before and after, write the TOML entry."""
+    from lpserve.cost.fit import write_fitted
+    from lpserve.evaluate.serving_fit import FIT_FIGURES, SERVING_PARAMETERS, fit_serving
+
+    stages = _stages(args.serving, args.gpu)
+    llms = sorted({s.llm for s in stages})
+    if args.llm and llms != [args.llm]:
+        raise CLIError(f"--llm {args.llm!r} but the runs served {', '.join(llms)}")
+    params = tuple(s.strip() for s in args.fit.split(",") if s.strip()) if args.fit else \
+        SERVING_PARAMETERS
+    engine = args.engine or "vllm"
+    try:
+        fit = fit_serving(stages, params=params, engine=engine,
+                          max_stage_s=args.max_stage_s or None)
+    except (KeyError, LookupError, ValueError) as exc:
+        raise CLIError(str(exc).strip("'\"")) from None
+    from lpserve.cost import cost_model
+
+    st0 = stages[0]
+    base = cost_model(gpu=st0.gpu, llm=st0.llm, tp=st0.tp, engine=engine)
+    err = fit.errors()
+    entry = {"name": args.name or f"user-serving-{args.gpu}-{llms[0]}", "gpu": args.gpu,
+             "llm": llms[0] if len(llms) == 1 else "*", "engine": engine,
+             **{k: float(v) for k, v in base.values.items()}, **fit.values,
+             "provenance": {
+                 "data": ", ".join(args.serving), "date": dt.date.today().isoformat(),
+                 "rows": len(stages), "fitted": list(params),
+                 "started_from": str(base.calibration.get("name")),
+                 "note": f"fitted by simulating each stage and matching {', '.join(FIT_FIGURES)}",
+                 "median_abs_error": err["after"]["e2e_s.mean"] / 100,
+                 "max_abs_error": max(r.ape(k) for r in fit.after for k in FIT_FIGURES) / 100}}
+    write_fitted([entry], args.out)
+    report = {"gpu": args.gpu, "llm": entry["llm"], "engine": engine, "stages": len(stages),
+              "saved": args.out, "before": err["before"], "after": err["after"],
+              "fitted": {k: {"before": fit.start[k], "after": v} for k, v in fit.values.items()},
+              "simulations": fit.evaluations}
+    if args.json:
+        emit_json(report)
+        return 0
+    print(f"{len(stages)} measured stages of {entry['llm']} on {args.gpu} (engine {engine}, "
+          f"starting from calibration {entry['provenance']['started_from']}; "
+          f"{fit.evaluations} simulations)")
+    print(f"  {'figure':12s} {'MAPE before':>12s} {'after':>8s}")
+    for k, v in err["after"].items():
+        print(f"  {k:12s} {err['before'][k]:11.1f}% {v:7.1f}%")
+    print("  fitted parameters:")
+    for k, v in fit.values.items():
+        print(f"    {k:22s} {fit.start[k]:12.6g} -> {v:12.6g}")
+    print(f"saved {args.out}; load it with lp.cost_model(gpu={args.gpu!r}, "
+          f"llm={entry['llm']!r}, tp={st0.tp}, calibration={args.out!r})")
+    return 0
