@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import WAIT_TOOL, WAIT_USER, LoadReport, TraceError
+from lpserve.trace.columns import MAX_COUNT
 from lpserve.trace.sessions import Sessions
 from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
 
@@ -60,6 +61,8 @@ def read_sessions(path: str | os.PathLike, *, indices: Any = None) -> Sessions:
             d = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}: line {lineno}: invalid JSON ({exc})") from None
+        except RecursionError:
+            raise TraceError(f"{path}: line {lineno}: JSON nested too deeply") from None
         where = f"{path}: line {lineno}"
         if not isinstance(d, dict) or not isinstance(d.get("requests"), list):
             raise TraceError(f"{where}: expected a JSON object with a 'requests' list")
@@ -103,7 +106,7 @@ def read_sessions(path: str | os.PathLike, *, indices: Any = None) -> Sessions:
             cols["t"].append(t)
             cols["in"].append(tin)
             cols["out"].append(tout)
-            cols["wait"].append(_wait_kind(r["stop"], r["output_types"]))
+            cols["wait"].append(_wait_kind(r.get("stop", ""), r.get("output_types", [])))
             cols["agent"].append(agent)
             cols["side"].append(r["type"] == "s")
         if len(cols["t"]) == lo:
@@ -169,7 +172,11 @@ def _flatten(requests: list, clock_s: float, agent: int, parent_of: list[int],
         for key in ("in", "out"):
             v = r.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise TraceError(f"{at}, field {key!r}: must be an integer >= 0, got {v!r}")
+                raise TraceError(f"{at}, field {key!r}: must be an integer >= 0, "
+                                 f"got {str(v)[:200]!r}")
+            if v >= MAX_COUNT:
+                raise TraceError(f"{at}, field {key!r}: {str(v)[:200]} is too large "
+                                 f"(limit {MAX_COUNT - 1})")
         hid = r.get("hash_ids")
         arr = np.asarray(hid if isinstance(hid, list) else None)
         if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0)):

@@ -106,6 +106,8 @@ def detect_format(path: str | os.PathLike) -> str:
             keys = set(json.loads(line))
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}: line 1 is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise TraceError(f"{path}: line 1: JSON nested too deeply") from None
         if {"timestamp", "input_length", "output_length"} <= keys:
             return "mooncake"
         if {"requests", "block_size"} <= keys:
@@ -436,6 +438,8 @@ def _mooncake_record(path: Path, lineno: int, line: str) -> dict[str, Any]:
         d = json.loads(line, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply") from None
     except TraceError as exc:
         raise TraceError(f"{where}: {exc}") from None
     if not isinstance(d, dict):

@@ -185,6 +185,8 @@ def _read_json(path: Path) -> Any:
         raise TraceError(f"{str(path)!r} does not exist") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{str(path)!r}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(f"{str(path)!r}: JSON nested too deeply") from None
 
 
 def stage_measurements(path: str | Path) -> tuple[dict[str, dict[str, float]], int, int,

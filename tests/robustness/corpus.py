@@ -305,6 +305,30 @@ def cases() -> list[Case]:
     ok("Mooncake epoch-millisecond timestamps", "mc_epoch.jsonl",
        ("\n".join(mc(1.7e12 + i * 1000, 600, 3, (0, 1)) for i in range(3)) + "\n").encode(),
        3, "epoch milliseconds are within 2^33 s", blocks=True)
+    # ------------------------------------------------------------------ kv-cache-tester
+    def kv(**change) -> dict:
+        reqs = [{"t": 0, "type": "n", "in": 32, "out": 5, "hash_ids": [0, 1]},
+                {"t": 1.5, "type": "n", "in": 48, "out": 7, "hash_ids": [0, 1, 2]}]
+        reqs[1].update(change)
+        return {"id": "s1", "block_size": 16, "hash_id_scope": "local", "requests": reqs}
+
+    ok("kv-cache-tester without stop or output_types", "kv_nostop.jsonl",
+       (json.dumps(kv()) + "\n").encode(), 2, "both fields are optional: wait kind unknown",
+       blocks=True)
+    err("kv-cache-tester in beyond 2^53", "kv_in_big.jsonl",
+        (json.dumps(kv(**{"in": 10**30})) + "\n").encode(), "line 1", "field 'in'",
+        "too large")
+    err("kv-cache-tester out beyond 2^53", "kv_out_big.jsonl",
+        (json.dumps(kv(out=2**53)) + "\n").encode(), "line 1", "field 'out'", "too large")
+    deep = "[" * 100_000 + "]" * 100_000
+    err("kv-cache-tester line nested too deeply", "kv_deep.jsonl",
+        (json.dumps(kv()) + "\n" + '{"requests": [], "block_size": 16, "x": ' + deep
+         + "}\n").encode(), "line 2", "nested too deeply")
+    err("first line nested too deeply", "deep_first.jsonl",
+        ('{"x": ' + deep + "}\n").encode(), "line 1", "nested too deeply")
+    err("Mooncake line nested too deeply", "mc_deep.jsonl",
+        (MC_ROWS[0] + "\n" + '{"timestamp": 1, "x": ' + deep + "}\n").encode(), "line 2",
+        "nested too deeply")
     # ------------------------------------------------------------------ length tables
     def sa_row(i, row, *needles, name, fn):
         err(name, fn, text(SA_HEAD, _replace(SA_ROWS, i, row)), *needles)
