@@ -7,7 +7,10 @@ JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import json
 import sys
 
 # one module per top-level sub-command, in the order ``--help`` lists them
@@ -44,12 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``) and return the exit code:
     0 on success, 2 on a bad argument or a user error (one line on stderr, see
-    :func:`lpserve.commands.common.run_command`) and when no command is given."""
+    :func:`lpserve.commands.common.run_command`; with ``--json`` also a JSON object with
+    its ``error`` on stdout) and when no command is given."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    want_json = "--json" in argv
+    err = io.StringIO()
     try:  # a bad argument: argparse names the flag on stderr; exit code 2, also in-process
-        args = parser.parse_args(argv)
+        with contextlib.redirect_stderr(err) if want_json else contextlib.nullcontext():
+            args = parser.parse_args(argv)
     except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+        code = int(exc.code or 0) if not isinstance(exc.code, str) else 2
+        if want_json:  # the promised JSON object as well, naming what argparse refused
+            text = err.getvalue()
+            sys.stderr.write(text)
+            if code:
+                lines = text.strip().splitlines()
+                print(json.dumps({"error": "ArgumentError: "
+                                           + (lines[-1] if lines else "bad arguments")[:500]}))
+        return code
     if args.version:
         from importlib.metadata import version
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lpserve.cli import build_parser, main
 
 
@@ -52,3 +54,16 @@ def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
     assert "bad.csv: line 2, field 'ContextTokens'" in err and "Traceback" not in err
     assert main(["trace", "stats", str(bad), "--json"]) == 2
     assert "error" in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["trace", "--json"], "SUBCOMMAND"),
+    (["list", "--json"], "what"),
+    (["simulate", "--json", "--no-such-flag"], "--no-such-flag"),
+])
+def test_bad_arguments_with_json_still_print_one_json_object(argv, needle, capsys):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    obj = json.loads(out)
+    assert obj["error"].startswith("ArgumentError:") and needle in obj["error"]
+    assert needle in err  # argparse's usage and message stay on stderr
