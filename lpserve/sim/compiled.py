@@ -133,7 +133,10 @@ class CompiledRun:
         eng = pol.engine
         n, bt = S.n, ctx.block_tokens
         tr = S.trace
-        n_full = S.prompt // bt
+        # full prompt blocks a request may hold: none beyond a replica's pool (a longer
+        # prompt is rejected as prompt_exceeds_kv before it holds any), so the slot buffers
+        # stay bounded by what the run can hold, not by the longest prompt of the trace
+        n_full = np.minimum(S.prompt // bt, ctx.total_blocks)
         slot_off = np.zeros(n + 1, np.int64)
         np.cumsum(n_full, out=slot_off[1:])
         if tr.block_flat is not None:
