@@ -173,10 +173,13 @@ def block_keys(req, cfg, i):
 
     A block whose tokens all lie in the trace's known prefix blocks is keyed by the chain
     through them and its position, so equal prefixes share keys; other blocks get keys
-    unique to the request (as ``State.block_keys`` keys them)."""
+    unique to the request (as ``State.block_keys`` keys them). Only the first
+    ``len(req.keybuf)`` blocks are keyed (at least the pool's size: no longer prefix can be
+    cached, and a longer prompt is rejected before it holds a block), so a router's look-up
+    for a prompt longer than the pool stays inside the buffer."""
     bt = cfg[C_BT]
     tbt = cfg[C_TRACE_BT]
-    n_full = req.prompt[i] // bt
+    n_full = min(req.prompt[i] // bt, req.keybuf.shape[0])
     c0 = req.chain_off[i]
     n_tr = req.chain_off[i + 1] - c0
     kb_buf = req.keybuf

@@ -18,3 +18,36 @@ def test_huge_prompt_is_rejected_without_allocating_for_it(prompt, reference):
     res = lp.simulate(inst, "vllm", reference=reference)
     assert list(res.arrays["status"]) == ["rejected", "finished"]
     assert res.arrays["reason"][0] == "prompt_exceeds_kv"
+
+
+ROUTED = """
+import lpserve as lp
+tr = lp.Trace.from_arrays(arrival_s=[0.0, 0.1, 0.2], prompt_tokens=[300, 5000, 200],
+                          output_tokens=[5, 5, 5])
+cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.17, replicas=2)
+inst = lp.Instance(trace=tr, cluster=cl)
+for name in ("vllm+prefix-affinity", "vllm+dynamo-kv", "vllm+sglang-cache-aware"):
+    res = lp.simulate(inst, name)
+    assert list(res.arrays["reason"]) == ["", "prompt_exceeds_kv", ""], name
+"""
+
+
+def test_routers_look_up_a_prompt_longer_than_the_pool():
+    """Routers that read the replicas' cached prefixes key an arriving prompt before the
+    replica rejects it; a prompt longer than the pool (2,144 tokens here) must stay inside
+    the compiled key buffer."""
+    exec(ROUTED, {})
+
+
+@pytest.mark.slow
+def test_routers_look_up_a_prompt_longer_than_the_pool_bounds_checked(tmp_path):
+    """The same with numba's bounds checks on (its own kernel cache): an out-of-bounds
+    write in the key buffer, silent and heap-corrupting otherwise, is an IndexError."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", ROUTED], env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
