@@ -65,8 +65,9 @@ def main() -> None:
         print(f"{r.stage.key[16:]:46s} {split_of(r.stage)[:5]:5s} {r.stage.rate_rps:4.0f}  "
               + "  ".join(cells) + f"  {sat}")
     cal = sorted({r.calibration for r in rows})
-    print(f"\ncalibration(s): {', '.join(cal)}; engine {args.engine}; {len(rows)} stages "
-          f"simulated in {wall:.1f} s")
+    front = sorted({round(r.frontend_latency_s * 1e3, 2) for r in rows})
+    print(f"\ncalibration(s): {', '.join(cal)}; engine {args.engine}; front-end latency "
+          f"{', '.join(f'{x:g}' for x in front)} ms; {len(rows)} stages simulated in {wall:.1f} s")
     for sp, mp in by_split.items():
         n = sum(1 for r in rows if split_of(r.stage) == sp and not r.real_saturated)
         print(f"MAPE {sp:10s} ({n:2d} stages): " + ", ".join(

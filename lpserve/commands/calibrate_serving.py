@@ -37,7 +37,7 @@ def _stages(paths: list[str], gpu: str) -> list[Any]:
 def calibrate_serving(args: argparse.Namespace) -> int:
     """Fit, print the error per figure before and after, write the TOML entry."""
     from lpserve.cost.fit import write_fitted
-    from lpserve.evaluate.serving_fit import FIT_FIGURES, SERVING_PARAMETERS, fit_serving
+    from lpserve.evaluate.serving_fit import SERVING_PARAMETERS, fit_serving
 
     stages = _stages(args.serving, args.gpu)
     llms = sorted({s.llm for s in stages})
@@ -56,16 +56,16 @@ def calibrate_serving(args: argparse.Namespace) -> int:
     st0 = stages[0]
     base = cost_model(gpu=st0.gpu, llm=st0.llm, tp=st0.tp, engine=engine)
     err = fit.errors()
-    # |sim / real - 1| of every fitted figure of every stage not overloaded, under the fit
-    apes = [r.ape(k) / 100 for r in fit.after if not r.real_saturated for k in FIT_FIGURES]
+    apes = fit.abs_errors()
     entry = {"name": args.name or f"user-serving-{args.gpu}-{llms[0]}", "gpu": args.gpu,
              "llm": llms[0] if len(llms) == 1 else "*", "engine": engine,
              **{k: float(v) for k, v in base.values.items()}, **fit.values,
              "provenance": {
                  "data": ", ".join(args.serving), "date": dt.date.today().isoformat(),
-                 "rows": len(stages), "fitted": list(params),
+                 "rows": len(stages), "fitted": list(fit.values),
                  "started_from": str(base.calibration.get("name")),
-                 "note": f"fitted by simulating each stage and matching {', '.join(FIT_FIGURES)}",
+                 "note": "fitted by simulating each stage and matching "
+                         + ", ".join(fit.figures),
                  "median_abs_error": float(np.median(apes)),
                  "max_abs_error": float(np.max(apes))}}
     write_fitted([entry], args.out)

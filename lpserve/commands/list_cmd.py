@@ -137,6 +137,7 @@ def _engine_profiles() -> list[dict[str, Any]]:
                     "llm": e["llm"], "era": era_of(e), "date": pv.get("date"),
                     "median_abs_error": pv.get("median_abs_error"),
                     "fitted": ", ".join(pv.get("fitted", [])),
+                    "frontend_latency_s": float(e.get("frontend_latency_s", 0.0)),
                     "source": f"{pv.get('data', '')}: {pv.get('note', '')}"})
     return out
 

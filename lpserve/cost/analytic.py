@@ -41,6 +41,9 @@ LINK_PARAMETERS = ("ar_fixed_s", "ar_latency_s", "ar_link_efficiency", "a2a_fixe
 # the replica's expert layout (not calibrated): expert-parallel degree and load imbalance
 MOE_LAYOUT = ("ep", "moe_imbalance")
 OTHER_OVERRIDES = ("dtype", "kv_dtype", "pcie_efficiency", "calibration")
+# terms around the engine, fitted to serving measurements (models/simulator.md (33)):
+# a calibration may set them; absent, 0
+SERVING_TERMS = ("frontend_latency_s",)
 BOUNDED_01 = ("eff_compute", "eff_weights", "eff_attn", "eff_kv", "ar_link_efficiency",
               "a2a_link_efficiency", "pcie_efficiency")
 
@@ -72,7 +75,9 @@ class AnalyticCost(CostModel):
     calibration data). For mixture-of-experts models, ``ep`` is the expert-parallel degree
     (1: every GPU holds a 1/tp slice of every expert; tp: each holds whole experts, and
     tokens travel to them by all-to-all) and ``moe_imbalance`` the most loaded GPU's share
-    of routed tokens over the mean (>= 1; 1 is uniform routing).
+    of routed tokens over the mean (>= 1; 1 is uniform routing). ``frontend_latency_s``
+    (seconds the serving front end adds around the engine, ``models/simulator.md`` (33))
+    comes from the calibration (0 in those fitted to iteration timings) or by keyword.
     """
 
     kind = K.KIND_ANALYTIC
@@ -81,7 +86,8 @@ class AnalyticCost(CostModel):
                  tp: int = 1, engine: str | None = None, **overrides: Any) -> None:
         self.gpu = get_gpu(gpu)
         self.llm = get_llm(llm)
-        known = set(CALIBRATED) | set(LINK_PARAMETERS) | set(MOE_LAYOUT) | set(OTHER_OVERRIDES)
+        known = (set(CALIBRATED) | set(LINK_PARAMETERS) | set(MOE_LAYOUT) | set(OTHER_OVERRIDES)
+                 | set(SERVING_TERMS))
         unknown = set(overrides) - known
         if unknown:
             raise ValueError(f"unknown cost-model overrides {sorted(unknown)}; known: {sorted(known)}")
@@ -138,6 +144,12 @@ class AnalyticCost(CostModel):
             if v < 0 or not np.isfinite(v):
                 raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
         self.values = values
+        front = overrides.get("frontend_latency_s", calib.get("frontend_latency_s", 0.0))
+        if (isinstance(front, bool) or not isinstance(front, (int, float, np.number))
+                or not (math.isfinite(front) and front >= 0)):
+            raise ValueError(f"frontend_latency_s must be a finite number >= 0 (seconds), got "
+                             f"{front!r}"[:200])
+        self.frontend_latency_s = float(front)
         self.ep = overrides.get("ep", 1)
         if isinstance(self.ep, bool) or self.ep not in (1, self.tp):
             raise ValueError(f"ep must be 1 or tp={self.tp}, got {self.ep!r}")

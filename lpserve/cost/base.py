@@ -63,10 +63,15 @@ class CostModel(ABC):
         params: flat float64 array the numba kernels read
             (``lpserve.cost._kernels.iteration_time(params, ...)``).
         kind: int kind code stored in ``params[0]`` (0 analytic, 1 table, 2 unit-round).
+        frontend_latency_s: seconds the serving front end adds to every request's TTFT
+            and E2E and to the release of its dependants (HTTP, tokenization and
+            streaming around the engine; ``models/simulator.md`` (33)); 0 unless a
+            calibration fitted to serving measurements sets it.
     """
 
     params: np.ndarray
     kind: int
+    frontend_latency_s: float = 0.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass that prices one swap (or one quantization) its own way, without its

@@ -44,7 +44,8 @@ COMPARED = (("e2e_s", "mean"), ("e2e_s", "p90"), ("ttft_s", "mean"), ("ttft_s", 
 @dataclass(frozen=True)
 class StageComparison:
     """One stage: measured and simulated figures (keys ``"e2e_s.mean"`` ... as in
-    :data:`COMPARED`), whether each side saturated, and the simulation's settings."""
+    :data:`COMPARED`), whether each side saturated, and the simulation's settings (the
+    calibration's name and the front end's latency in seconds)."""
 
     stage: ServingStage
     real: dict[str, float]
@@ -52,6 +53,7 @@ class StageComparison:
     real_saturated: bool
     sim_saturated: bool
     calibration: str
+    frontend_latency_s: float = 0.0
 
     def ape(self, key: str) -> float:
         """Absolute percentage error of ``key`` (100 |sim - real| / real)."""
@@ -63,6 +65,7 @@ class StageComparison:
         st = self.stage
         out: dict[str, Any] = {"stage": st.key, "llm": st.llm, "tp": st.tp,
                                "rate_rps": st.rate_rps, "calibration": self.calibration,
+                               "frontend_latency_s": self.frontend_latency_s,
                                "real_saturated": self.real_saturated,
                                "sim_saturated": self.sim_saturated,
                                "itl_chunk_s": st.measured["itl_s"]["mean"]}
@@ -129,7 +132,8 @@ def simulate_run(stages: Sequence[ServingStage], *, seed: int = 0,
     out = []
     for k, st in enumerate(stages):
         sim, sat = _stage_figures(res.arrays, stage_of == k)
-        out.append(StageComparison(st, measured_figures(st), sim, st.overloaded, sat, name))
+        out.append(StageComparison(st, measured_figures(st), sim, st.overloaded, sat, name,
+                                   cost.frontend_latency_s))
     return out
 
 

@@ -201,16 +201,20 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
                      predictor=predictor)
     info = sim.run()
     S = sim.state
+    # what the client sees: tokens the serving front end's latency after the engine made
+    # them (models/simulator.md (33)); the engine's own times are first_token - front
+    front = sim.frontend_latency_of(np.arange(S.n, dtype=np.int64))
+    first_token, finish = S.first_token + front, S.finish + front
     arrays = {
         "request": np.arange(S.n, dtype=np.int64),
         "arrival_s": np.array(instance.trace.arrival_s, np.float64, copy=True),
         "release_s": S.release.copy(),
         "first_scheduled_s": S.first_sched,
-        "first_token_s": S.first_token,
-        "finish_s": S.finish,
-        "ttft_s": obj.ttft_s(S.arrival, S.first_token),
+        "first_token_s": first_token,
+        "finish_s": finish,
+        "ttft_s": obj.ttft_s(S.arrival, first_token),
         "tpot_s": obj.tpot_s(S.first_token, S.finish, S.out),
-        "e2e_s": obj.e2e_s(S.arrival, S.finish),
+        "e2e_s": obj.e2e_s(S.arrival, finish),
         "queue_s": obj.queue_s(S.arrival, S.first_sched),
         "prompt_tokens": S.prompt.copy(),
         "output_tokens": S.out.copy(),

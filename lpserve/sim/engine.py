@@ -71,7 +71,11 @@ class Simulation:
             pred_lo = np.ones(len(tr), np.int64)
             pred_hi = np.ones(len(tr), np.int64)
             self._unobserved: list[tuple[float, int]] = []  # finished after the last look
-        self.cost = instance.replica_cost_models()[0]
+        costs = instance.replica_cost_models()
+        self.cost = costs[0]
+        # the serving front end's latency by replica (models/simulator.md (33))
+        self.frontend_s = np.array([float(getattr(c, "frontend_latency_s", 0.0))
+                                    for c in costs], np.float64)
         params = np.ascontiguousarray(self.cost.params, dtype=np.float64)
         cl = instance.cluster
         self.cluster = cl
@@ -148,6 +152,13 @@ class Simulation:
             self.migrator = Migrator(self.ctx, self.back if self.back else self.front)
         self._routed_s = -math.inf  # time of the last routed event (dependency releases)
         self._program = tr.program_id  # the routers' view of agentic programs
+
+    def frontend_latency_of(self, requests: np.ndarray) -> np.ndarray:
+        """Seconds the serving front end adds to each of ``requests`` (int64, shape
+        ``(k,)``): that of the replica it was routed to (rule (33)); 0 for a request never
+        placed."""
+        rep = self.state.replica[requests]  # a disaggregated cluster is homogeneous
+        return np.where(rep >= 0, self.frontend_s[np.maximum(rep, 0)], 0.0)
 
     @staticmethod
     def _replica_kw(instance: Instance, policy: Policy, bt: int) -> list[dict[str, Any]]:
@@ -383,7 +394,8 @@ class Simulation:
     def _release_children(self) -> None:
         """Schedule the children of every request finished since the last call."""
         fin = self.events.finished
-        for t, i in fin:
+        for t, i in fin:  # the client sees the finish after the front end (rule (33))
+            t += self.frontend_latency_of(np.array([i]))[0]
             for rel, c in self.deps.finished(i, t, self._routed_s):
                 self.state.release_at(c, rel)
         fin.clear()

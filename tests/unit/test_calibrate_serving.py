@@ -13,6 +13,7 @@ from lpserve.evaluate.sim_to_real import simulate_run
 from lpserve.trace.serving_runs import bundled_serving_runs, runs
 
 TRUE = {"iter_overhead_s": 3e-3, "seq_overhead_s": 8e-5}
+FRONTEND_S = 0.012  # the serving front end's latency (models/simulator.md (33))
 
 
 def _write_inference_perf(root, stages, rows):
@@ -47,7 +48,7 @@ def test_serving_calibration_recovers_known_parameters(tmp_path, capsys):
     base = runs(bundled_serving_runs())["20260217-155451-llama-2-7b-tp1-codegen"]
     stages = [replace(base[0], rate_rps=3.0, duration_s=60.0, start_s=0.0),
               replace(base[1], rate_rps=12.0, duration_s=60.0, start_s=60.0)]
-    rows = simulate_run(stages, engine="vllm", **TRUE)
+    rows = simulate_run(stages, engine="vllm", frontend_latency_s=FRONTEND_S, **TRUE)
     _write_inference_perf(tmp_path / "run", stages, rows)
     out = tmp_path / "mine.toml"
     assert main(["calibrate", "--serving", str(tmp_path / "run"), "--gpu", "h100-sxm",
@@ -55,7 +56,7 @@ def test_serving_calibration_recovers_known_parameters(tmp_path, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     entry = load_calibration_file(out)[0]
-    for k, v in TRUE.items():
+    for k, v in {**TRUE, "frontend_latency_s": FRONTEND_S}.items():
         assert entry[k] == pytest.approx(v, rel=0.02), k
     assert all(report["after"][k] < 5.0 for k in ("e2e_s.mean", "ttft_s.mean", "itl_s.mean"))
 

@@ -76,7 +76,8 @@ class _Table(Router):
 
 def test_each_replica_priced_by_its_own_model_and_kv():
     # the same request, alone, on each replica of a mixed cluster: its prefill takes that
-    # replica's time, and each replica holds its own number of KV blocks
+    # replica's time, plus its profile's front-end latency (models/simulator.md (33)), and
+    # each replica holds its own number of KV blocks
     cl = _mixed()
     n = 4
     tr = lp.Trace.from_arrays(arrival_s=np.arange(n) * 100.0, prompt_tokens=[6000] * n,
@@ -86,7 +87,9 @@ def test_each_replica_priced_by_its_own_model_and_kv():
                          max_num_batched_tokens=8192)
     res = lp.simulate(inst, pol)
     costs = inst.replica_cost_models()
-    want = np.array([c.batch_time_s(prefill_tokens=[6000]) for c in costs])
+    want = np.array([c.batch_time_s(prefill_tokens=[6000]) + c.frontend_latency_s
+                     for c in costs])
+    assert len({c.frontend_latency_s for c in costs}) == 2  # H100's V1 profile has one
     assert np.allclose(res.requests["ttft_s"].to_numpy(), want, rtol=1e-9)
     blocks = [c.kv_capacity_blocks(block_tokens=cl.block_tokens,
                                    gpu_memory_fraction=cl.gpu_memory_fraction) for c in costs]

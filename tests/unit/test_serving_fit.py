@@ -11,6 +11,7 @@ from lpserve.evaluate.sim_to_real import simulate_run
 from lpserve.trace.serving_runs import bundled_serving_runs, runs
 
 TRUE = {"iter_overhead_s": 4e-3, "seq_overhead_s": 1e-4}
+FRONTEND_S = 0.02  # the serving front end's latency (models/simulator.md (33))
 
 
 def _synthetic_benchmark():
@@ -19,7 +20,7 @@ def _synthetic_benchmark():
     base = runs(bundled_serving_runs())["20260217-155451-llama-2-7b-tp1-codegen"]
     stages = [replace(base[0], rate_rps=3.0, duration_s=60.0, start_s=0.0),
               replace(base[1], rate_rps=12.0, duration_s=60.0, start_s=60.0)]
-    rows = simulate_run(stages, engine="vllm", **TRUE)
+    rows = simulate_run(stages, engine="vllm", frontend_latency_s=FRONTEND_S, **TRUE)
     out = []
     for st, row in zip(stages, rows):
         measured = {m: {"mean": row.sim[f"{m}.mean"], "p90": row.sim.get(f"{m}.p90", 0.0)}
@@ -35,9 +36,10 @@ def _synthetic_benchmark():
 def test_fit_recovers_known_parameters_within_two_percent():
     stages = _synthetic_benchmark()
     fit = fit_serving(stages, params=tuple(TRUE), max_stage_s=None, max_evaluations=40)
-    for k, v in TRUE.items():
+    for k, v in {**TRUE, "frontend_latency_s": FRONTEND_S}.items():
         assert fit.values[k] == pytest.approx(v, rel=0.02), (k, fit.values, fit.start)
     err = fit.errors()
+    assert err["after"]["ttft_s.mean"] < 1.0
     assert err["after"]["e2e_s.mean"] < 1.0 < err["before"]["e2e_s.mean"]
 
 
@@ -50,3 +52,21 @@ def test_truncate_cuts_and_retimes_each_run():
 def test_unknown_parameter_is_refused():
     with pytest.raises(ValueError, match="cannot fit .'eff_magic'."):
         fit_serving(bundled_serving_runs()[:1], params=("eff_magic",))
+
+
+def test_frontend_latency_is_the_shift_that_matches():
+    """Rows whose simulated TTFT and E2E sit 15 ms short of the measured ones give 15 ms."""
+    from types import SimpleNamespace
+
+    from lpserve.evaluate.serving_fit import fit_frontend_latency
+
+    rows = [SimpleNamespace(real_saturated=False,
+                            sim={"ttft_s.mean": t, "e2e_s.mean": e},
+                            real={"ttft_s.mean": t + 0.015, "e2e_s.mean": e + 0.015})
+            for t, e in ((0.02, 2.0), (0.05, 4.5), (0.03, 3.0))]
+    assert fit_frontend_latency(rows) == pytest.approx(0.015, abs=1e-6)
+    rows.append(SimpleNamespace(real_saturated=True, sim={"ttft_s.mean": 0.02, "e2e_s.mean": 2},
+                                real={"ttft_s.mean": 9.0, "e2e_s.mean": 20.0}))
+    assert fit_frontend_latency(rows) == pytest.approx(0.015, abs=1e-6)  # overloaded: left out
+    with pytest.raises(ValueError, match="did not overload"):
+        fit_frontend_latency(rows[-1:])
