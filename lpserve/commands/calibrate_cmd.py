@@ -19,14 +19,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Prints the fit error per phase before and after and the parameters that moved, and "
         "writes a TOML calibration that lp.cost_model(..., calibration=PATH) loads. With "
         "--serving it fits to serving-benchmark results instead (an inference-perf run "
-        "folder, or a serving-run table): it rebuilds each stage's workload, simulates it "
-        "and matches the measured mean E2E and inter-token latency.")
+        "folder, a serving-run table, a `vllm bench serve --save-result --save-detailed` "
+        "JSON, or a per-request CSV with arrival_s, prompt_tokens, output_tokens, ttft_s, "
+        "e2e_s and optionally ok): it rebuilds each stage's workload, simulates it and "
+        "matches the measured mean E2E and inter-token latency, then the front end's "
+        "latency to the mean TTFT and E2E.")
     p.add_argument("--csv", action="append", default=[], metavar="FILE",
                    help="CSV of iterations (repeatable)")
     p.add_argument("--vllm-json", action="append", default=[], metavar="FILE",
                    help="vLLM serving-benchmark result JSON (repeatable)")
     p.add_argument("--serving", action="append", default=[], metavar="PATH",
-                   help="inference-perf run folder or serving-run JSON table (repeatable)")
+                   help="inference-perf run folder, serving-run JSON table, vllm bench serve "
+                   "JSON or per-request CSV (repeatable)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=0, metavar="N",
+                   help="with --serving on a vllm bench JSON or a CSV: the server's token "
+                   "budget per iteration (default: vLLM's for the GPU)")
+    p.add_argument("--max-num-seqs", type=int, default=0, metavar="N",
+                   help="with --serving on a vllm bench JSON or a CSV: the server's "
+                   "max_num_seqs (default: vLLM's for the GPU)")
     p.add_argument("--max-stage-s", type=float, default=120.0, metavar="S",
                    help="with --serving: simulate each stage's first S seconds while "
                    "fitting (default 120; 0 for whole stages)")

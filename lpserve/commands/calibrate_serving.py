@@ -12,21 +12,49 @@ import numpy as np
 from lpserve.commands.common import CLIError, emit_json
 
 
-def _stages(paths: list[str], gpu: str) -> list[Any]:
+def _json_kind(path: Path) -> str:
+    """``"bench"`` for a ``vllm bench serve`` result (it has ``input_lens``), else
+    ``"table"`` (a serving-run table)."""
+    from lpserve.trace.serving_runs import read_json
+
+    doc = read_json(path)
+    return "bench" if isinstance(doc, dict) and "input_lens" in doc else "table"
+
+
+def _stages(args: argparse.Namespace) -> list[Any]:
+    """The measured stages of every ``--serving`` path (errors name the path)."""
     from lpserve.trace import TraceError
+    from lpserve.trace.serving_requests import load_request_csv, load_vllm_bench_serve
     from lpserve.trace.serving_runs import load_inference_perf, load_serving_runs
 
+    gpu = args.gpu
+    for flag, v in (("--max-num-batched-tokens", args.max_num_batched_tokens),
+                    ("--max-num-seqs", args.max_num_seqs)):
+        if v < 0:
+            raise CLIError(f"{flag} must be >= 1 (or 0: vLLM's default for the GPU), got {v}")
+    server = {"max_num_batched_tokens": args.max_num_batched_tokens,
+              "max_num_seqs": args.max_num_seqs}
     out = []
     try:
-        for p in paths:
+        for p in args.serving:
             path = Path(p)
             if path.is_dir():
                 out += load_inference_perf(path, gpu=gpu)
+            elif path.suffix == ".json" and _json_kind(path) == "bench":
+                out += load_vllm_bench_serve(path, gpu=gpu, llm=args.llm, tp=args.tp,
+                                             **server)
             elif path.suffix == ".json":
                 out += load_serving_runs(path)
+            elif path.suffix == ".csv":
+                if not args.llm:
+                    raise CLIError(f"--serving {p!r}: a per-request CSV needs --llm (the "
+                                   "catalog LLM served)")
+                out += load_request_csv(path, gpu=gpu, llm=args.llm, tp=args.tp, **server)
             else:
                 raise CLIError(f"--serving {p!r}: give an inference-perf run folder "
-                               "(exp-config.yaml, results/) or a serving-run table (.json)")
+                               "(exp-config.yaml, results/), a serving-run table or a "
+                               "`vllm bench serve --save-detailed` result (.json), or a "
+                               "per-request CSV (.csv)")
     except TraceError as exc:
         raise CLIError(str(exc)) from None
     if not out:
@@ -39,7 +67,7 @@ def calibrate_serving(args: argparse.Namespace) -> int:
     from lpserve.cost.fit import write_fitted
     from lpserve.evaluate.serving_fit import SERVING_PARAMETERS, fit_serving
 
-    stages = _stages(args.serving, args.gpu)
+    stages = _stages(args)
     llms = sorted({s.llm for s in stages})
     if args.llm and llms != [args.llm]:
         raise CLIError(f"--llm {args.llm!r} but the runs served {', '.join(llms)}")

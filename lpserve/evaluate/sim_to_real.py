@@ -110,7 +110,8 @@ def simulate_run(stages: Sequence[ServingStage], *, seed: int = 0,
     The cluster is one replica of the run's GPU, model and TP; the policy is lpserve's
     ``vllm`` (V1 scheduling: chunked prefill, decode first) with the run's
     ``max_num_batched_tokens``, ``max_num_seqs``, prefix caching and async scheduling
-    (``schedule_ahead``) unless ``policy`` is given;
+    (``schedule_ahead``) unless ``policy`` is given (a limit the run does not state, 0,
+    keeps the engine's default for the GPU);
     ``cost_options`` go to :func:`lpserve.cost.cost_model` (``engine=``,
     ``calibration=``, parameter overrides)."""
     from lpserve.cluster import Cluster
@@ -123,10 +124,11 @@ def simulate_run(stages: Sequence[ServingStage], *, seed: int = 0,
     cost = cost_model(gpu=st0.gpu, llm=st0.llm, tp=st0.tp, **cost_options)
     cluster = Cluster(gpu=st0.gpu, llm=st0.llm, tp=st0.tp)
     inst = Instance(trace=trace, cluster=cluster, cost=cost)
+    limits = {k: v for k, v in (("max_num_batched_tokens", st0.max_num_batched_tokens),
+                                ("max_num_seqs", st0.max_num_seqs)) if v}  # 0: GPU default
     pol = policy if policy is not None else make_policy(
-        "vllm", max_num_batched_tokens=st0.max_num_batched_tokens,
-        max_num_seqs=st0.max_num_seqs, prefix_caching=st0.prefix_caching,
-        schedule_ahead=st0.schedule_ahead)
+        "vllm", prefix_caching=st0.prefix_caching, schedule_ahead=st0.schedule_ahead,
+        **limits)
     res = simulate(inst, pol, seed)
     name = str(getattr(cost, "calibration", {}).get("name", "?"))
     out = []

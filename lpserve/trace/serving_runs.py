@@ -50,10 +50,12 @@ HF_MODELS = {
     "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b",
 }
 _QUANTILES = ("min", "p1", "p5", "p10", "p25", "median", "p75", "p90", "p95", "p99", "max")
-_Q_LEVELS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 0.99, 1.0)
+#: the levels of ``ServingStage.prompt_quantiles`` (inference-perf's prompt-length quantiles)
+Q_LEVELS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 0.99, 1.0)
 
 
-def _err(source: str, msg: str) -> TraceError:
+def serving_error(source: str, msg: str) -> TraceError:
+    """A :class:`TraceError` whose message starts with ``source`` (cut to 400 characters)."""
     return TraceError(f"{source}: {msg}"[:400])
 
 
@@ -77,9 +79,17 @@ class ServingStage:
             shared-prefix generator (``num_groups * prompts_per_group`` distinct prompts,
             each a group's system prompt then its own question, cycled in a shuffled order).
         output_tokens: tokens generated per request (``ignore_eos``: exactly this many).
-        prompt_quantiles: the measured prompt length at the levels of ``_Q_LEVELS``.
-        measured: ``{metric: {"mean": s, "p90": s}}`` over the stage's successful requests.
+        prompt_quantiles: the measured prompt length at the levels of ``Q_LEVELS``.
+        measured: ``{metric: {"mean": s, "p90": s}}`` over the stage's successful requests;
+            a stage read from per-request results also has ``tpot_s`` (seconds per
+            generated token after the first, per request).
         n_ok, n_failed: successful and failed requests of the stage.
+        requests: for a stage read request by request (``vllm bench serve`` results, a
+            per-request CSV: :mod:`lpserve.trace.serving_requests`), its successful
+            requests: ``{"offset_s": [...], "prompt_tokens": [...], "output_tokens":
+            [...]}`` (send times from the stage's start); ``None`` for a generated
+            workload. ``max_num_batched_tokens`` and ``max_num_seqs`` are 0 where the run
+            does not say (the engine's defaults for the GPU).
     """
 
     run: str
@@ -108,6 +118,7 @@ class ServingStage:
     measured: dict[str, dict[str, float]] = field(default_factory=dict)
     n_ok: int = 0
     n_failed: int = 0
+    requests: dict[str, list] | None = None
 
     @property
     def key(self) -> str:
@@ -116,7 +127,10 @@ class ServingStage:
 
     @property
     def n_requests(self) -> int:
-        """Requests the client sent in the stage: ``round(rate_rps * duration_s)``."""
+        """Requests the client sent in the stage: ``round(rate_rps * duration_s)`` (the
+        successful ones of a stage read request by request)."""
+        if self.requests is not None:
+            return len(self.requests["offset_s"])
         return int(round(self.rate_rps * self.duration_s))
 
     @property
@@ -130,8 +144,11 @@ class ServingStage:
     def tpot_s(self) -> float:
         """Measured seconds per generated token after the first: ``(E2E - TTFT) / (n - 1)``
         from the means (every request generates exactly ``output_tokens``, so this is
-        the mean of the per-request ratios too)."""
+        the mean of the per-request ratios too); measured per request where the stage was
+        read request by request."""
         m = self.measured
+        if "tpot_s" in m:
+            return m["tpot_s"]["mean"]
         return (m["e2e_s"]["mean"] - m["ttft_s"]["mean"]) / max(self.output_tokens - 1, 1)
 
     def as_dict(self) -> dict[str, Any]:
@@ -151,7 +168,7 @@ def _num(source: str, where: str, v: Any, *, integer: bool = False,
         ok = v > 0
     if not ok:
         kind = "an integer" if integer else "a finite number"
-        raise _err(source, f"field {where!r} must be {kind}{' > 0' if positive else ''}, "
+        raise serving_error(source, f"field {where!r} must be {kind}{' > 0' if positive else ''}, "
                            f"got {v!r}")
     return int(v) if integer else float(v)
 
@@ -160,7 +177,7 @@ def _get(source: str, obj: Any, path: str) -> Any:
     cur = obj
     for part in path.split("."):
         if not isinstance(cur, dict) or part not in cur:
-            raise _err(source, f"missing field {path!r}")
+            raise serving_error(source, f"missing field {path!r}")
         cur = cur[part]
     return cur
 
@@ -178,7 +195,9 @@ def _read_yaml(path: Path) -> Any:
         raise TraceError(f"{str(path)!r}: not valid YAML ({str(exc)[:200]})") from None
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The JSON document at ``path``; a missing, malformed or too deeply nested file is a
+    :class:`TraceError` naming it."""
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -195,16 +214,16 @@ def stage_measurements(path: str | Path) -> tuple[dict[str, dict[str, float]], i
     metrics file (``stage_K_lifecycle_metrics.json`` or ``summary_lifecycle_metrics.json``).
 
     ``measured`` maps :data:`METRICS` to their mean and p90 in seconds over the successful
-    requests; ``prompt_quantiles`` is the measured prompt length at ``_Q_LEVELS``."""
+    requests; ``prompt_quantiles`` is the measured prompt length at ``Q_LEVELS``."""
     p = Path(path)
     src = str(p)
-    data = _read_json(p)
+    data = read_json(p)
     ok = _num(src, "successes.count", _get(src, data, "successes.count"), integer=True,
               positive=False)
     failed = _num(src, "failures.count", _get(src, data, "failures.count"), integer=True,
                   positive=False)
     if ok == 0:
-        raise _err(src, "no successful request (successes.count is 0): nothing was measured")
+        raise serving_error(src, "no successful request (successes.count is 0): nothing was measured")
     measured = {}
     for m, ip in _IP_METRICS.items():
         block = _get(src, data, f"successes.latency.{ip}")
@@ -213,7 +232,7 @@ def stage_measurements(path: str | Path) -> tuple[dict[str, dict[str, float]], i
     pl = _get(src, data, "successes.prompt_len")
     quants = tuple(_num(src, f"successes.prompt_len.{q}", _get(src, pl, q)) for q in _QUANTILES)
     if any(b < a for a, b in zip(quants, quants[1:])):
-        raise _err(src, f"successes.prompt_len quantiles are not non-decreasing: {quants}")
+        raise serving_error(src, f"successes.prompt_len quantiles are not non-decreasing: {quants}")
     return measured, ok, failed, quants
 
 
@@ -236,17 +255,17 @@ def load_inference_perf(folder: str | Path, *, gpu: str = "h100-sxm",
     model = str(_get(esrc, ecfg, "model"))
     llm = HF_MODELS.get(model.lower())
     if llm is None:
-        raise _err(esrc, f"field 'model' is {model!r}, which has no catalog entry; known: "
+        raise serving_error(esrc, f"field 'model' is {model!r}, which has no catalog entry; known: "
                          f"{', '.join(sorted(HF_MODELS))}")
     dtype = _get(csrc, cfg, "data.type")
     if dtype != "shared_prefix":
-        raise _err(csrc, f"field 'data.type' is {dtype!r}; only 'shared_prefix' is supported")
+        raise serving_error(csrc, f"field 'data.type' is {dtype!r}; only 'shared_prefix' is supported")
     if _get(csrc, cfg, "server.ignore_eos") is not True:
-        raise _err(csrc, "field 'server.ignore_eos' must be true (otherwise output lengths "
+        raise serving_error(csrc, "field 'server.ignore_eos' must be true (otherwise output lengths "
                          "are not known)")
     load_type = _get(csrc, cfg, "load.type")
     if load_type not in ("constant", "poisson"):
-        raise _err(csrc, f"field 'load.type' is {load_type!r}; known: constant, poisson")
+        raise serving_error(csrc, f"field 'load.type' is {load_type!r}; known: constant, poisson")
     sp = _get(csrc, cfg, "data.shared_prefix")
     common = dict(
         model=model, llm=llm, gpu=gpu, engine="vllm", engine_version=engine_version,
@@ -269,7 +288,7 @@ def load_inference_perf(folder: str | Path, *, gpu: str = "h100-sxm",
     )
     stages = _get(csrc, cfg, "load.stages")
     if not isinstance(stages, list) or not stages:
-        raise _err(csrc, f"field 'load.stages' must be a non-empty list, got {stages!r}")
+        raise serving_error(csrc, f"field 'load.stages' must be a non-empty list, got {stages!r}")
     out, start = [], 0.0
     for k, st in enumerate(stages):
         rate = _num(csrc, f"load.stages[{k}].rate", _get(csrc, st, "rate"))
@@ -290,11 +309,12 @@ def stages_from_dicts(rows: Iterable[dict[str, Any]], source: str) -> list[Servi
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise _err(source, f"row {i} is not an object")
+            raise serving_error(source, f"row {i} is not an object")
         extra = set(row) - names
-        missing = {n for n in names - set(row) if n not in ("measured", "n_ok", "n_failed")}
+        missing = {n for n in names - set(row)
+                   if n not in ("measured", "n_ok", "n_failed", "requests")}
         if extra or missing:
-            raise _err(source, f"row {i}: unknown fields {sorted(extra)}, missing "
+            raise serving_error(source, f"row {i}: unknown fields {sorted(extra)}, missing "
                                f"{sorted(missing)}")
         out.append(ServingStage(**{**row, "prompt_quantiles": tuple(row["prompt_quantiles"])}))
     return out
@@ -304,9 +324,9 @@ def load_serving_runs(path: str | Path) -> list[ServingStage]:
     """The stages of a serving-run table (this module's JSON: ``{"provenance": {...},
     "stages": [row, ...]}``)."""
     p = Path(path)
-    data = _read_json(p)
+    data = read_json(p)
     if not isinstance(data, dict) or not isinstance(data.get("stages"), list):
-        raise _err(str(p), "expected an object with a 'stages' list")
+        raise serving_error(str(p), "expected an object with a 'stages' list")
     return stages_from_dicts(data["stages"], str(p))
 
 
@@ -324,7 +344,7 @@ def bundled_serving_runs(name: str = "inference_sim_h100_vllm") -> list[ServingS
 def _prompt_lengths(stage: ServingStage, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` prompt lengths drawn from the measured quantiles (piecewise-linear inverse CDF)."""
     u = rng.random(n)
-    return np.maximum(np.rint(np.interp(u, _Q_LEVELS, stage.prompt_quantiles)), 1).astype(
+    return np.maximum(np.rint(np.interp(u, Q_LEVELS, stage.prompt_quantiles)), 1).astype(
         np.int64)
 
 
@@ -347,6 +367,8 @@ def stage_trace(stages: Sequence[ServingStage], *, block_tokens: int = 16,
         if s.run != first.run:
             raise TraceError(f"stage_trace takes one run's stages; got {first.run!r} and "
                              f"{s.run!r}")
+    if first.requests is not None:
+        return _recorded_trace(stages)
     rng = np.random.default_rng(seed)
     n_prompts = first.num_groups * first.prompts_per_group
     lengths = _prompt_lengths(first, n_prompts, rng)
@@ -382,6 +404,30 @@ def stage_trace(stages: Sequence[ServingStage], *, block_tokens: int = 16,
                   block_flat=flat, block_offsets=offs, block_tokens=block_tokens,
                   name=first.run, report=report)
     return trace, np.concatenate(stage_of)
+
+
+def _recorded_trace(stages: Sequence[ServingStage]) -> tuple[Trace, np.ndarray]:
+    """The requests of stages read request by request, at their recorded send times (the
+    prompts' content is not recorded: the trace has no block ids, so no two prompts share
+    a cached prefix)."""
+    parts = []
+    for idx, s in enumerate(stages):
+        if s.requests is None:
+            raise TraceError(f"stage_trace: stage {s.key} has no recorded requests, "
+                             f"{stages[0].key} has")
+        r = s.requests
+        parts.append((s.start_s + np.asarray(r["offset_s"], np.float64),
+                      np.asarray(r["prompt_tokens"], np.int64),
+                      np.asarray(r["output_tokens"], np.int64),
+                      np.full(len(r["offset_s"]), idx, np.int64)))
+    arr, prompt, out, stage_of = (np.concatenate(x) for x in zip(*parts))
+    order = np.argsort(arr, kind="stable")
+    arr, prompt, out, stage_of = arr[order], prompt[order], out[order], stage_of[order]
+    report = LoadReport(source=f"serving run {stages[0].run}", format="serving-run",
+                        n_read=arr.size, n_kept=arr.size)
+    trace = Trace(arrival_s=arr, prompt_tokens=prompt, output_tokens=out,
+                  name=stages[0].run, report=report)
+    return trace, stage_of
 
 
 def runs(stages: Iterable[ServingStage]) -> dict[str, list[ServingStage]]:
