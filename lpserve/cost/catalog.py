@@ -420,6 +420,8 @@ def llm_from_hf_config(path: str | Path, key: str | None = None, *,
     ``moe_intermediate_size``), DeepSeek-V3 (``n_routed_experts``, ``n_shared_experts``,
     ``first_k_dense_replace``, ``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``,
     ``qk_rope_head_dim``, ``v_head_dim``), gpt-oss (``layer_types``, ``sliding_window``),
+    Llama 4 (``text_config``; one shared expert per MoE layer; ``attention_chunk_size`` on
+    the layers ``no_rope_layers`` marks 1, kept as a sliding window of the chunk's length),
     OPT (``ffn_dim``) and BLOOM (``n_layer``, ``n_head``); ``quantization_config`` with
     ``quant_method`` ``"fp8"`` (fp8 weights, KV at the activation dtype) or ``"mxfp4"``
     (4-bit routed experts). fp32 checkpoints are served as fp16. Layouts it cannot
@@ -431,6 +433,8 @@ def llm_from_hf_config(path: str | Path, key: str | None = None, *,
         p = p / "config.json"
     cfg = json.loads(p.read_text())
     key = key or cfg.get("_name_or_path") or p.parent.name
+    if isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language model
+        cfg = {**{k: v for k, v in cfg.items() if k != "text_config"}, **cfg["text_config"]}
 
     def pick(*names: str, default: Any = None) -> Any:
         for n in names:
@@ -469,14 +473,25 @@ def llm_from_hf_config(path: str | Path, key: str | None = None, *,
             raise unsupported("moe_layer_freq", "dense layers between MoE layers")
         if int(cfg.get("shared_expert_intermediate_size") or 0):
             raise unsupported("shared_expert_intermediate_size", "shared experts of another width")
+        if int(cfg.get("interleave_moe_layer_step", 1)) != 1:
+            raise unsupported("interleave_moe_layer_step", "dense layers between MoE layers")
         dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+        # Llama 4: every MoE layer has one shared expert as wide as a routed one
+        llama4 = "llama4" in arch.lower()
         moe = {"experts": experts, "top_k": int(pick("num_experts_per_tok", "experts_per_token")),
-               "shared_experts": int(cfg.get("n_shared_experts") or 0),
+               "shared_experts": int(cfg.get("n_shared_experts") or (1 if llama4 else 0)),
                "dense_layers": dense_layers, "dense_ffn": ffn if dense_layers else 0}
         ffn = int(cfg.get("moe_intermediate_size") or ffn)
     window = int(cfg.get("sliding_window") or 0)
     max_ctx = cfg.get("max_position_embeddings")
-    if "layer_types" in cfg:
+    if cfg.get("attention_chunk_size"):
+        # Llama 4: the RoPE layers (no_rope_layers 1) attend within chunks of this many
+        # tokens, kept as a window of that length (an upper bound on a chunk's contents)
+        window = int(cfg["attention_chunk_size"])
+        n_slide = sum(int(x) == 1 for x in cfg.get("no_rope_layers") or [])
+        if not n_slide:
+            raise unsupported("no_rope_layers", "which layers attend within chunks is not listed")
+    elif "layer_types" in cfg:
         n_slide = sum(t == "sliding_attention" for t in cfg["layer_types"])
     elif window and cfg.get("use_sliding_window", True) and (max_ctx is None or window < max_ctx):
         n_slide = layers  # Mistral: every layer slides

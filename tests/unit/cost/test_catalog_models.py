@@ -51,6 +51,22 @@ CONFIGS = {
         **_QWEN3, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
         "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
         "num_key_value_heads": 8, "num_hidden_layers": 36}, 8.2e9, 0.1e9),
+    "qwen3-14b": ("Qwen/Qwen3-14B", {
+        **_QWEN3, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 5120, "intermediate_size": 17408, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "num_hidden_layers": 40}, 14.8e9, 0.1e9),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-v0.1", {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 6144,
+        "intermediate_size": 16384, "num_attention_heads": 48, "num_key_value_heads": 8,
+        "num_hidden_layers": 56, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "vocab_size": 32000, "max_position_embeddings": 65536, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"}, 141e9, 1e9),
+    "mistral-nemo-12b": ("mistralai/Mistral-Nemo-Instruct-2407", {
+        "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 5120,
+        "head_dim": 128, "intermediate_size": 14336, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": 40, "vocab_size": 131072,
+        "max_position_embeddings": 1024000, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16"}, 12.2e9, 0.1e9),
     "qwen3-32b": ("Qwen/Qwen3-32B", {
         **_QWEN3, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
         "hidden_size": 5120, "intermediate_size": 25600, "num_attention_heads": 64,
@@ -95,14 +111,18 @@ KV_PER_TOKEN = {
     "llama-3.1-8b": 2 * 32 * 8 * 128 * 2, "llama-3.1-70b": 2 * 80 * 8 * 128 * 2,
     "llama-3.1-405b": 2 * 126 * 8 * 128 * 2, "qwen3-8b": 2 * 36 * 8 * 128 * 2,
     "qwen3-32b": 2 * 64 * 8 * 128 * 2, "qwen3-30b-a3b": 2 * 48 * 4 * 128 * 2,
+    "qwen3-14b": 2 * 40 * 8 * 128 * 2, "mixtral-8x22b": 2 * 56 * 8 * 128 * 2,
+    "mistral-nemo-12b": 2 * 40 * 8 * 128 * 2,
     "qwen3-235b-a22b": 2 * 94 * 4 * 128 * 2, "deepseek-v3": 61 * (512 + 64) * 2,
     "gpt-oss-20b": 12 * 2 * 8 * 64 * 2, "gpt-oss-120b": 18 * 2 * 8 * 64 * 2,
 }
 
 # activated parameters the cards publish, and whether that figure counts the input
-# embedding table (Qwen's does; gpt-oss counts only the unembedding; DeepSeek's README
-# does not say, and its 0.93 B input table is within the rounding either way)
+# embedding table (Qwen's does; gpt-oss counts only the unembedding; DeepSeek's README and
+# Mistral's note on Mixtral-8x22B do not say, and their 0.93 B and 0.20 B input tables are
+# within the rounding either way)
 ACTIVE = {"qwen3-30b-a3b": (3.3e9, 0.1e9, True), "qwen3-235b-a22b": (22e9, 1e9, True),
+          "mixtral-8x22b": (39e9, 1e9, False),
           "deepseek-v3": (37e9, 1e9, False), "gpt-oss-20b": (3.61e9, 0.01e9, False),
           "gpt-oss-120b": (5.13e9, 0.01e9, False)}
 
@@ -138,6 +158,49 @@ def test_entry_matches_published_config(key, tmp_path):
         value, unit_a, with_input = ACTIVE[key]
         active = spec.active_params + (spec.vocab * spec.hidden if with_input else 0)
         assert abs(active - value) <= _bound(value, unit_a, active), (key, active / 1e9)
+
+
+_SCOUT = {  # meta-llama/Llama-4-Scout-17B-16E-Instruct config.json, the fields of its shape
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16,
+        "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
+        "attention_chunk_size": 8192, "no_rope_layers": [1, 1, 1, 0] * 12,
+        "max_position_embeddings": 10485760, "torch_dtype": "bfloat16"},
+    "vision_config": {"hidden_size": 1408, "num_hidden_layers": 34}}
+
+
+def test_llama4_scout_entry_matches_its_config(tmp_path):
+    """Scout's language model: the shape read from its multimodal config equals the entry;
+    KV by hand (12 global layers hold the context, 36 chunked ones at most 8,192 tokens);
+    17B activated as the card says; the text model's weights sit within 2 % under the
+    card's 109B, which also counts the vision encoder (one layer more or less moves the
+    count by 2.0 %, one expert per layer by 5.5 %)."""
+    spec = get_llm("llama-4-scout-17b-16e")
+    assert spec.source.startswith(URL.format("meta-llama/Llama-4-Scout-17B-16E-Instruct"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_SCOUT))
+    from_cfg = llm_from_hf_config(path, key="scout-from-config", register=False)
+    for f in SHAPE:
+        assert getattr(from_cfg, f) == getattr(spec, f), f
+    per_layer = 2 * 8 * 128 * 2
+    assert spec.kv_bytes_per_token == 12 * per_layer
+    for n in (1, 8192, 8193, 100_000):
+        assert spec.kv_bytes(n) == per_layer * (12 * n + 36 * min(n, 8192))
+    active = spec.active_params + spec.vocab * spec.hidden
+    assert abs(active - 17e9) <= _bound(17e9, 1e9, active), active / 1e9
+    assert 0.98 * 109e9 <= spec.n_params <= 109e9, spec.n_params / 1e9
+    # FP8 weights fit two H100s (bf16 needs four)
+    assert cost_model(gpu="h100-sxm", llm=spec.key, tp=2, dtype="fp8").kv_capacity_tokens() > 0
+    with pytest.raises(ValueError, match="weights"):
+        cost_model(gpu="h100-sxm", llm=spec.key, tp=2)
+    bad = dict(_SCOUT, text_config={**_SCOUT["text_config"], "interleave_moe_layer_step": 2})
+    path.write_text(json.dumps(bad))  # Maverick's layout: dense layers between MoE ones
+    with pytest.raises(ValueError, match="interleave_moe_layer_step"):
+        llm_from_hf_config(path, register=False)
 
 
 def test_sliding_and_latent_kv_accounting():
