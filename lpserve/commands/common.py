@@ -146,7 +146,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         rc = args.func(args)
-    except (CLIError, TraceError, ValueError, KeyError, OSError) as exc:
+    except (CLIError, TraceError, ValueError, KeyError, OSError, MemoryError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         if getattr(args, "json", False):
             emit_json({"error": f"{type(exc).__name__}: {msg}"})

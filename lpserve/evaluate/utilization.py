@@ -114,14 +114,19 @@ def fluid_capacity(instance: Any, *, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
         reps = cl.prefill_replicas + cl.decode_replicas
     else:  # each replica by its own cost model (heterogeneous clusters): rates add up
         models = instance.replica_cost_models()
-        parts = {id(c): per_replica(c) for c in models}
-        cap = sum(1.0 / float((parts[id(c)][0] + parts[id(c)][1]).mean()) for c in models)
+        count: dict[int, int] = {}  # replicas of each distinct model (they share objects)
+        for c in models:
+            count[id(c)] = count.get(id(c), 0) + 1
+        parts = {id(c): per_replica(c) for c in {id(c): c for c in models}.values()}
+        w = np.array([count[k] for k in parts], np.float64) / len(models)
+        rows = list(parts.values())
+        cap = sum(count[k] / float((p[0] + p[1]).mean()) for k, p in parts.items())
         reps = cl.replicas
-        t_pre = np.mean([parts[id(c)][0] for c in models], axis=0)
-        dec = np.mean([parts[id(c)][1] for c in models], axis=0)
-        B = int(round(np.mean([parts[id(c)][2] for c in models])))
-        tau = float(np.mean([parts[id(c)][3] for c in models]))
-        kv = int(round(np.mean([parts[id(c)][4] for c in models])))
+        t_pre = sum(wi * p[0] for wi, p in zip(w, rows))
+        dec = sum(wi * p[1] for wi, p in zip(w, rows))
+        B = int(round(sum(wi * p[2] for wi, p in zip(w, rows))))
+        tau = float(sum(wi * p[3] for wi, p in zip(w, rows)))
+        kv = int(round(sum(wi * p[4] for wi, p in zip(w, rows))))
     rate = float(tr.rate_per_s)
     if not (math.isfinite(cap) and cap > 0 and rate > 0):
         raise ValueError(f"fluid_capacity: no finite capacity ({cap}) or rate ({rate})")

@@ -25,6 +25,7 @@ from lpserve.policy.checks import check_prediction, check_routes
 from lpserve.sim import compiled
 from lpserve.sim.dependencies import Dependencies, has_dependencies
 from lpserve.sim.invariants import ReplicaChecker, check_final
+from lpserve.sim.memory import check_replicas
 from lpserve.sim.migration import Migrator
 from lpserve.sim.replica import Replica
 from lpserve.sim.speculative import SpecRunner, speculation_memory
@@ -37,6 +38,16 @@ def _has_work(r: Any) -> bool:
     """Whether replica ``r`` holds requests or outgoing copies (a Python replica also
     counts the swap-ins in flight on its host link, ``lpserve.sim.transfer``)."""
     return bool(r.running or r.waiting or r.releases or getattr(r, "loading", None))
+
+
+def _pool(make: Any, role: str, count: int) -> list[Any]:
+    """``count`` replicas of ``role``, refused up front (:mod:`lpserve.sim.memory`) when
+    the machine cannot hold them."""
+    if count < 1:
+        return []
+    first = make(0, role)
+    check_replicas(first, count, role)
+    return [first] + [make(k, role) for k in range(1, count)]
 
 
 class Simulation:
@@ -135,10 +146,10 @@ class Simulation:
             def make(k: int, role: str) -> Replica:
                 return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
         if cl.disaggregated:
-            self.front = [make(k, "prefill") for k in range(cl.prefill_replicas)]
-            self.back = [make(k, "decode") for k in range(cl.decode_replicas)]
+            self.front = _pool(make, "prefill", cl.prefill_replicas)
+            self.back = _pool(make, "decode", cl.decode_replicas)
         else:
-            self.front = [make(k, "colocated") for k in range(cl.replicas)]
+            self.front = _pool(make, "colocated", cl.replicas)
             self.back = []
         # what KV-aware routers read (RouterView.cached_tokens / prefill_tokens /
         # completions): the cached tokens each routed request had where it went, and per

@@ -1,0 +1,57 @@
+"""What a run's replicas hold in memory, checked before they are built (layer 4).
+
+A compiled replica holds arrays sized by its KV block pool and the run's limits
+(:class:`lpserve.sim.compiled.CompiledReplica`); a cluster of ``R`` replicas holds ``R``
+times the first one's. :func:`check_replicas` builds nothing: it is given the first
+replica, and refuses the run with the estimate when the rest would not fit in the memory
+the machine has available (``MemAvailable`` of ``/proc/meminfo``), rather than letting
+the operating system kill the process midway.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: share of the available memory a run's replicas may take (the rest: the run's
+#: per-request state, results, the interpreter)
+MAX_SHARE = 0.8
+
+
+def replica_bytes(replica: Any) -> int:
+    """Bytes of the arrays a compiled replica holds (its pool and its state; 0 for a
+    Python replica, whose objects grow with what it holds)."""
+    total = 0
+    for group in (getattr(replica, "r", None), getattr(replica, "pool", None)):
+        for a in (group or ()):
+            if isinstance(a, np.ndarray):
+                total += a.nbytes
+    return total
+
+
+def available_bytes() -> int | None:
+    """Memory the machine has available now (bytes), or ``None`` where it cannot tell."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_replicas(first: Any, count: int, role: str, available: int | None = None) -> None:
+    """Refuse (``MemoryError`` with the estimate) a pool of ``count`` replicas like
+    ``first`` that would take more than :data:`MAX_SHARE` of the available memory."""
+    per = replica_bytes(first)
+    avail = available_bytes() if available is None else available
+    if not per or avail is None or count * per <= MAX_SHARE * avail:
+        return
+    blocks = int(getattr(first, "ctx", None).total_blocks) if hasattr(first, "ctx") else 0
+    raise MemoryError(
+        f"{count:,} {role} replicas would hold about {count * per / 2**30:,.1f} GiB "
+        f"({per / 2**20:,.2f} MiB each: a pool of {blocks:,} KV blocks and the run's "
+        f"per-request state), more than {MAX_SHARE:.0%} of the {avail / 2**30:,.1f} GiB this "
+        f"machine has available; simulate at most {int(MAX_SHARE * avail // per):,} "
+        "replicas here, or fewer requests")
