@@ -110,7 +110,10 @@ def cluster_from_args(args: argparse.Namespace, **fields: Any) -> Any:
         return Cluster(gpu=args.gpu, llm=args.llm, tp=args.tp, replicas=args.replicas,
                        **fields)
     groups = []
-    for part in (x.strip() for x in mix.split(",") if x.strip()):
+    for k, part in enumerate(x.strip() for x in mix.split(",")):
+        if not part:
+            raise CLIError(f"--mix {mix!r}: group {k + 1} is empty (groups are "
+                           "GPU:COUNT[:TP], separated by single commas)"[:300])
         bits = part.split(":")
         try:
             if not 2 <= len(bits) <= 3:

@@ -8,6 +8,7 @@ Parameters an entry leaves out take the interconnect's defaults (communication, 
 """
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
 from functools import lru_cache
@@ -119,12 +120,27 @@ def load_calibration_file(path: str | Path) -> list[dict[str, Any]]:
         for k in REQUIRED_KEYS:
             if not isinstance(e.get(k), str) or not e.get(k):
                 raise ValueError(f"{where}: field {k!r} must be a non-empty string")
+        known = entry_fields()
         for k, v in e.items():
-            if k in REQUIRED_KEYS or k == "provenance":
+            if k in REQUIRED_KEYS or k in ("provenance", "era"):
                 continue
+            if k not in known:
+                near = difflib.get_close_matches(k, sorted(known), n=1)
+                raise ValueError(f"{where}: unknown field {k!r}"[:300]
+                                 + (f"; did you mean {near[0]!r}?" if near else
+                                    f"; known: {', '.join(sorted(known))}"))
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"{where}: field {k!r} must be a finite number, got {v!r}")
+                raise ValueError(f"{where}: field {k!r} must be a finite number, got "
+                                 f"{v!r}"[:300])
     return [dict(e) for e in entries]
+
+
+def entry_fields() -> frozenset[str]:
+    """The numeric fields a calibration entry may set: the calibrated parameters, the
+    communication parameters and the serving terms (``lpserve.cost.analytic``)."""
+    from lpserve.cost.analytic import CALIBRATED, LINK_PARAMETERS, SERVING_TERMS
+
+    return frozenset(CALIBRATED) | frozenset(LINK_PARAMETERS) | frozenset(SERVING_TERMS)
 
 
 def resolve(calibration: str | Path, gpu: GPUSpec, llm: LLMSpec,

@@ -120,7 +120,25 @@ BAD_ARGS = [
     (["capacity", "--slo-ttft", "1", "--slo-tpot", "0.1", "--replicas", "0"], "--replicas"),
     (["capacity", "--slo-ttft", "nan", "--slo-tpot", "0.1"], "--slo-ttft"),
     (["nope"], "invalid choice"),
+    (["simulate", "--head", "5", "--mix", "a100-80gb:1,,h100-sxm:1"], "group 2 is empty"),
+    (["simulate", "--head", "5", "--mix", "a100-80gb:1,"], "group 2 is empty"),
+    (["calibrate", "--serving", "x.csv", "--gpu", "h100-sxm", "--llm", "llama-2-7b",
+      "--max-num-batched-tokens", "-1"], "--max-num-batched-tokens must be >= 1"),
 ]
+
+
+def test_misspelt_calibration_field_is_named_with_its_nearest(tmp_path):
+    from lpserve.cost import cost_model
+
+    path = tmp_path / "mine.toml"
+    path.write_text('[[calibration]]\nname = "mine"\ngpu = "h100"\nllm = "*"\n'
+                    'engine = "vllm"\neff_compte = 0.5\n')
+    with pytest.raises(ValueError, match=r"mine.toml', entry 0 \('mine'\): unknown field "
+                                         r"'eff_compte'; did you mean 'eff_compute'\?"):
+        cost_model(gpu="h100-sxm", llm="llama-3.1-8b", calibration=str(path))
+    path.write_text(path.read_text().replace("eff_compte", "zzz"))
+    with pytest.raises(ValueError, match="unknown field 'zzz'; known: .*eff_compute"):
+        cost_model(gpu="h100-sxm", llm="llama-3.1-8b", calibration=str(path))
 
 
 @pytest.mark.parametrize("argv, needle", BAD_ARGS, ids=[" ".join(a) for a, _ in BAD_ARGS])
