@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     # layer 5
     "make_policy": "lpserve.registry",
     "compare": "lpserve.evaluate",
+    "interval": "lpserve.evaluate.interval",
     "robustness": "lpserve.evaluate",
     "capacity": "lpserve.evaluate",
     "simulate": "lpserve.registry",

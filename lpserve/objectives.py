@@ -13,7 +13,7 @@ Definitions:
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -107,6 +107,25 @@ def total_latency_s(e2e: np.ndarray, weights: np.ndarray | None = None) -> float
     w = np.ones_like(e) if weights is None else np.asarray(weights, float)
     m = np.isfinite(e)
     return float(np.sum(w[m] * e[m]))
+
+
+#: the latency metrics a summary reports, each with :data:`STATS`
+LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+STATS = ("mean", "p50", "p90", "p99")
+
+
+def flatten(summary: Mapping[str, Any]) -> dict[str, float]:
+    """``{"e2e_s": {"mean": x, ...}, "goodput_rps": y}`` -> ``{"e2e_s_mean": x, ...,
+    "goodput_rps": y}`` (numbers only; nested dicts other than the latency keys dropped):
+    the keys of ``lp.compare``'s columns."""
+    out: dict[str, float] = {}
+    for k, v in summary.items():
+        if k in LATENCY_METRICS and isinstance(v, Mapping):
+            for q in STATS:
+                out[f"{k}_{q}"] = float(v[q])
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            out[k] = float(v) if isinstance(v, (float, np.floating)) else int(v)
+    return out
 
 
 def summarize(*, arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.ndarray,

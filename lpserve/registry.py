@@ -140,6 +140,36 @@ def make_policy(name: str, **params: Any) -> Policy:
     return POLICIES[name](**params)
 
 
+def policy_from_spec(spec: str) -> Policy:
+    """The policy a command line names: a registered name, or ``module:attr`` for a
+    user's own (``attr`` a :class:`Policy`, or a callable taking no argument that returns
+    one; the current folder is importable, as for ``python -m``). Errors name the spec."""
+    if spec in POLICIES:
+        return make_policy(spec)
+    if ":" not in spec:
+        raise KeyError(f"unknown policy {spec!r}; registered: {', '.join(policy_names())} "
+                       "(or MODULE:ATTR for your own)")
+    import importlib
+    import os
+    import sys
+
+    mod_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = getattr(importlib.import_module(mod_name), attr)
+    except ImportError as exc:
+        raise ValueError(f"policy {spec!r}: cannot import {mod_name!r} ({exc})"[:300]) from None
+    except AttributeError:
+        raise ValueError(f"policy {spec!r}: module {mod_name!r} has no {attr!r}") from None
+    if not isinstance(obj, Policy) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Policy):
+        raise ValueError(f"policy {spec!r}: {attr!r} is a {type(obj).__name__}, not a Policy "
+                         "(or a callable returning one)")
+    return obj
+
+
 class MissingPredictions(ValueError):
     """A policy that decides on predicted output lengths was asked to run on a trace
     without predictions and no predictor: it would silently run its fallback."""

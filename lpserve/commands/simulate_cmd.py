@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill-replicas", type=int_at_least(0), default=0,
                    help="prefill replicas (disaggregated; needs --decode-replicas)")
     p.add_argument("--decode-replicas", type=int_at_least(0), default=0, help="decode replicas")
-    p.add_argument("--policy", default="vllm", help="registered policy name (default vllm)")
+    p.add_argument("--policy", default="vllm", help="registered policy name (default vllm), "
+                   "or MODULE:ATTR for your own Policy (or a callable returning one)")
     p.add_argument("--rate-scale", type=positive_number(), default=1.0, metavar="X",
                    help="multiply the arrival rate by X (arrival times divided by X)")
     p.add_argument("--head", type=int_at_least(1), default=None, metavar="N",
@@ -62,9 +63,9 @@ def _simulate(args: argparse.Namespace) -> int:
     from lpserve.registry import policy_names
     from lpserve.trace.loaders import DEFAULT_TRACE, load_trace
 
-    if args.policy not in policy_names():
+    if args.policy not in policy_names() and ":" not in args.policy:
         raise CLIError(f"unknown policy {args.policy!r}; registered: "
-                       f"{', '.join(policy_names())}")
+                       f"{', '.join(policy_names())} (or MODULE:ATTR for your own)")
     if args.utilization is not None and args.rate_scale != 1.0:
         raise CLIError("--utilization replaces --rate-scale (give one), got "
                        f"--utilization {args.utilization} --rate-scale {args.rate_scale}")
@@ -143,7 +144,7 @@ def _prepare(args: argparse.Namespace, inst: Any) -> tuple[Any, Any, dict[str, A
     from lpserve.commands import runopts as ro
     from lpserve.evaluate.specs import apply_engine
     from lpserve.evaluate.utilization import fluid_capacity
-    from lpserve.registry import make_policy
+    from lpserve.registry import check_predictions, policy_from_spec, policy_names
 
     scale = args.rate_scale
     if args.utilization is not None:  # a load needs the capacity: its errors are the user's
@@ -161,11 +162,14 @@ def _prepare(args: argparse.Namespace, inst: Any) -> tuple[Any, Any, dict[str, A
     if any(isinstance(v, dict) for v in overrides.values()):
         raise CLIError("--engine of simulate takes KEY=VALUE (one policy), not POLICY:KEY=VALUE")
     try:
-        policy = apply_engine(make_policy(args.policy), overrides, where="--engine")
+        policy = apply_engine(policy_from_spec(args.policy), overrides, where="--engine")
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     pred = ro.predictor_spec(args.predictor)
-    ro.check_predictions([args.policy], inst.trace, pred)
+    if args.policy in policy_names():
+        ro.check_predictions([args.policy], inst.trace, pred)
+    else:  # a user's policy: its own meta says whether it reads predictions
+        check_predictions(inst, policy, pred is not None)
     ro.warn([w for w in [ro.context_warning(inst.trace, args.llm)] if w],
             quiet=args.json)
     return inst, policy, {"rate_scale": float(scale),

@@ -29,9 +29,8 @@ import numpy as np
 
 from lpserve import objectives as obj
 from lpserve.evaluate.interval import TotalLatencyBound
+from lpserve.objectives import LATENCY_METRICS, STATS, flatten  # noqa: F401 (re-exported)
 
-LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
-STATS = ("mean", "p50", "p90", "p99")
 #: every flattened latency key, e.g. ``e2e_s_mean``
 METRIC_KEYS = tuple(f"{m}_{q}" for m in LATENCY_METRICS for q in STATS)
 
@@ -56,19 +55,6 @@ class BoundViolation(AssertionError):
             f"{policy_value:.9g} of policy {policy!r} (seed {seed}, over {n_requests} "
             f"requests: {scope}); a lower bound can never exceed a simulated value, so the "
             f"simulator or the bound has a bug")
-
-
-def flatten(summary: Mapping[str, Any]) -> dict[str, float]:
-    """``{"e2e_s": {"mean": x, ...}, "goodput_rps": y}`` -> ``{"e2e_s_mean": x, ...,
-    "goodput_rps": y}`` (numbers only; nested dicts other than the latency keys dropped)."""
-    out: dict[str, float] = {}
-    for k, v in summary.items():
-        if k in LATENCY_METRICS and isinstance(v, Mapping):
-            for q in STATS:
-                out[f"{k}_{q}"] = float(v[q])
-        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-            out[k] = float(v) if isinstance(v, (float, np.floating)) else int(v)
-    return out
 
 
 class PreparedBound(Protocol):

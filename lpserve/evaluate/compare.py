@@ -7,6 +7,7 @@ several instances (workloads, loads) and summarizes each policy's spread.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -252,6 +253,32 @@ def _best_bound(vals: Sequence[tuple[Any, dict[str, float]]], metric: str
     return best_name, best
 
 
+def at_load(instance: Any, load: float | None = None,
+            utilization: float | None = None) -> tuple[Any, dict[str, float]]:
+    """``instance`` with its trace's rate scaled to ``load`` or to ``utilization`` of the
+    cluster's fluid capacity (at most one; neither: unchanged), and ``{"load": rate
+    scale, "utilization": rate / capacity}`` of the result."""
+    from lpserve.evaluate.utilization import fluid_capacity
+
+    if load is not None and utilization is not None:
+        raise ValueError("compare: give load or utilization, not both")
+    for name, v in (("load", load), ("utilization", utilization)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v) or v <= 0):
+            raise ValueError(f"compare: {name} must be a finite number > 0, got {v!r}"[:200])
+    try:
+        cap = fluid_capacity(instance)
+    except ValueError:  # a trace without a rate (fewer than two requests)
+        if utilization is not None:
+            raise
+        cap = None
+    scale = cap.load_for(utilization) if utilization is not None else (load or 1.0)
+    if scale != 1.0:
+        instance = instance.with_(trace=instance.trace.scale_rate(scale))
+    return instance, {"load": float(scale),
+                      "utilization": cap.utilization(scale) if cap else math.nan}
+
+
 def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             bounds: Sequence[Any] | None = None, seeds: Sequence[int] = (0,), *,
             metric: str = "e2e_s_mean", check: bool = True, skip_unavailable: bool = False,
@@ -259,11 +286,18 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             engine: Mapping[str, Any] | None = None, predictor: Any = None,
             over: str = "common", checkpoint: Any = None,
             on_result: Callable[[dict[str, Any]], None] | None = None,
-            on_requests: Callable[[int], None] | None = None):
+            on_requests: Callable[[int], None] | None = None,
+            load: float | None = None, utilization: float | None = None):
     """Simulate ``policies`` on ``instance`` and compare them with lower bounds.
 
     Args:
         instance: an :class:`~lpserve.instance.Instance`.
+        load, utilization: run at another load (at most one of them): ``load`` scales the
+            trace's arrival rate (``Trace.scale_rate``: 2 sends it twice as fast);
+            ``utilization`` is the trace's rate over the cluster's fluid capacity
+            (:func:`~lpserve.evaluate.utilization.fluid_capacity`: 1.0 is the rate the
+            cost model says the cluster can just serve), turned into that load.
+            ``frame.attrs["load"]`` and ``["utilization"]`` say what ran.
         policies: registered names, :data:`SOLVED_POLICIES` names or Policy objects (a
             mapping gives row labels).
         bounds: bound names (``"cost-bound"``), bound objects or claimed-value dicts
@@ -323,6 +357,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     from lpserve.evaluate.progress import counting
     from lpserve.registry import check_predictions, resolve_predictor, simulate
 
+    instance, at = at_load(instance, load, utilization)
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("compare: seeds must hold at least one seed")
@@ -429,6 +464,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     df.attrs["samples"] = samples
     df.attrs["metric"] = metric
     df.attrs["over"] = over
+    df.attrs.update(at)
     df.attrs["skipped"] = skipped
     df.attrs["warnings"] = rejection_warnings(first, instance, {r[0]: r[2] for r in records},
                                               samples.n_common, over)

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["TotalLatencyBound", "PreparedTotal", "optimality_interval", "fitting_subset",
+__all__ = ["TotalLatencyBound", "PreparedTotal", "optimality_interval", "interval", "fitting_subset",
            "LOWER_BOUNDS"]
 
 #: lower bounds of the interval, in the order they are computed (the interval takes the
@@ -159,3 +159,7 @@ def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
             "lower_mean_s": lo / n if n else math.nan, "upper_mean_s": up / n if n else math.nan,
             "ratio": up / lo if lo and math.isfinite(lo) and math.isfinite(up) else math.nan,
             "bounds": records, "search": search}
+
+
+#: ``lp.interval(instance, ...)``: the optimality interval (:func:`optimality_interval`)
+interval = optimality_interval

@@ -92,13 +92,17 @@ class Result:
 
         return pd.DataFrame({k: self.arrays[k] for k in REQUEST_COLUMNS})
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, flat: bool = False) -> dict[str, Any]:
         """Metrics with the DESIGN keys (see :func:`lpserve.objectives.summarize`), plus
         ``reasons`` (count per reason of every request not finished), ``preemptions``,
         ``rejected_share`` and ``warnings``: one line (in capitals: REJECTED) when the
         policy rejected more than 1 % of the requests
         (:data:`lpserve.objectives.REJECTION_WARN_SHARE`), whose latencies then cover only
-        the requests it accepted."""
+        the requests it accepted. ``flat=True``: the numbers only, with ``lp.compare``'s
+        column names (``summary()["e2e_s"]["mean"]`` is ``summary(flat=True)
+        ["e2e_s_mean"]``; :func:`lpserve.objectives.flatten`)."""
+        if flat:
+            return obj.flatten(self.summary())
         a = self.arrays
         # latencies count from the release (the effective arrival); a request never
         # released (reason parent_not_finished) is pending and counted as unfinished
