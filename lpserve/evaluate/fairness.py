@@ -101,6 +101,26 @@ def with_service_recorder(policy: Policy) -> tuple[Policy, ServiceRecorder]:
     return policy.with_(engine=eng, meta=policy.meta), rec
 
 
+def _points(times: np.ndarray, kinds: np.ndarray, lo: float, hi: float,
+            reading: str) -> np.ndarray:
+    """Event counts (prefixes of the sorted events) at which the service is read within
+    the joint backlog ``[lo, hi]``: ``"start"``: at ``lo``, before the admissions at each
+    event time in ``[lo, hi]`` and after every event at each event time in ``[lo, hi)``
+    (every value the service takes at an instant of ``[lo, hi]``); ``"end"``: after every
+    event at each event time in ``[lo, hi]``."""
+    k0 = int(np.searchsorted(times, lo, side="left"))
+    k1 = int(np.searchsorted(times, hi, side="right"))
+    inside = np.unique(times[k0:k1])
+    after = np.searchsorted(times, inside, side="right")
+    if reading == "end":
+        return after
+    left = np.searchsorted(times, inside, side="left")
+    tokens = np.array([int(np.count_nonzero(kinds[a:b] == 0)) for a, b in zip(left, after)],
+                      np.int64)
+    at_lo = [k0] if not inside.size or inside[0] > lo else []  # no event at lo itself
+    return np.r_[at_lo, left + tokens, after[inside < hi]].astype(np.int64)
+
+
 def _intervals(lo: np.ndarray, hi: np.ndarray) -> list[tuple[float, float]]:
     """Union of closed intervals ``[lo_k, hi_k]`` as sorted disjoint intervals."""
     out: list[list[float]] = []
@@ -128,14 +148,24 @@ def _intersect(x: list[tuple[float, float]], y: list[tuple[float, float]]):
 
 def max_service_difference(result: Any, recorder: ServiceRecorder, *,
                            input_price: float = 1.0, output_price: float = 2.0,
-                           weights: Mapping[int, float] | None = None) -> dict[str, Any]:
+                           weights: Mapping[int, float] | None = None,
+                           reading: str = "start") -> dict[str, Any]:
     """Largest change of the (weighted) service difference of two tenants over an
     interval in which both were backlogged on the same replica (see the module docstring).
+
+    ``reading`` says what the service at an instant ``t`` counts: ``"start"`` (what
+    ``proofs/fairness-vtc.md`` bounds) the tokens produced by ``t`` and the prompts
+    admitted before ``t``, i.e. before the admissions of a decision at ``t``, at every
+    instant of the joint backlog; ``"end"`` also the prompts admitted at ``t``, at the
+    service events' times only (the statement the named counterexample breaks).
 
     Returns ``{"max": value, "pair": (replica, f, g) or None, "by_pair": {(replica, f, g):
     value}}``; raises ValueError if a request was preempted or the recorded tokens do not
     add up to the tokens each request generated.
     """
+    if reading not in ("start", "end"):
+        raise ValueError(f"max_service_difference: reading must be 'start' or 'end', got "
+                         f"{reading!r}")
     a = result.arrays
     if int(np.sum(a["preemptions"])):
         raise ValueError("max_service_difference: requests were preempted, so their waiting "
@@ -152,21 +182,24 @@ def max_service_difference(result: Any, recorder: ServiceRecorder, *,
     tenant = a["tenant"]
     rep = a["replica"]
     start = a["first_scheduled_s"]
-    # service events per replica: (time, tenant, weighted amount)
-    ev: dict[int, list[tuple[float, int, float]]] = {}
+    # service events per replica: (time, kind, tenant, weighted amount); at one time the
+    # tokens (kind 0: the iteration that ended then) come before the admissions (kind 1:
+    # the decision made then)
+    ev: dict[int, list[tuple[float, int, int, float]]] = {}
     for i in np.flatnonzero(np.isfinite(start)).tolist():
         t = int(tenant[i])
         ev.setdefault(int(rep[i]), []).append(
-            (float(start[i]), t, input_price * float(a["prompt_tokens"][i]) / w.get(t, 1.0)))
+            (float(start[i]), 1, t, input_price * float(a["prompt_tokens"][i]) / w.get(t, 1.0)))
     for end, r, i, k in recorder.events:
         t = int(tenant[i])
-        ev.setdefault(r, []).append((end, t, output_price * k / w.get(t, 1.0)))
+        ev.setdefault(r, []).append((end, 0, t, output_price * k / w.get(t, 1.0)))
     by_pair: dict[tuple[int, int, int], float] = {}
     horizon = float(np.nanmax(np.r_[a["finish_s"], a["arrival_s"]]))
     for r in sorted(set(rep[rep >= 0].tolist())):
         on = rep == r
         events = sorted(ev.get(r, []))
         times = np.array([e[0] for e in events])
+        kinds = np.array([e[1] for e in events], np.int64)
         ten_ids = sorted(set(tenant[on].tolist()))
         back = {}
         for f in ten_ids:
@@ -175,21 +208,16 @@ def max_service_difference(result: Any, recorder: ServiceRecorder, *,
             back[f] = _intervals(a["arrival_s"][m], hi)
         cum = {}
         for f in ten_ids:
-            amt = np.array([e[2] if e[1] == f else 0.0 for e in events])
-            cum[f] = np.cumsum(amt)
+            amt = np.array([e[3] if e[2] == f else 0.0 for e in events])
+            cum[f] = np.r_[0.0, np.cumsum(amt)]  # cum[f][k]: the first k events
         for x, f in enumerate(ten_ids):
             for g in ten_ids[x + 1:]:
                 best = 0.0
                 diff = cum[f] - cum[g]
                 for lo, hi in _intersect(back[f], back[g]):
-                    # points: every service event time in [lo, hi] (S includes time t)
-                    k0 = int(np.searchsorted(times, lo, side="left"))
-                    k1 = int(np.searchsorted(times, hi, side="right"))
-                    if k1 <= k0:
-                        continue
-                    last = np.r_[np.flatnonzero(np.diff(times[k0:k1]) > 0), k1 - k0 - 1] + k0
-                    d = diff[last]
-                    best = max(best, float(d.max() - d.min()))
+                    d = diff[_points(times, kinds, lo, hi, reading)]
+                    if d.size:
+                        best = max(best, float(d.max() - d.min()))
                 by_pair[(r, f, g)] = best
     if not by_pair:
         return {"max": 0.0, "pair": None, "by_pair": {}}

@@ -5,7 +5,8 @@ simulation agree."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+import pytest
+from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 import lpserve as lp
@@ -63,6 +64,43 @@ def _check(bursts, weights, R):
        st.sampled_from([{}, {0: 3.0}, {1: 0.5, 2: 2.0}]))
 def test_vtc_service_difference_within_bound_on_adversarial_arrivals(bursts, R, weights):
     _check(bursts, weights, R)
+
+
+#: found by a random search of the earlier statement (proofs/fairness-vtc.md, "Named
+#: counterexample"): the decision ending the joint backlog admits tenant 0's last waiting
+#: request, then tenant 1's next one, no longer compared against tenant 0
+COUNTEREXAMPLE = ([(0, 3.171875, 5, 0.4, 8, 29), (1, 4.328125, 7, 0.0, 226, 4)], {}, 2)
+
+
+def test_named_counterexample_breaks_the_end_reading_only():
+    bursts, weights, R = COUNTEREXAMPLE
+    tr = _trace(bursts)
+    pol, rec = with_service_recorder(lp.make_policy("vtc", weights=weights, max_num_seqs=R))
+    res = lp.simulate(lp.Instance(trace=tr, cluster=CLUSTER), pol, seed=0)
+    U = _bound(tr, weights, R)
+    end = max_service_difference(res, rec, weights=weights, reading="end")["by_pair"]
+    start = max_service_difference(res, rec, weights=weights)["by_pair"]
+    assert end[(0, 0, 1)] > U[0] + U[1]  # the earlier statement is false here
+    assert start[(0, 0, 1)] <= U[0] + U[1]  # (2) as proved holds
+    assert (end[(0, 0, 1)], U[0] + U[1], start[(0, 0, 1)]) == (480.0, 463.0, 261.0)
+
+
+def _random_search(part: int):
+    @seed(20261203 + part)
+    @settings(max_examples=500, deadline=None, derandomize=False, database=None)
+    @given(st.lists(burst, min_size=2, max_size=5), st.integers(1, 4),
+           st.sampled_from([{}, {0: 3.0}, {1: 0.5, 2: 2.0}]))
+    def search(bursts, R, weights):
+        _check(bursts, weights, R)
+    return search
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", range(4))
+def test_vtc_bound_random_search(part):
+    """2,000 random adversarial examples in four seeded parts of 500 (reproducible, and
+    not the derandomized profile's draws)."""
+    _random_search(part)()
 
 
 def test_idle_tenant_earns_no_credit():
