@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: sets up .venv (the test extra, plus ruff from the dev extra), runs
 # ruff, then pytest in two stages — the default tier, then the slow tier (long runs,
-# notebooks, real vLLM and Vidur in their own venvs).
+# notebooks, real vLLM and Vidur in their own venvs) — each spread over
+# LPSERVE_TEST_WORKERS processes (default 2, the CI machine's cores; 0 runs in-process).
 # Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,8 @@ fi
 echo "== ruff"
 .venv/bin/ruff check lpserve tests benchmarks notebooks
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
-echo "== stage 1: default tier"
-.venv/bin/python -m pytest -q -m "not slow" "$@"
-echo "== stage 2: slow tier"
-.venv/bin/python -m pytest -q -m slow "$@"
+WORKERS="${LPSERVE_TEST_WORKERS:-2}"
+echo "== stage 1: default tier ($WORKERS workers)"
+.venv/bin/python -m pytest -q -m "not slow" -n "$WORKERS" "$@"
+echo "== stage 2: slow tier ($WORKERS workers)"
+.venv/bin/python -m pytest -q -m slow -n "$WORKERS" --durations=15 "$@"
