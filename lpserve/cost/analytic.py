@@ -114,7 +114,8 @@ class AnalyticCost(CostModel):
                 raise ValueError(f"{name} must be one of {MODEL_DTYPES}, got {v!r}")
         self.peak_flops = self.gpu.peak_flops(self.dtype)
         if "calibration" in overrides:
-            calib = resolve(overrides["calibration"], self.gpu, m, engine)
+            calib = resolve(overrides["calibration"], self.gpu, m, engine,
+                            fields=(*CALIBRATED, *LINK_PARAMETERS, *SERVING_TERMS))
             if engine is not None and calib.get("engine") != engine:
                 raise ValueError(f"calibration {calib.get('name')!r} stands for engine "
                                  f"{calib.get('engine')!r}, not {engine!r}")

@@ -100,10 +100,13 @@ def named_calibration(name: str) -> dict[str, Any]:
                    "TOML file written by `lpserve calibrate`)")
 
 
-def load_calibration_file(path: str | Path) -> list[dict[str, Any]]:
+def load_calibration_file(path: str | Path,
+                          fields: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """The ``[[calibration]]`` entries of a TOML file (as written by ``lpserve calibrate``).
 
-    Errors name the file and the entry and field at fault.
+    ``fields``: the numeric fields an entry may set (``lp.cost_model`` passes its
+    parameters); another one is an error naming it and the nearest known one. Errors name
+    the file and the entry and field at fault.
     """
     p = Path(path)
     try:
@@ -120,11 +123,11 @@ def load_calibration_file(path: str | Path) -> list[dict[str, Any]]:
         for k in REQUIRED_KEYS:
             if not isinstance(e.get(k), str) or not e.get(k):
                 raise ValueError(f"{where}: field {k!r} must be a non-empty string")
-        known = entry_fields()
+        known = frozenset(fields) if fields is not None else None
         for k, v in e.items():
             if k in REQUIRED_KEYS or k in ("provenance", "era"):
                 continue
-            if k not in known:
+            if known is not None and k not in known:
                 near = difflib.get_close_matches(k, sorted(known), n=1)
                 raise ValueError(f"{where}: unknown field {k!r}"[:300]
                                  + (f"; did you mean {near[0]!r}?" if near else
@@ -135,21 +138,14 @@ def load_calibration_file(path: str | Path) -> list[dict[str, Any]]:
     return [dict(e) for e in entries]
 
 
-def entry_fields() -> frozenset[str]:
-    """The numeric fields a calibration entry may set: the calibrated parameters, the
-    communication parameters and the serving terms (``lpserve.cost.analytic``)."""
-    from lpserve.cost.analytic import CALIBRATED, LINK_PARAMETERS, SERVING_TERMS
-
-    return frozenset(CALIBRATED) | frozenset(LINK_PARAMETERS) | frozenset(SERVING_TERMS)
-
-
 def resolve(calibration: str | Path, gpu: GPUSpec, llm: LLMSpec,
-            engine: str | None) -> dict[str, Any]:
+            engine: str | None, fields: Iterable[str] | None = None) -> dict[str, Any]:
     """The entry ``calibration`` names: a shipped calibration's name, or a TOML file (the
-    entry of that file matching the pair, in the lookup order of :func:`calibration_for`)."""
+    entry of that file matching the pair, in the lookup order of :func:`calibration_for`;
+    ``fields`` as in :func:`load_calibration_file`)."""
     text = str(calibration)
     if isinstance(calibration, Path) or text.endswith(".toml") or Path(text).exists():
-        entries = load_calibration_file(calibration)
+        entries = load_calibration_file(calibration, fields)
         try:
             return calibration_for(gpu, llm, engine, entries) if engine else _first_match(
                 gpu, llm, entries, text)
