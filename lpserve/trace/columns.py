@@ -21,8 +21,28 @@ MAX_TIME_S = 2.0 ** 33
 MAX_ID = 2 ** 63 - 1
 
 
+#: the most characters of a value an error message quotes
+MAX_QUOTE = 200
+#: the longest error message kept whole (longer ones keep their head and tail)
+MAX_MESSAGE = 1000
+
+
+def quote(value: Any) -> str:
+    """``repr(value)``, cut to :data:`MAX_QUOTE` characters (saying how long it was)."""
+    r = repr(value)
+    return r if len(r) <= MAX_QUOTE else f"{r[:MAX_QUOTE]}... ({len(r):,} characters)"
+
+
 class TraceError(ValueError):
-    """Invalid trace data; the message names the source, field, row and value."""
+    """Invalid trace data; the message names the source, field, row and value (a message
+    over :data:`MAX_MESSAGE` characters keeps its head and tail)."""
+
+    def __init__(self, message: Any = "", *args: Any) -> None:
+        text = str(message)
+        if len(text) > MAX_MESSAGE:
+            cut = len(text) - MAX_MESSAGE + 200
+            text = f"{text[:MAX_MESSAGE - 300]} ... [{cut:,} characters cut] ... {text[-100:]}"
+        super().__init__(text, *args)
 
 
 def _first(mask: np.ndarray) -> int:

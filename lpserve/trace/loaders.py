@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import LoadReport, Trace, TraceError, pack_blocks
-from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S
+from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S, quote
 from lpserve.trace.kv_cache_tester import read_sessions
 from lpserve.trace.sessions import Sessions, compose
 from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
@@ -295,7 +295,7 @@ def _numeric(t: Table, col: str, *, integer: bool, what: str = "token count") ->
     bad = ~np.isfinite(vals)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise t.error(i, col, f"not a finite number: {t.raw(col, i)!r}")
+        raise t.error(i, col, f"not a finite number: {quote(t.raw(col, i))}")
     if integer:
         frac = vals != np.round(vals)
         if frac.any():
@@ -449,7 +449,7 @@ def _mooncake_record(path: Path, lineno: int, line: str) -> dict[str, Any]:
         if v is None:
             raise TraceError(f"{where}: missing field {key!r}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise TraceError(f"{where}, field {key!r}: not a finite number: {v!r}")
+            raise TraceError(f"{where}, field {key!r}: not a finite number: {quote(v)}")
     if abs(d["timestamp"]) / 1000.0 > MAX_TIME_S:
         raise TraceError(f"{where}, field 'timestamp': {d['timestamp']!r} ms is beyond 2^33 s "
                          "(float64 times lose microseconds there)")

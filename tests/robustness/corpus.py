@@ -94,6 +94,14 @@ def cases() -> list[Case]:
     err("only blank lines", "blank.csv", b"\n \n\n", "file is empty")
     err("binary garbage", "garbage.csv", bytes(range(128, 256)) * 4, "not UTF-8")
     err("unknown header", "unknown.csv", b"a,b,c\n1,2,3\n", "matches no known format")
+    # a 2 MB value is quoted cut to 200 characters, with its length
+    err("2 MB value in a CSV field", "az_huge_value.csv",
+        text(AZ_HEAD, [AZ_ROWS[0], "2023-11-16 18:15:50.9951690," + "9" * 2_000_000 + ",5"]),
+        "line 3", "'ContextTokens'", "... (2,000,002 characters)")
+    err("2 MB value in a JSON field", "mc_huge_value.jsonl",
+        ("\n".join([MC_ROWS[0], json.dumps({"timestamp": 1, "input_length": "x" * 2_000_000,
+                                             "output_length": 3})]) + "\n").encode(),
+        "line 2", "'input_length'", "... (2,000,002 characters)")
     err("a folder", "folder.csv", None, "is a directory", kind="dir")
     err("missing file", "missing.csv", None, "no such file", kind="missing")
     err("dangling symlink", "dangling.csv", None, "no such file", kind="dangling")

@@ -127,6 +127,22 @@ BAD_ARGS = [
 ]
 
 
+def test_no_error_message_carries_a_huge_value(tmp_path):
+    """Every corpus error message stays under lpserve.trace.columns.MAX_MESSAGE characters
+    (a 2 MB field is quoted cut to 200)."""
+    from lpserve.trace.columns import MAX_MESSAGE, TraceError
+    from lpserve.trace.loaders import load_trace
+
+    for case in CASES:
+        if case.expect != "error" or case.kind != "file":
+            continue
+        try:
+            load_trace(materialize(case, tmp_path))
+        except (ValueError, OSError) as exc:
+            assert len(str(exc)) <= MAX_MESSAGE, (case.filename, len(str(exc)))
+    assert len(str(TraceError("x" * 10**6))) <= MAX_MESSAGE
+
+
 def test_misspelt_calibration_field_is_named_with_its_nearest(tmp_path):
     from lpserve.cost import cost_model
 
