@@ -405,8 +405,9 @@ class Simulation:
     def _release_children(self) -> None:
         """Schedule the children of every request finished since the last call."""
         fin = self.events.finished
+        rep = self.state.replica
         for t, i in fin:  # the client sees the finish after the front end (rule (33))
-            t += self.frontend_latency_of(np.array([i]))[0]
+            t += self.frontend_s[rep[i]] if rep[i] >= 0 else 0.0
             for rel, c in self.deps.finished(i, t, self._routed_s):
                 self.state.release_at(c, rel)
         fin.clear()

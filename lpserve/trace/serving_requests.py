@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import TraceError
+from lpserve.trace.columns import quote
 from lpserve.trace.serving_runs import (
     HF_MODELS,
     Q_LEVELS,
@@ -58,22 +59,23 @@ def _stage(source: str, run: str, *, model: str, llm: str | None, gpu: str, tp: 
     key = llm or HF_MODELS.get(model.lower())
     if key is None:
         raise serving_error(source, f"the served model {model!r} has no catalog entry: give the "
-                           "catalog LLM (--llm)")
+                                    "catalog LLM (--llm)")
     if not ok.any():
         raise serving_error(source, "no successful request: nothing was measured")
     bad = np.flatnonzero(ok & ((prompt < 1) | (output < 1)))
     if bad.size:
-        raise serving_error(source, f"request {int(bad[0])}: prompt and output tokens must be >= 1, "
-                           f"got {int(prompt[bad[0]])} and {int(output[bad[0]])}")
+        raise serving_error(source, f"request {int(bad[0])}: prompt and output tokens must "
+                                    f"be >= 1, got {int(prompt[bad[0]])} and "
+                                    f"{int(output[bad[0]])}")
     for name, v in (("ttft", ttft_s), ("e2e", e2e_s)):
         bad = np.flatnonzero(ok & ~(np.isfinite(v) & (v > 0)))
         if bad.size:
-            raise serving_error(source, f"request {int(bad[0])}: {name} must be a positive number of "
-                               f"seconds, got {v[bad[0]]!r}")
+            raise serving_error(source, f"request {int(bad[0])}: {name} must be a positive "
+                                        f"number of seconds, got {v[bad[0]]!r}")
     bad = np.flatnonzero(ok & (e2e_s < ttft_s))
     if bad.size:
-        raise serving_error(source, f"request {int(bad[0])}: end-to-end latency {e2e_s[bad[0]]!r} s "
-                           f"is below its TTFT {ttft_s[bad[0]]!r} s")
+        raise serving_error(source, f"request {int(bad[0])}: end-to-end latency "
+                                    f"{e2e_s[bad[0]]!r} s is below its TTFT {ttft_s[bad[0]]!r} s")
     t0 = float(arrival_s.min())
     offsets = arrival_s[ok] - t0
     span = float(arrival_s.max() - t0)
@@ -105,8 +107,9 @@ def _stage(source: str, run: str, *, model: str, llm: str | None, gpu: str, tp: 
 def _numbers(source: str, doc: dict[str, Any], name: str, n: int | None) -> list[Any]:
     v = doc.get(name)
     if not isinstance(v, list):
-        raise serving_error(source, f"field {name!r} is missing or not a list (vllm bench serve writes "
-                           "per-request results with --save-result --save-detailed)")
+        raise serving_error(source, f"field {name!r} is missing or not a list (vllm bench "
+                                    "serve writes per-request results with --save-result "
+                                    "--save-detailed)")
     if n is not None and len(v) != n:
         raise serving_error(source, f"field {name!r} has {len(v)} entries, 'input_lens' {n}")
     return v
@@ -123,8 +126,8 @@ def _as_array(source: str, name: str, v: list[Any], ok: np.ndarray, *,
             if not ok[i]:
                 continue  # a failed request's fields are not read
             raise serving_error(source, f"field {name!r}[{i}] must be "
-                               f"{'a non-negative integer' if integer else 'a number'}, "
-                               f"got {x!r}"[:200])
+                                        f"{'a non-negative integer' if integer else 'a number'}, "
+                                        f"got {quote(x)}")
         out[i] = x
     return out
 
@@ -174,10 +177,12 @@ def _csv_value(src: str, line: int, col: str, text: str, integer: bool) -> float
     try:
         v = float(text)
     except ValueError:
-        raise serving_error(src, f"line {line}, column {col!r}: not a number: {text!r}"[:200]) from None
+        raise serving_error(src, f"line {line}, column {col!r}: not a number: "
+                                 f"{quote(text)}") from None
     if not math.isfinite(v) or (integer and (not v.is_integer() or not 0 <= v < 2**53)):
         kind = "a non-negative integer" if integer else "a finite number"
-        raise serving_error(src, f"line {line}, column {col!r}: must be {kind}, got {text!r}"[:200])
+        raise serving_error(src, f"line {line}, column {col!r}: must be {kind}, got "
+                                 f"{quote(text)}")
     return v
 
 
@@ -197,13 +202,14 @@ def load_request_csv(path: str | Path, *, gpu: str, llm: str, tp: int = 1,
         missing = [c for c in CSV_COLUMNS if c not in cols]
         if missing:
             raise serving_error(src, f"missing columns {missing}; a per-request CSV has "
-                            f"{', '.join(CSV_COLUMNS)} (and optionally ok); found {cols}"[:300])
+                                     f"{', '.join(CSV_COLUMNS)} (and optionally ok); found "
+                                     f"{quote(cols)}")
         rows = []
         for line, row in enumerate(reader, start=2):
             okv = (row.get("ok") or "1").strip().lower()
             if okv not in ("1", "0", "true", "false"):
-                raise serving_error(src, f"line {line}, column 'ok': must be 1/0 or true/false, got "
-                                f"{okv!r}"[:200])
+                raise serving_error(src, f"line {line}, column 'ok': must be 1/0 or "
+                                         f"true/false, got {quote(okv)}")
             good = okv in ("1", "true")  # a failed request: only its send time is read
             rows.append([_csv_value(src, line, c, row[c] or "", c.endswith("tokens"))
                          if good or c == "arrival_s" else 0.0 for c in CSV_COLUMNS]

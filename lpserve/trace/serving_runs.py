@@ -175,7 +175,7 @@ def _num(source: str, where: str, v: Any, *, integer: bool = False,
     if not ok:
         kind = "an integer" if integer else "a finite number"
         raise serving_error(source, f"field {where!r} must be {kind}{' > 0' if positive else ''}, "
-                           f"got {v!r}")
+                                    f"got {v!r}")
     return int(v) if integer else float(v)
 
 
@@ -229,7 +229,8 @@ def stage_measurements(path: str | Path) -> tuple[dict[str, dict[str, float]], i
     failed = _num(src, "failures.count", _get(src, data, "failures.count"), integer=True,
                   positive=False)
     if ok == 0:
-        raise serving_error(src, "no successful request (successes.count is 0): nothing was measured")
+        raise serving_error(src, "no successful request (successes.count is 0): nothing was "
+                                 "measured")
     measured = {}
     for m, ip in _IP_METRICS.items():
         block = _get(src, data, f"successes.latency.{ip}")
@@ -262,13 +263,14 @@ def load_inference_perf(folder: str | Path, *, gpu: str = "h100-sxm",
     llm = HF_MODELS.get(model.lower())
     if llm is None:
         raise serving_error(esrc, f"field 'model' is {model!r}, which has no catalog entry; known: "
-                         f"{', '.join(sorted(HF_MODELS))}")
+                                  f"{', '.join(sorted(HF_MODELS))}")
     dtype = _get(csrc, cfg, "data.type")
     if dtype != "shared_prefix":
-        raise serving_error(csrc, f"field 'data.type' is {dtype!r}; only 'shared_prefix' is supported")
+        raise serving_error(csrc, f"field 'data.type' is {dtype!r}; only 'shared_prefix' is "
+                                  "supported")
     if _get(csrc, cfg, "server.ignore_eos") is not True:
-        raise serving_error(csrc, "field 'server.ignore_eos' must be true (otherwise output lengths "
-                         "are not known)")
+        raise serving_error(csrc, "field 'server.ignore_eos' must be true (otherwise output "
+                                  "lengths are not known)")
     load_type = _get(csrc, cfg, "load.type")
     if load_type not in ("constant", "poisson"):
         raise serving_error(csrc, f"field 'load.type' is {load_type!r}; known: constant, poisson")
@@ -321,7 +323,7 @@ def stages_from_dicts(rows: Iterable[dict[str, Any]], source: str) -> list[Servi
                    if n not in ("measured", "n_ok", "n_failed", "requests")}
         if extra or missing:
             raise serving_error(source, f"row {i}: unknown fields {sorted(extra)}, missing "
-                               f"{sorted(missing)}")
+                                        f"{sorted(missing)}")
         out.append(ServingStage(**{**row, "prompt_quantiles": tuple(row["prompt_quantiles"])}))
     return out
 
