@@ -28,6 +28,7 @@ model saturates; the simulated engines may saturate somewhat before or after it.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -113,20 +114,17 @@ def fluid_capacity(instance: Any, *, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
                   cl.decode_replicas / float(dec.mean()))
         reps = cl.prefill_replicas + cl.decode_replicas
     else:  # each replica by its own cost model (heterogeneous clusters): rates add up
-        models = instance.replica_cost_models()
-        count: dict[int, int] = {}  # replicas of each distinct model (they share objects)
-        for c in models:
-            count[id(c)] = count.get(id(c), 0) + 1
+        models = instance.replica_cost_models()  # replicas of one type share one object
+        count = Counter(id(c) for c in models)
         parts = {id(c): per_replica(c) for c in {id(c): c for c in models}.values()}
-        w = np.array([count[k] for k in parts], np.float64) / len(models)
-        rows = list(parts.values())
         cap = sum(count[k] / float((p[0] + p[1]).mean()) for k, p in parts.items())
         reps = cl.replicas
-        t_pre = sum(wi * p[0] for wi, p in zip(w, rows))
-        dec = sum(wi * p[1] for wi, p in zip(w, rows))
-        B = int(round(sum(wi * p[2] for wi, p in zip(w, rows))))
-        tau = float(sum(wi * p[3] for wi, p in zip(w, rows)))
-        kv = int(round(sum(wi * p[4] for wi, p in zip(w, rows))))
+
+        def mean(j: int) -> Any:  # part j averaged over the replicas
+            return sum(count[k] * p[j] for k, p in parts.items()) / len(models)
+
+        t_pre, dec, tau = mean(0), mean(1), float(mean(3))
+        B, kv = int(round(mean(2))), int(round(mean(4)))
     rate = float(tr.rate_per_s)
     if not (math.isfinite(cap) and cap > 0 and rate > 0):
         raise ValueError(f"fluid_capacity: no finite capacity ({cap}) or rate ({rate})")
