@@ -128,6 +128,80 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 
+# ================================================= why a policy's engine differs from vllm's
+#: what a registered policy's default engine is, for a policy whose engine differs from
+#: ``vllm``'s: why (``lpserve list policies`` prints it), and which EngineConfig fields are
+#: its own decision beyond :data:`~lpserve.policy.engine.DECISION_FIELDS` (kept when a
+#: comparison runs it on a shared engine; ``"all"`` for a policy that is an engine)
+_ENGINE_IS_POLICY = "the engine is the policy: {}; a comparison keeps it"
+_PREEMPTIVE = ("preempts by rank, which needs swap preemption (vLLM V1 only recomputes): "
+               "registered on the prefill-first V0 engine (4,096-token budget) with swap, "
+               "recompute when host memory is full")
+_NON_PREEMPTIVE = ("a non-preemptive order, registered on the prefill-first V0 engine "
+                   "(4,096-token budget), where whole-prompt admission is the decision the "
+                   "classical SJF/WSPT results are about")
+_ROUND_MODEL = ("the round model of MC-SF / WAIT: new requests join the running batch "
+                "whole (mixed batching), memory counted per request (no prefix caching, "
+                "no watermark); its claims are proved and tested on this engine")
+_ENGINE_NOTES: dict[str, tuple[str, Any]] = {
+    "vllm": ("", "all"),  # the reference: its engine is the policy
+    "vllm-v0": (_ENGINE_IS_POLICY.format("vLLM V0's prefill-first scheduler"), "all"),
+    "vllm-chunked": (_ENGINE_IS_POLICY.format("vLLM V0 with chunked prefill"), "all"),
+    "sarathi": (_ENGINE_IS_POLICY.format("Sarathi-Serve's 512-token chunk budget"), "all"),
+    "orca": (_ENGINE_IS_POLICY.format("Orca's iteration-level batching with KV reserved "
+                                      "at admission"), "all"),
+    "static": (_ENGINE_IS_POLICY.format("request-level batching"), "all"),
+    "vllm-compress-swap": ("compressed swap preemption is the policy (vLLM V1 only "
+                           "recomputes): the V0 engine with compress-swap",
+                           ("preemption", "compression_ratio", "compression_accuracy_cost")),
+    "vllm-preempt-decider": ("the decider chooses recompute, swap or compress-swap per "
+                             "victim (vLLM V1 only recomputes): the V0 engine", ()),
+    **{n: (_PREEMPTIVE, ()) for n in ("srpt-oracle", "las", "rr-sched", "slo-aware", "mlfq",
+                                      "mlfq-predicted", "plas", "atlas", "plas-mlfq",
+                                      "autellix")},
+    **{n: (_PREEMPTIVE + ", with FastServe's proactive swapping on the overlapped host "
+           "link", ("transfers",)) for n in ("fastserve", "fastserve-adaptive")},
+    **{n: (_NON_PREEMPTIVE, ()) for n in ("sjf-oracle", "sjf-predicted", "wspt-oracle")},
+    **{n: (_ROUND_MODEL, ()) for n in ("mcsf", "mcsf-oracle", "a-max", "a-min", "wait")},
+    **{n: ("speculates on pure-decode steps only; on the prefill-first V0 engine every "
+           "decode iteration is one", ()) for n in ("spec-never", "spec-fixed", "spec-ucb",
+                                                   "spec-acceptance-ucb", "spec-oracle")},
+    **{n: ("Llumnix extends vLLM V0's scheduler: the V0 engine", ())
+       for n in ("rebalance-llumnix", "rebalance-lp")},
+    **{n: ("VTC's service bound (proofs/fairness-vtc.md) is proved and tested on the "
+           "prefill-first V0 engine, where a prompt is charged whole at admission", ())
+       for n in ("vtc", "tiered-vtc")},
+    **{n: ("its budget controller sets the prefill chunk of each decode-first iteration: "
+           "vLLM's chunked engine as of V0 (watermark 0.01, no GPU-set batch limits)", ())
+       for n in ("lyapunov", "lyapunov-disagg")},
+    **{f"vllm-chunked+{k}": ("the session-aware evictors are measured on vLLM's chunked "
+                             "engine as of V0 (watermark 0.01, no GPU-set batch limits)", ())
+       for k in ("ttl-pin", "reuse-decay", "tail-lru", "return-knapsack")},
+}
+
+
+def engine_note(name: str) -> str | None:
+    """Why registered policy ``name`` runs on an engine other than ``vllm``'s (``None``
+    when it runs on vllm's)."""
+    note = _ENGINE_NOTES.get(name)
+    return note[0] or None if note is not None else None
+
+
+def owned_engine_fields(name: str) -> tuple[str, ...]:
+    """The EngineConfig fields registered policy ``name`` keeps when a comparison runs it
+    on a shared engine: :data:`~lpserve.policy.engine.DECISION_FIELDS`, plus those its
+    engine note names (every field for a policy that is an engine)."""
+    from dataclasses import fields
+
+    from lpserve.policy import DECISION_FIELDS, EngineConfig
+
+    note = _ENGINE_NOTES.get(name)
+    owns = () if note is None else note[1]
+    if owns == "all":
+        return tuple(f.name for f in fields(EngineConfig))
+    return DECISION_FIELDS + tuple(owns)
+
+
 def policy_names() -> list[str]:
     """Registered policy names, sorted."""
     return sorted(POLICIES)

@@ -61,7 +61,7 @@ TABLE_COLUMNS = (  # (frame column, terminal header, Markdown header)
     ("e2e_s_p99", "p99", "E2E p99 (s)"),
     ("goodput_rps", "goodput req/s", "goodput (req/s)"),
     ("prefix_hit_rate", "hit rate", "prefix hit rate"),
-    ("n_rejected", "rejected", "rejected"),
+    ("n_rejected", "rejected", "rejected"), ("preemptions", "preempt", "preemptions"),
     ("bound_value", "bound", "bound"), ("ratio_to_bound", "ratio", "ratio to bound"),
     ("e2e_s_p99_over_p50", "P99/P50", "E2E P99/P50"),
 )
@@ -130,6 +130,13 @@ def _register_run_options(p: argparse.ArgumentParser) -> None:
     from lpserve.commands.runopts import add_engine_options, add_progress_options
 
     add_engine_options(p)
+    p.add_argument("--shared-engine", default=None, metavar="POLICY|own",
+                   help="the engine every registered policy runs on: POLICY's, as it runs "
+                   "on the cluster (default: the first baseline's, vllm's in the default "
+                   "set), each keeping its own decisions (preemption by rank, hooks; an "
+                   "engine baseline such as sarathi keeps its whole engine); 'own' runs each "
+                   "on the engine it is registered with (`lpserve list policies` says why "
+                   "they differ). --engine applies after it")
     p.add_argument("--load-unit", default="scale", choices=("scale", "utilization"),
                    help="what --load and --loads mean: a rate scale (x the trace's arrival "
                    "rate, default) or a utilisation of the cluster's fluid capacity "
@@ -274,7 +281,7 @@ def _gap(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     _print(table, robust, note, args, cluster, files, wall, sim_s, len(cases), skipped)
-    print_interval(intervals, runs, workloads[0][0])
+    print_interval(intervals, runs, workloads[0][0], args.load_unit)
     print_run_summary(run, runs)
     return 0
 
@@ -361,6 +368,10 @@ def _print(table, robust, note, args, cluster, files, wall, sim_s, n_cases, skip
     for _, r in table.iterrows():
         print(line(r["policy"], [float(r[c]) for c, _, _ in TABLE_COLUMNS]))
     print(_bound_note(table, args))
+    print("engines (exactly as each row ran; 'X's' = X's engine with the row's own "
+          "decisions, --shared-engine):")
+    for _, r in table.iterrows():
+        print(f"  {r['policy']} [{r['engine_from']}]: {r['engine']}")
     rej = table[table["n_rejected"] > 0]
     for _, r in rej.iterrows():
         print(f"  {r['policy']}: {int(r['n_rejected'])} of {int(r['n_requests'])} requests "
@@ -416,7 +427,9 @@ def _write_report(out: Path, table, runs, same, robust, note, args, cluster, loa
                 r["worst_case"]] for _, r in robust.iterrows()]
     md = ["# lpserve gap report", "", *[f"- {x}" for x in _header(args, cluster, note)], "",
           "## Gap table", "", md_table(header, rows), _bound_note(table, args), "",
-          "Policies:", "", *[f"- `{r['policy']}` ({r['kind']}): {r['description']}"
+          "Policies (router / scheduler / evictor / the engine exactly as it ran; 'X's "
+          "engine' = X's engine with the row's own decisions, --shared-engine):", "",
+          *[f"- `{r['policy']}` ({r['kind']}, {r['engine_from']} engine): {r['description']}"
                              for _, r in table.iterrows()], "",
           f"## Robustness ({m} over workloads x loads {', '.join(f'{x:g}' for x in loads)})",
           "", "Over the cases every policy ran"
@@ -473,7 +486,8 @@ def _nest(row: Any) -> dict[str, Any]:
 def _json(table, runs, robust, note, args, cluster, loads, policies, seeds, files, wall, sim_s):
     s = table.attrs["samples"]
     rows = [{"policy": r["policy"], "kind": r["kind"], "description": r["description"],
-             **_nest(r)} for _, r in table.iterrows()]
+             "engine": r["engine"], "engine_from": r["engine_from"], **_nest(r)}
+            for _, r in table.iterrows()]
     sweep = [{"workload": r["workload"], "load": float(r["load"]), "policy": r["policy"],
               **_nest(r)} for _, r in runs.iterrows()]
     return {

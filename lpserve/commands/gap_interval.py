@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lpserve.commands.common import CLIError, emit_json, fmt_num, md_table
+from lpserve.commands.gap_run import load_label, load_name
 
 __all__ = ["EXIT_BOUND_VIOLATED", "add_interval_args", "optimality_intervals", "print_interval",
            "violated", "write_interval"]
@@ -90,7 +91,7 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
             check_bound(policy=name, bound=rec["lower_name"] or "interval",
                         bound_values={"total_latency_s": rec["lower_s"]},
                         policy_values={"total_latency_s": v}, seed=0, n_requests=n_fit,
-                        scope=f"every request, load x{load:g}")
+                        scope=f"every request, {load_name(args.load_unit, load)}")
         rec["load"] = load
         rec["policies"] = {k: {"total_s": v, "over_lower": v / rec["lower_s"],
                                "over_upper": v / rec["upper_s"]} for k, v in totals.items()}
@@ -118,33 +119,56 @@ def _lp_left_out(intervals: list[dict[str, Any]]) -> bool:
     return any(all(b["name"] != "cost-lp" for b in r["bounds"]) for r in intervals)
 
 
-def _interval_lines(intervals: list[dict[str, Any]]) -> list[str]:
+def quotable(r: dict[str, Any], name: str, load_unit: str) -> str:
+    """The sentence a reader can quote about policy ``name`` at one load of the interval
+    ``r``: a valid schedule is never below the optimum, and the optimum lies in
+    ``[lower, upper]``, so the policy is between ``max(1, value / upper)`` and
+    ``value / lower`` times the optimum."""
+    p = r["policies"][name]
+    lo, hi = max(1.0, p["over_upper"]), p["over_lower"]
+    where = load_name(load_unit, r["load"])
+    if hi <= 1.0 + 1e-9:
+        return f"{name} is optimal at {where} (mean end-to-end latency)"
+    return (f"{name} is within {hi:.3g}x of optimal at {where} (mean end-to-end latency; "
+            f"at least {lo:.3g}x)")
+
+
+def _interval_lines(intervals: list[dict[str, Any]], load_unit: str) -> list[str]:
     lines = []
     for r in intervals:
         b = "; ".join(f"{x['name']} {fmt_num(x['mean_s'])} s ({x['status']}, "
                       f"{x['wall_s']:.1f} s)" for x in r["bounds"])
         s = r["search"]
-        lines.append(f"load x{r['load']:g}: optimum in [{fmt_num(r['lower_mean_s'])}, "
+        lines.append(f"{load_name(load_unit, r['load'])}: optimum in "
+                     f"[{fmt_num(r['lower_mean_s'])}, "
                      f"{fmt_num(r['upper_mean_s'])}] s mean e2e (upper / lower "
                      f"{fmt_num(r['ratio'])}); lower: {b}; upper: {r['upper_name']} "
                      f"(schedule search {fmt_num(s['mean_s'])} s, {s['status']}, "
                      f"{s['wall_s']:.1f} s, {s['evaluations']} simulations)")
+        if r["policies"]:
+            lines.append("  " + quotable(r, next(iter(r["policies"])), load_unit))
     return lines
 
 
-def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str) -> None:
-    """Print the interval per load (lower end, upper end, their ratio, each bound's status)
-    and every policy's place in it at the highest load, for ``workload`` of ``runs``."""
+def _short(load_unit: str, load: float) -> str:
+    return f"u{load:g}" if load_unit == "utilization" else f"x{load:g}"
+
+
+def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str,
+                   load_unit: str = "scale") -> None:
+    """Print the interval per load (lower end, upper end, their ratio, each bound's status,
+    the first policy's quotable sentence) and every policy's place in it, for ``workload``
+    of ``runs`` (loads in ``load_unit``: ``"scale"`` or ``"utilization"``)."""
     if not intervals:
         return
     print("\noptimality interval (mean end-to-end latency over every request; the optimum "
           "of the simulator's non-speculative schedules lies inside):")
-    for line in _interval_lines(intervals):
+    for line in _interval_lines(intervals, load_unit):
         print("  " + line)
     if _lp_left_out(intervals):
         print("  " + LP_LEFT_OUT)
     r = max(intervals, key=lambda x: x["load"])
-    print(f"{'policy':<26}" + "".join(f"{'x' + format(x['load'], 'g') + ' /lower':>13}"
+    print(f"{'policy':<26}" + "".join(f"{_short(load_unit, x['load']) + ' /lower':>13}"
                                        f"{'/upper':>8}" for x in intervals))
     for name in r["policies"]:
         cells = ""
@@ -176,9 +200,10 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
         for name, p in r["policies"].items():
             pts.setdefault(name, []).append((r["load"], p["total_s"] / r["n_requests"]))
     fig = plot_interval_vs_load(intervals, pts, title=f"Policies against the optimality "
-                                f"interval\n{cluster.n_replicas} x {args.gpu} / {args.llm}")
+                                f"interval\n{cluster.n_replicas} x {args.gpu} / {args.llm}",
+                                x_label=load_label(args))
     fig.savefig(out / "interval_vs_load.png", dpi=110)
-    rows = [[f"x{r['load']:g}", fmt_num(r["lower_mean_s"]), r["lower_name"],
+    rows = [[_short(args.load_unit, r["load"]), fmt_num(r["lower_mean_s"]), r["lower_name"],
              fmt_num(r["upper_mean_s"]), r["upper_name"], fmt_num(r["ratio"]),
              "; ".join(f"{b['name']} {b['status']} {b['wall_s']:.1f} s" for b in r["bounds"]),
              f"{r['search']['status']} {r['search']['wall_s']:.1f} s"] for r in intervals]
@@ -197,7 +222,9 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
           md_table(["load", "lower (s)", "by", "upper (s)", "by", "upper / lower",
                      "bounds (status, wall)", "search (status, wall)"], rows),
           "Each policy as value / lower and value / upper:", "",
-          md_table(["policy"] + [f"x{r['load']:g}" for r in intervals], prow),
+          md_table(["policy"] + [_short(args.load_unit, r["load"]) for r in intervals], prow),
+          *[f"- {quotable(r, next(iter(r['policies'])), args.load_unit)}." for r in intervals
+            if r["policies"]], "",
           "![interval vs load](interval_vs_load.png)", ""]
     with open(out / "gap_table.md", "a") as fh:
         fh.write("\n".join(md))

@@ -14,11 +14,17 @@ class GapRun:
 
     def __init__(self, args, workloads, cluster, slo, policies, loads, seeds) -> None:
         from lpserve.commands import runopts as ro
+        from lpserve.commands.common import CLIError
         from lpserve.evaluate.utilization import fluid_capacity
         from lpserve.instance import Instance
 
         self.over, self.load_unit = args.over, args.load_unit
         self.engine = ro.engine_mapping(args.engine, policies)
+        shared = args.shared_engine
+        if shared is not None and shared != "own" and shared not in policies:
+            raise CLIError(f"--shared-engine {shared!r} is not among the policies compared "
+                           f"({', '.join(policies)}) nor 'own'"[:300])
+        self.shared_engine = True if shared is None else (False if shared == "own" else shared)
         self.predictor = ro.predictor_spec(args.predictor)
         base = workloads[0][1]
         self.notes: list[str] = []
@@ -71,14 +77,14 @@ class GapRun:
     def compare_options(self) -> dict:
         """Keyword arguments of :func:`lpserve.evaluate.compare` for every case."""
         return {"engine": self.engine, "predictor": self.predictor,
-                "over": self.over, "checkpoint": self.checkpoint,
+                "over": self.over, "shared_engine": self.shared_engine, "checkpoint": self.checkpoint,
                 "on_result": self.reporter.on_result,
                 "on_requests": self.reporter.on_requests}
 
     def json(self) -> dict:
         """The run options as JSON fields of the command's output."""
         return {"engine": self.engine, "predictor": self.predictor, "over": self.over,
-                "warnings": self.warnings,
+                "shared_engine": self.shared_engine, "warnings": self.warnings,
                 "checkpoint": str(self.checkpoint) if self.checkpoint else None,
                 "capacity": {wl: c.as_dict() for wl, c in self.caps.items()},
                 "load_unit": self.load_unit}

@@ -54,8 +54,8 @@ def _llms() -> list[dict[str, Any]]:
 
 
 def _policies() -> list[dict[str, Any]]:
-    from lpserve.evaluate.compare import BASELINES, SOLVED_POLICIES, describe_policy
-    from lpserve.registry import make_policy, policy_names
+    from lpserve.evaluate.lineup import BASELINES, SOLVED_POLICIES, describe_policy
+    from lpserve.registry import engine_note, make_policy, policy_names
 
     def engine_cells(pol: Any) -> dict[str, Any]:
         # fields the engine sets by the cluster's GPU when a run starts (Policy.bind); the
@@ -68,17 +68,21 @@ def _policies() -> list[dict[str, Any]]:
     out = []
     for name in policy_names():
         pol = make_policy(name)
+        note = engine_note(name)
         out.append({"name": name,
                     "kind": "baseline" if name in BASELINES else
                     ("principled" if pol.meta.claims else "other"),
                     "clairvoyant": bool(pol.meta.clairvoyant),
                     "reads_predictions": bool(pol.reads_predictions), **engine_cells(pol),
-                    "claims": len(pol.meta.claims), "description": describe_policy(pol)})
+                    "claims": len(pol.meta.claims),
+                    "engine": "vllm's" if note is None else "own",
+                    "description": describe_policy(pol)
+                    + (f". Engine not vllm's: {note}" if note else "")})
     solved_engine = engine_cells(make_policy("vllm"))  # solved_policy's engine
     for name, text in SOLVED_POLICIES.items():
         out.append({"name": name, "kind": "principled (solved on the instance)",
                     "clairvoyant": False, "reads_predictions": False, **solved_engine,
-                    "claims": 0, "description": text})
+                    "claims": 0, "engine": "vllm's", "description": text})
     return out
 
 

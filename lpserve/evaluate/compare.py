@@ -24,164 +24,18 @@ from lpserve.evaluate.bounds import (
     resolve_bounds,
 )
 from lpserve.evaluate.checkpoint import ARRAY_KEYS
-from lpserve.evaluate.specs import (
-    apply_engine,
-    check_engine,
-    describe_overrides,
-    engine_for,
-    rejection_warnings,
+from lpserve.evaluate.lineup import (
+    BASELINES,
+    PREFERRED_PRINCIPLED,
+    SOLVED_POLICIES,
+    PolicyUnavailable,
+    default_policies,
+    describe_policy,
+    resolve_policies,
+    resolve_with_sources,
+    solved_policy,
 )
-
-#: baseline heuristics: round robin + FCFS + LRU with whole-prompt prefill (vLLM), the same
-#: engine behind join-the-shortest-queue (least outstanding requests), and Sarathi-Serve's
-#: fixed 512-token chunked-prefill budget
-BASELINES = ("vllm", "vllm+least-outstanding", "sarathi")
-#: policies exported from a formulation solved on the instance itself
-SOLVED_POLICIES = {
-    "lp-index": "vLLM engine behind the routing-fluid LP's dual-index router "
-                "(models/routing-lp.md (17))",
-    "lp-split": "vLLM engine behind the routing-fluid LP's randomized class split "
-                "(models/routing-lp.md (16))",
-    "lp-locality": "vLLM engine behind the routing-locality LP's dual-index router: live "
-                   "cached tokens, each replica's own speed (models/routing-lp.md (18))",
-}
-#: registered policies that declare claims join the default set, at most MAX_DISCOVERED:
-#: these first when registered (memory-checked shortest first with predicted lengths, and
-#: clairvoyant SRPT as a reference), then the others in name order
-PREFERRED_PRINCIPLED = ("mcsf", "srpt-oracle")
-MAX_DISCOVERED = 2
-
-
-class PolicyUnavailable(RuntimeError):
-    """A policy that must be solved on the instance cannot be built for it (e.g. its LP is
-    infeasible at this load); the message says why."""
-
-
-def solved_policy(name: str, instance: Any) -> Any:
-    """A policy of :data:`SOLVED_POLICIES`: solve ``routing-fluid`` (``routing-locality``
-    for ``lp-locality``) on ``instance`` and export its router behind the ``vllm`` engine."""
-    from lpserve.opt import solve
-    from lpserve.opt.routing_lp import export_fluid
-    from lpserve.registry import make_policy
-
-    if name not in SOLVED_POLICIES:
-        raise KeyError(f"unknown solved policy {name!r}; known: {', '.join(SOLVED_POLICIES)}")
-    if name == "lp-locality":
-        from lpserve.opt.routing_locality import export_locality
-
-        sol = solve("routing-locality", instance)
-        if not sol.solved:
-            raise PolicyUnavailable(f"{name}: routing-locality LP did not solve "
-                                    f"({sol.message or sol.status.value})")
-        pol = make_policy("vllm")
-        return pol.with_(router=export_locality(
-            sol, instance, chunk_tokens=pol.engine.max_num_batched_tokens), name=name)
-    sol = solve("routing-fluid", instance)
-    if not sol.solved:
-        raise PolicyUnavailable(f"{name}: routing-fluid LP did not solve "
-                                f"({sol.message or sol.status.value})")
-    kind = "index" if name == "lp-index" else "split"
-    return make_policy("vllm").with_(router=export_fluid(sol, instance, kind=kind), name=name)
-
-
-def default_policies(n_replicas: int = 2) -> list[str]:
-    """The baseline heuristics plus the principled policies available: the LP-exported
-    router (with several replicas) and registered policies that declare a claim
-    (:class:`~lpserve.policy.Claim`, backed by ``proofs/``): :data:`PREFERRED_PRINCIPLED`
-    first, at most :data:`MAX_DISCOVERED`. With one replica the routers coincide, so only
-    the engines are kept."""
-    from lpserve.registry import make_policy, policy_names
-
-    out = list(BASELINES) if n_replicas > 1 else [b for b in BASELINES if "+" not in b]
-    if n_replicas > 1:
-        out.append("lp-index")
-    names = policy_names()
-    order = [p for p in PREFERRED_PRINCIPLED if p in names] + \
-        [p for p in names if p not in PREFERRED_PRINCIPLED]
-    found = [name for name in order if name not in out and make_policy(name).meta.claims]
-    return out + found[:MAX_DISCOVERED]
-
-
-def describe_policy(policy: Any, overrides: Mapping[str, Any] | None = None) -> str:
-    """``router / scheduler / evictor / batching`` of a policy, and its engine
-    ``overrides`` when given (the ``description`` column of :func:`compare`)."""
-    e = policy.engine
-    prefill = (f"chunked prefill {e.max_num_batched_tokens} tok" if e.chunked_prefill
-               else f"{e.batching} batching")
-    extra = f" / engine {describe_overrides(overrides)}" if overrides else ""
-    return (f"{policy.router.name} / {policy.scheduler.name} / {policy.evictor.name} / "
-            f"{prefill}{extra}")
-
-
-def _label(label: Any, spec: Any) -> str:
-    if label is not None:
-        return str(label)
-    return spec if isinstance(spec, str) else str(getattr(spec, "name", spec))
-
-
-def _resolve(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
-             skipped: dict[str, str] | None, engine: Mapping[str, Any] | None
-             ) -> list[tuple[str, Any, str, str, dict[str, Any]]]:
-    """``(label, Policy, kind, identity, engine overrides)`` per policy (see
-    :func:`resolve_policies`)."""
-    from lpserve.policy import Policy
-    from lpserve.registry import make_policy, policy_names
-
-    items = list(policies.items()) if isinstance(policies, Mapping) else \
-        [(None, p) for p in policies]
-    if not items:
-        raise ValueError("compare: give at least one policy")
-    check_engine(engine, [_label(lb, sp) for lb, sp in items])
-    out = []
-    for label, spec in items:
-        if isinstance(spec, str):
-            if spec in SOLVED_POLICIES:
-                try:
-                    pol, kind = solved_policy(spec, instance), "principled"
-                except PolicyUnavailable as exc:
-                    if skipped is None:
-                        raise
-                    skipped[_label(label, spec)] = str(exc)
-                    continue
-            elif spec in policy_names():
-                pol = make_policy(spec)
-                kind = "baseline" if spec in BASELINES else \
-                    ("principled" if pol.meta.claims else "other")
-            else:
-                raise KeyError(f"unknown policy {spec!r}; registered: "
-                               f"{', '.join(policy_names())}; solved: "
-                               f"{', '.join(SOLVED_POLICIES)}")
-        elif isinstance(spec, Policy):
-            pol = spec
-            kind = "principled" if spec.meta.claims else "other"
-        else:
-            raise ValueError(f"a policy must be a registered name or a Policy, got {spec!r}")
-        lab = _label(label, spec)
-        over = engine_for(engine, lab)
-        pol = apply_engine(pol, over, where=f"engine of policy {lab!r}")
-        out.append((lab, pol, kind, spec, over))
-    if not out:
-        raise PolicyUnavailable(f"compare: no policy could be built: {skipped}")
-    labels = [x[0] for x in out]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise ValueError(f"policy labels must be distinct, got {dup} more than once "
-                         "(pass a mapping label -> policy)")
-    return out
-
-
-def resolve_policies(instance: Any, policies: Sequence[Any] | Mapping[str, Any], *,
-                     skipped: dict[str, str] | None = None,
-                     engine: Mapping[str, Any] | None = None) -> list[tuple[str, Any, str]]:
-    """``(label, Policy, kind)`` for each registered name, solved-policy name
-    (:data:`SOLVED_POLICIES`) or :class:`~lpserve.policy.Policy`; a mapping gives labels.
-    ``kind``: ``"baseline"``, ``"principled"`` (claims, or exported from a formulation) or
-    ``"other"``. A solved policy that cannot be built raises :class:`PolicyUnavailable`,
-    or, when ``skipped`` is a dict, is left out and recorded there (label -> reason).
-    ``engine``: EngineConfig overrides, ``{field: value}`` for every policy and
-    ``{label: {field: value}}`` for one (:func:`~lpserve.evaluate.specs.engine_for`)."""
-    return [(lab, pol, kind) for lab, pol, kind, *_ in
-            _resolve(instance, policies, skipped, engine)]
+from lpserve.evaluate.specs import rejection_warnings
 
 
 @dataclass(eq=False)
@@ -216,12 +70,14 @@ def _restricted(arrays: Mapping[str, np.ndarray], mask: np.ndarray) -> dict[str,
 
 
 #: columns of a compare() table that are not averaged over seeds
-_TEXT_COLUMNS = ("policy", "kind", "description", "online", "clairvoyant", "bound_metric",
-                 "bound_name", "rejection_reasons", "seed", "from_checkpoint")
+_TEXT_COLUMNS = ("policy", "kind", "description", "engine", "engine_from", "online",
+                 "clairvoyant", "bound_metric", "bound_name", "rejection_reasons", "seed",
+                 "from_checkpoint")
 
 
 def _run_row(label: str, kind: str, pol: Any, overrides: Mapping[str, Any], seed: int,
-             res: Any, wall: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+             res: Any, wall: float, cluster: Any, source: str
+             ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The table row of one run over the requests it finished, and its per-request arrays."""
     import json
 
@@ -232,7 +88,8 @@ def _run_row(label: str, kind: str, pol: Any, overrides: Mapping[str, Any], seed
     reasons = a["reason"][a["status"] == "rejected"]
     counts = dict(zip(*np.unique(reasons.astype(str), return_counts=True))) \
         if reasons.size else {}
-    row = {"policy": label, "kind": kind, "description": describe_policy(pol, overrides),
+    row = {"policy": label, "kind": kind, "description": describe_policy(pol, cluster=cluster),
+           "engine": pol.engine_on(cluster).describe(), "engine_from": source,
            "online": bool(pol.meta.online), "clairvoyant": bool(pol.meta.clairvoyant),
            "seed": int(seed), **flat,
            "rejection_reasons": json.dumps({str(k): int(v) for k, v in counts.items()}),
@@ -287,8 +144,18 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             over: str = "common", checkpoint: Any = None,
             on_result: Callable[[dict[str, Any]], None] | None = None,
             on_requests: Callable[[int], None] | None = None,
-            load: float | None = None, utilization: float | None = None):
+            load: float | None = None, utilization: float | None = None,
+            shared_engine: bool | str = True):
     """Simulate ``policies`` on ``instance`` and compare them with lower bounds.
+
+    Same engine, different decision: by default every registered policy runs on the
+    engine of the first baseline (:data:`BASELINES`; else of the first policy), exactly as
+    that engine runs on the instance's cluster, keeping only the engine fields that are its
+    own decisions (:data:`~lpserve.policy.engine.DECISION_FIELDS`: preemption by rank,
+    budget controllers, deciders, speculation, proactive swapping; a policy that *is* an
+    engine, such as ``sarathi``, keeps all; :func:`~lpserve.registry.owned_engine_fields`).
+    A Policy object keeps the engine it was built with. The ``engine`` and ``engine_from``
+    columns say what each row ran on.
 
     Args:
         instance: an :class:`~lpserve.instance.Instance`.
@@ -315,7 +182,11 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
         on_run: called with ``(label, seed)`` after each simulation (progress bars).
         engine: :class:`~lpserve.policy.EngineConfig` overrides: ``{field: value}`` for
             every policy, ``{label: {field: value}}`` for one policy (both may be given;
-            the policy's own win). Validated before any simulation.
+            the policy's own win), applied after the shared engine. Validated before any
+            simulation.
+        shared_engine: ``True`` (default: the first baseline's engine, see above), a
+            policy label (that policy's engine) or ``False`` (each policy on the engine it
+            was registered with).
         predictor: output-length predictor of every simulation: a spec
             (``"history"``, ``"noisy-oracle:sigma=0.3"``), a Predictor, ``"none"`` (on
             purpose) or ``None``. A policy that reads predictions on a trace without them
@@ -334,8 +205,10 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
             (progress within long runs; :mod:`lpserve.evaluate.progress`).
 
     Returns:
-        pandas DataFrame, one row per policy: ``policy, kind, description, online,
-        clairvoyant, n_seeds``, the flattened DESIGN metrics (``ttft_s_mean`` …
+        pandas DataFrame, one row per policy: ``policy, kind, description, engine`` (the
+        exact :meth:`~lpserve.policy.EngineConfig.describe` of what ran), ``engine_from``
+        (``"own"``, ``"vllm's"``: shared; ``"+ given"``: with ``engine`` overrides),
+        ``online, clairvoyant, n_seeds``, the flattened DESIGN metrics (``ttft_s_mean`` …
         ``queue_s_p99``, ``throughput_rps``, ``goodput_rps``, ``prefix_hit_rate``,
         ``n_requests``, ``n_finished``, ``n_rejected``, ``n_unfinished``, ``preemptions``,
         ``total_latency_s``), ``n_compared`` (requests the latency columns cover),
@@ -364,7 +237,8 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     if over not in ("common", "served"):
         raise ValueError(f"compare: over must be 'common' or 'served', got {over!r}")
     skipped: dict[str, str] = {}
-    pols = _resolve(instance, policies, skipped if skip_unavailable else None, engine)
+    pols = resolve_with_sources(instance, policies, skipped if skip_unavailable else None, engine,
+                    shared_engine)
     _, given = resolve_predictor(predictor)
     for _, pol, *_ in pols:
         check_predictions(instance, pol, given)
@@ -373,7 +247,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
     inst_digest = instance.digest() if store is not None else ""
     n = len(instance.trace)
     records: list[tuple[str, int, Any, dict[str, Any], dict[str, np.ndarray]]] = []
-    for label, pol, kind, spec, overrides in pols:
+    for label, pol, kind, spec, overrides, source in pols:
         for seed in seeds:
             key = RunStore.key(instance_digest=inst_digest, policy=identity(spec, overrides),
                                predictor=predictor_identity(predictor), seed=seed) \
@@ -389,7 +263,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
                 res = simulate(instance, counting(pol, on_requests), seed=seed,
                                predictor=predictor)
                 row, arrays = _run_row(label, kind, pol, overrides, seed, res,
-                                       time.perf_counter() - t0)
+                                       time.perf_counter() - t0, instance.cluster, source)
                 if store is not None:
                     store.save(key, row, arrays)
                 row["from_checkpoint"] = False

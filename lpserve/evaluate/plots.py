@@ -223,7 +223,7 @@ __all__ = ["metric_label", "new_figure", "plot_gap_to_bound", "plot_latency_cdf"
 
 
 def plot_interval_vs_load(intervals: Sequence[Mapping[str, Any]], policies: Mapping[str, Any],
-                          *, title: str | None = None):
+                          *, title: str | None = None, x_label: str | None = None):
     """Mean end-to-end latency against load: the optimality interval (shaded, from the
     best lower bound to the best offline schedule, both over the requests) and each
     policy's value (one line each).
@@ -231,6 +231,8 @@ def plot_interval_vs_load(intervals: Sequence[Mapping[str, Any]], policies: Mapp
     Args:
         intervals: records of :func:`optimality_interval` with an added ``"load"`` key.
         policies: label -> sequence of ``(load, mean e2e s)`` points.
+        x_label: the load axis's label, in the unit the loads are given (default: the
+            arrival-rate scale).
     """
     fig, (ax,) = new_figure()
     rec = sorted(intervals, key=lambda r: r["load"])
@@ -244,7 +246,7 @@ def plot_interval_vs_load(intervals: Sequence[Mapping[str, Any]], policies: Mapp
         p = sorted(pts)
         if p:
             ax.plot([a for a, _ in p], [b for _, b in p], marker="o", lw=1.0, label=label)
-    ax.set_xlabel("load (arrival-rate scale)")
+    ax.set_xlabel(x_label or "load (arrival-rate scale)")
     ax.set_ylabel("mean end-to-end latency (s)")
     ax.set_title(title or "Policies against the optimality interval")
     ax.grid(alpha=0.3)

@@ -5,6 +5,8 @@
   ``{label: {field: value}}`` for one policy (its label in the table), the latter winning.
 * :func:`parse_engine_flags` -- the same mapping from ``--engine [POLICY[,POLICY...]:]KEY=VALUE``
   texts (the CLI and sweep grids).
+* :func:`shared_engine_overrides` -- the overrides that run a policy on another policy's
+  engine, its own decisions kept (``lp.compare``'s ``shared_engine``).
 * :func:`rejection_warnings` -- one loud line per policy that rejected more than
   :data:`REJECTION_WARN_SHARE` of a trace, with the reasons and what would serve them.
 """
@@ -102,6 +104,18 @@ def parse_engine_flags(items: Sequence[str], policies: Sequence[str], *,
     return out
 
 
+def shared_engine_overrides(anchor: Any, policy: Any, owned: Sequence[str],
+                            cluster: Any) -> dict[str, Any]:
+    """The overrides that put ``policy`` on ``anchor``'s engine on ``cluster`` (both
+    :class:`~lpserve.policy.Policy`; each engine as it runs there, GPU-set fields
+    included): every EngineConfig field but ``owned`` takes the anchor's value, where it
+    differs from the policy's."""
+    mine = policy.engine_on(cluster)
+    theirs = anchor.engine_on(cluster)
+    return {k: v for k, v in theirs.machine_fields().items()
+            if k not in owned and getattr(mine, k) != v}
+
+
 def describe_overrides(overrides: Mapping[str, Any]) -> str:
     """``"max_num_batched_tokens=131072, max_num_seqs=128"`` (sorted)."""
     return ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
@@ -152,4 +166,5 @@ def rejection_warnings(rows: Sequence[Mapping[str, Any]], instance: Any,
 
 
 __all__ = ["REJECTION_WARN_SHARE", "RejectionWarning", "apply_engine", "check_engine",
-           "describe_overrides", "engine_for", "parse_engine_flags", "rejection_warnings"]
+           "describe_overrides", "engine_for", "parse_engine_flags", "rejection_warnings",
+           "shared_engine_overrides"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from lpserve.policy.engine import (
     BATCHING_MODES,
+    DECISION_FIELDS,
     HARDWARE_PROFILES,
     PREEMPTION_MODES,
     EngineConfig,
@@ -67,7 +68,7 @@ from lpserve.policy.roles import (
 )
 from lpserve.policy.views import EvictorView, RequestEvent, RouterView, SchedulerView
 
-__all__ = ["BATCHING_MODES", "DEFAULT_DRAFT", "ENGINES", "HARDWARE_PROFILES",
+__all__ = ["BATCHING_MODES", "DECISION_FIELDS", "DEFAULT_DRAFT", "ENGINES", "HARDWARE_PROFILES",
            "PREEMPTION_CHOICES", "PREEMPTION_MODES", "BudgetController", "BudgetView",
            "Claim", "DecodeRunView", "EngineConfig", "Evictor", "EvictorView", "FCFS",
            "HardwareDefaults", "IterationView", "LRU", "Meta",
@@ -185,17 +186,22 @@ class Policy:
         parameters that mirror the instance and that the user left unset. The simulator
         calls it once per run, before :meth:`reset`; returns ``self`` when the engine
         stays as configured."""
-        pol = self
-        hd = self.hardware_defaults
-        if hd is not None:
-            ch = {k: v for k, v in hd.for_cluster(cluster).items()
-                  if getattr(self.engine, k) != v}
-            if ch:
-                pol = replace(self, engine=replace(self.engine, **ch))
+        eng = self.engine_on(cluster)
+        pol = self if eng is self.engine else replace(self, engine=eng)
         for part in pol.parts():
             if part is not None:
                 part.bind(cluster, slo, tiers)
         return pol
+
+    def engine_on(self, cluster: Any) -> EngineConfig:
+        """The :class:`EngineConfig` this policy runs with on ``cluster``: the fields of
+        ``hardware_defaults`` set for the cluster's GPU (``self.engine`` itself when none
+        changes)."""
+        hd = self.hardware_defaults
+        if hd is None:
+            return self.engine
+        ch = {k: v for k, v in hd.for_cluster(cluster).items() if getattr(self.engine, k) != v}
+        return replace(self.engine, **ch) if ch else self.engine
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Reset every role and hook for a new run on ``cluster``.

@@ -8,7 +8,8 @@ import numpy as np
 
 from lpserve.policy.hooks import BudgetController, PreemptionDecider, SpeculationDecider
 
-__all__ = ["BATCHING_MODES", "ENGINE_TEXT_FIELDS", "HARDWARE_PROFILES", "HardwareDefaults",
+__all__ = ["BATCHING_MODES", "DECISION_FIELDS", "ENGINE_TEXT_FIELDS", "HARDWARE_PROFILES",
+           "HardwareDefaults",
            "LINK_ORDERS", "PREEMPTION_MODES", "TRANSFER_MODES", "EngineConfig",
            "parse_engine_value", "vllm_v1_batch_defaults"]
 
@@ -16,6 +17,11 @@ BATCHING_MODES = ("prefill-first", "decode-first", "mixed", "static")
 PREEMPTION_MODES = ("recompute", "swap", "compress-swap")
 TRANSFER_MODES = ("overlap", "serial")
 LINK_ORDERS = ("fifo", "priority", "rmlq", "llf")
+#: EngineConfig fields that are a policy's own decisions, not the machine's: a comparison
+#: that runs several policies on one engine (``lp.compare(shared_engine=...)``) keeps
+#: these from each policy and takes every other field from the shared engine
+DECISION_FIELDS = ("priority_preemption", "budget_controller", "preemption_decider",
+                   "speculation", "proactive_swap", "proactive_free_blocks", "link_order")
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,47 @@ class EngineConfig:
         if self.chunked_prefill and self.batching != "decode-first":
             raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
                              f"got {self.batching!r}")
+
+    def describe(self) -> str:
+        """Every machine field, exactly (no rounding, no field left out), then the
+        decisions set: ``"decode-first, chunked prefill, 2048 tokens/iteration, 256 seqs,
+        recompute preemption, prefix caching, watermark 0, ..."``."""
+        prefill = "chunked prefill" if self.chunked_prefill else "whole prefills"
+        parts = [f"{self.batching}, {prefill}",
+                 f"{self.max_num_batched_tokens} tokens/iteration",
+                 f"{self.max_num_seqs} seqs", f"{self.preemption} preemption"]
+        if self.preemption == "compress-swap":
+            parts.append(f"compression {self.compression_ratio:g}x")
+        parts += ["prefix caching" if self.prefix_caching else "no prefix caching",
+                  f"watermark {self.watermark:g}"]
+        if self.reserve_tokens is not None:
+            parts.append(f"reserve {self.reserve_tokens} tokens")
+        if self.max_model_len is not None:
+            parts.append(f"max_model_len {self.max_model_len}")
+        if self.preemption != "recompute" or self.preemption_decider is not None or \
+                self.proactive_swap:
+            parts.append(f"{self.transfers} swaps")
+        if self.schedule_ahead:
+            parts.append("schedule-ahead")
+        if self.evict_batch_blocks != 32:
+            parts.append(f"evict {self.evict_batch_blocks} blocks at once")
+        if self.priority_preemption:
+            parts.append("preempts by rank")
+        if self.proactive_swap:
+            n = self.proactive_free_blocks
+            parts.append("proactive swap" + (f" ({n} free blocks)" if n is not None else ""))
+        if self.link_order != "fifo":
+            parts.append(f"{self.link_order} link order")
+        for k in ("budget_controller", "preemption_decider", "speculation"):
+            hook = getattr(self, k)
+            if hook is not None:
+                parts.append(f"{k.replace('_', ' ')} {getattr(hook, 'name', type(hook).__name__)}")
+        return ", ".join(parts)
+
+    def machine_fields(self) -> dict[str, Any]:
+        """The fields that are not :data:`DECISION_FIELDS`: what a shared engine sets."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in DECISION_FIELDS}
 
     def updated(self, overrides: Mapping[str, Any], *, where: str = "engine") -> "EngineConfig":
         """A copy with ``overrides`` (field -> value; text values such as ``"131072"``,

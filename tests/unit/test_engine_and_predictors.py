@@ -88,8 +88,8 @@ def test_compare_applies_engine_per_policy_and_leaves_defaults(inst):
         t = compare(inst, ["vllm-v0", "sarathi"], [], engine={
             "max_num_seqs": 64, "vllm-v0": {"max_num_batched_tokens": 2048}})
     d = dict(zip(t["policy"], t["description"]))
-    assert "engine max_num_batched_tokens=2048, max_num_seqs=64" in d["vllm-v0"]
-    assert "engine max_num_seqs=64" in d["sarathi"] and "2048" not in d["sarathi"]
+    assert "2048 tokens/iteration, 64 seqs" in d["vllm-v0"]
+    assert "512 tokens/iteration, 64 seqs" in d["sarathi"] and "2048" not in d["sarathi"]
     # a 2,048-token budget rejects the longer prompts of the non-chunked engine
     n_long = int((inst.trace.prompt_tokens > 2048).sum())
     assert n_long > 0

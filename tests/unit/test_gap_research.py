@@ -41,8 +41,10 @@ def test_engine_parameters_make_every_policy_serve_every_request(tmp_path, capsy
     # only the context-length warning: Mooncake prompts exceed Llama-3-8B's 8,192 tokens
     assert len(d["warnings"]) == 1 and "context length 8,192" in d["warnings"][0]
     desc = {r["policy"]: r["description"] for r in d["table"]}
-    assert "max_num_batched_tokens=131072" in desc["vllm"]
-    assert "engine" not in desc["sarathi"]
+    assert "131072 tokens/iteration" in desc["vllm"]
+    assert "512 tokens/iteration" in desc["sarathi"]  # an engine baseline keeps its engine
+    src = {r["policy"]: r["engine_from"] for r in d["table"]}
+    assert src["vllm"] == "own + given" and src["sarathi"] == "own"
 
 
 def test_rejections_are_a_column_and_a_warning(tmp_path, capsys):
@@ -55,7 +57,7 @@ def test_rejections_are_a_column_and_a_warning(tmp_path, capsys):
     head = next(x for x in cap.out.splitlines() if x.startswith("policy") and "ratio" in x)
     assert "rejected" in head
     v0 = next(x for x in cap.out.splitlines() if x.startswith("vllm-v0 "))
-    rejected = int(v0.split()[-4].replace(",", ""))
+    rejected = int(v0.split()[-5].replace(",", ""))
     assert rejected > 0
     assert "WARNING: vllm-v0 rejected" in cap.err and "WARNING: vllm-v0 rejected" in cap.out
     assert "max_num_batched_tokens" in cap.err
