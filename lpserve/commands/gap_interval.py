@@ -68,7 +68,12 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
         raise CLIError(f"--search-evaluations must be an integer >= 1, got "
                        f"{args.search_evaluations}")
     from lpserve.evaluate import check_bound
-    from lpserve.evaluate.interval import LOWER_BOUNDS, fitting_subset, optimality_interval
+    from lpserve.evaluate.interval import (
+        LOWER_BOUNDS,
+        QUANTILE_KEYS,
+        fitting_subset,
+        optimality_interval,
+    )
 
     lower = LOWER_BOUNDS if args.bound_time_limit is not None else \
         tuple(b for b in LOWER_BOUNDS if b != "cost-lp")
@@ -83,10 +88,14 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
         # (total_latency_s covers only the requests every policy finished)
         totals = {r["policy"]: float(r["served_total_latency_s"]) for _, r in rows.iterrows()
                   if int(round(float(r["n_finished"]))) == n_fit and _plain(r["policy"])}
+        # tail values only where the row's latency columns cover every fitting request
+        tails = {r["policy"]: {k: float(r[k]) for k in QUANTILE_KEYS}
+                 for _, r in rows.iterrows() if r["policy"] in totals
+                 and int(round(float(r["n_compared"]))) == n_fit}
         rec = optimality_interval(inst, lp_time_limit_s=args.bound_time_limit,
                                   search_time_limit_s=args.search_time_limit,
                                   search_evaluations=args.search_evaluations,
-                                  policy_totals=totals, lower=lower)
+                                  policy_totals=totals, lower=lower, policy_quantiles=tails)
         for name, v in totals.items():
             check_bound(policy=name, bound=rec["lower_name"] or "interval",
                         bound_values={"total_latency_s": rec["lower_s"]},
@@ -145,9 +154,24 @@ def _interval_lines(intervals: list[dict[str, Any]], load_unit: str) -> list[str
                      f"{fmt_num(r['ratio'])}); lower: {b}; upper: {r['upper_name']} "
                      f"(schedule search {fmt_num(s['mean_s'])} s, {s['status']}, "
                      f"{s['wall_s']:.1f} s, {s['evaluations']} simulations)")
+        lines.append("  " + _tail_line(r))
         if r["policies"]:
             lines.append("  " + quotable(r, next(iter(r["policies"])), load_unit))
     return lines
+
+
+def _tail_line(r: dict[str, Any]) -> str:
+    """The tail intervals of one load (p99 TTFT, p99 E2E)."""
+    parts = []
+    for key, label in (("ttft_s_p99", "p99 TTFT"), ("e2e_s_p99", "p99 E2E")):
+        q = r.get("quantiles", {}).get(key)
+        if q is None:
+            continue
+        up = (f"{fmt_num(q['upper_s'])}] s ({q['upper_name']}; upper / lower "
+              f"{fmt_num(q['ratio'])})" if q["upper_name"] else
+              "?] s (no simulated policy served every request)")
+        parts.append(f"{label} optimum in [{fmt_num(q['lower_s'])}, {up}")
+    return "; ".join(parts) + " (lower: the per-request cost bound's p99)"
 
 
 def _short(load_unit: str, load: float) -> str:
@@ -193,7 +217,11 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
              **{f"{b['name']}_status": b["status"] for b in r["bounds"]},
              **{f"{b['name']}_wall_s": b["wall_s"] for b in r["bounds"]},
              "search_mean_s": r["search"]["mean_s"], "search_status": r["search"]["status"],
-             "search_wall_s": r["search"]["wall_s"]} for r in intervals]
+             "search_wall_s": r["search"]["wall_s"],
+             **{f"{k}_{end}": q[f"{end}_s"] for k, q in r.get("quantiles", {}).items()
+                for end in ("lower", "upper")},
+             **{f"{k}_upper_by": q["upper_name"] for k, q in r.get("quantiles", {}).items()}}
+            for r in intervals]
     pd.DataFrame(flat).to_csv(out / "interval.csv", index=False)
     pts: dict[str, list] = {}
     for r in intervals:
@@ -221,7 +249,10 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
           + (" " + LP_LEFT_OUT + "." if _lp_left_out(intervals) else ""), "",
           md_table(["load", "lower (s)", "by", "upper (s)", "by", "upper / lower",
                      "bounds (status, wall)", "search (status, wall)"], rows),
-          "Each policy as value / lower and value / upper:", "",
+          "Tails (the per-request cost bound's p99 below, the best simulated policy's "
+          "above, over every fitting request):", "",
+          *[f"- {_short(args.load_unit, r['load'])}: {_tail_line(r)}." for r in intervals],
+          "", "Each policy as value / lower and value / upper:", "",
           md_table(["policy"] + [_short(args.load_unit, r["load"]) for r in intervals], prow),
           *[f"- {quotable(r, next(iter(r['policies'])), args.load_unit)}." for r in intervals
             if r["policies"]], "",

@@ -56,6 +56,31 @@ def test_interval_is_the_optimality_interval():
     assert iv["n_requests"] == 12 and np.isfinite(iv["lower_s"])
 
 
+def test_tail_intervals_hold_every_schedule_above_their_lower_end():
+    """The p99 TTFT and p99 E2E intervals: the per-request cost bound's p99 is below the
+    p99 of every simulated schedule (each request is above its own bound), and the best
+    policy given is the upper end."""
+    from lpserve.evaluate.interval import QUANTILE_KEYS, quantile_intervals
+
+    inst = lp.Instance(trace=lp.bundled_trace().head(80).scale_rate(4.0),
+                       cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
+    tails = {}
+    for name in ("vllm", "sarathi", "srpt-oracle", "las", "vllm-v0", "orca"):
+        flat = lp.simulate(inst, name).summary(flat=True)
+        if flat["n_finished"] == 80:
+            tails[name] = {k: flat[k] for k in QUANTILE_KEYS}
+    assert len(tails) >= 4
+    iv = quantile_intervals(inst, tails)
+    for key in QUANTILE_KEYS:
+        q = iv[key]
+        assert all(q["lower_s"] <= v[key] + 1e-12 for v in tails.values()), key
+        assert q["upper_s"] == min(v[key] for v in tails.values())
+        assert tails[q["upper_name"]][key] == q["upper_s"] and q["ratio"] >= 1.0
+    none = quantile_intervals(inst)
+    assert all(not np.isfinite(none[k]["upper_s"]) and none[k]["upper_name"] == ""
+               for k in QUANTILE_KEYS)
+
+
 def test_simulate_runs_a_users_policy_module_attr(tmp_path, monkeypatch, capsys):
     (tmp_path / "my_policies.py").write_text(
         "import lpserve as lp\n"

@@ -185,6 +185,8 @@ def test_gap_interval_defaults_are_reproducible_and_say_what_is_left_out(tmp_pat
     for r in runs[0]:
         assert {b["name"] for b in r["bounds"]} == {"cost-bound", "srpt-bound"}
         assert r["search"]["evaluations"] == 16
+        for q in r["quantiles"].values():  # tails: cost bound's p99 below, vllm's above
+            assert q["lower_s"] <= q["upper_s"] and q["upper_name"] == "vllm"
     assert [(r["lower_s"], r["upper_s"]) for r in runs[0]] == \
         [(r["lower_s"], r["upper_s"]) for r in runs[1]]
     assert "--bound-time-limit 20 computes it" in (tmp_path / "0" / "gap_table.md").read_text()
