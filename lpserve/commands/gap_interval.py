@@ -68,12 +68,8 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
         raise CLIError(f"--search-evaluations must be an integer >= 1, got "
                        f"{args.search_evaluations}")
     from lpserve.evaluate import check_bound
-    from lpserve.evaluate.interval import (
-        LOWER_BOUNDS,
-        QUANTILE_KEYS,
-        fitting_subset,
-        optimality_interval,
-    )
+    from lpserve.evaluate.bounds import QUANTILE_KEYS, quantile_intervals
+    from lpserve.evaluate.interval import LOWER_BOUNDS, fitting_subset, optimality_interval
 
     lower = LOWER_BOUNDS if args.bound_time_limit is not None else \
         tuple(b for b in LOWER_BOUNDS if b != "cost-lp")
@@ -95,7 +91,8 @@ def optimality_intervals(cases, workload, runs, args) -> list[dict[str, Any]]:
         rec = optimality_interval(inst, lp_time_limit_s=args.bound_time_limit,
                                   search_time_limit_s=args.search_time_limit,
                                   search_evaluations=args.search_evaluations,
-                                  policy_totals=totals, lower=lower, policy_quantiles=tails)
+                                  policy_totals=totals, lower=lower)
+        rec["quantiles"] = quantile_intervals(inst, tails)
         for name, v in totals.items():
             check_bound(policy=name, bound=rec["lower_name"] or "interval",
                         bound_values={"total_latency_s": rec["lower_s"]},

@@ -15,6 +15,8 @@ A *bound* turns an instance into per-metric lower bounds over any set of request
   parent enter it with their own least latency only.
 * :class:`ClaimedBound` — fixed values computed elsewhere (a paper, another solver), checked
   as given against every policy.
+* :func:`quantile_intervals` — the intervals around the smallest p99 TTFT and p99 E2E of
+  any schedule: the cost bound's p99 below, the best simulated policy's above.
 
 Metric keys are the DESIGN keys flattened: ``e2e_s_mean``, ``ttft_s_p99``, ``tpot_s_p50`` ….
 A policy whose value is below a bound of the same metric over the same requests raises
@@ -22,13 +24,14 @@ A policy whose value is below a bound of the same metric over the same requests 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from lpserve import objectives as obj
-from lpserve.evaluate.interval import TotalLatencyBound
+from lpserve.evaluate.interval import TotalLatencyBound, fitting_subset
 from lpserve.objectives import LATENCY_METRICS, STATS, flatten  # noqa: F401 (re-exported)
 
 #: every flattened latency key, e.g. ``e2e_s_mean``
@@ -282,3 +285,35 @@ def check_bound(*, policy: str, bound: str, bound_values: Mapping[str, float],
             raise BoundViolation(policy=policy, bound=bound, metric=key, bound_value=lb,
                                  policy_value=v, seed=seed, n_requests=n_requests,
                                  scope=scope)
+
+
+#: tail metrics with an interval: the per-request cost bound's quantile is a valid lower
+#: bound on the same quantile of any schedule (each request's latency is at least its
+#: bound, so every order statistic is too; ``proofs/cost-bound.md``), and any simulated
+#: schedule's value is an upper bound on the smallest one
+QUANTILE_KEYS = ("ttft_s_p99", "e2e_s_p99")
+
+
+def quantile_intervals(instance: Any, policy_quantiles: Mapping[str, Mapping[str, float]]
+                       | None = None) -> dict[str, dict[str, Any]]:
+    """Per key of :data:`QUANTILE_KEYS`, the interval around the smallest value any
+    non-speculative schedule of ``instance``'s fitting requests achieves: ``lower_s`` (the
+    quantile of the per-request cost bounds), ``upper_s`` and ``upper_name`` (the best of
+    ``policy_quantiles``: label -> key -> value over every fitting request; NaN and ``""``
+    without one) and ``ratio``."""
+    sub, _ = fitting_subset(instance)
+    prepared = resolve_bounds(["cost-bound"])[0].prepare(sub)
+    low = prepared.values(np.ones(len(sub.trace), bool))
+    out = {}
+    for key in QUANTILE_KEYS:
+        lo = float(low.get(key, math.nan))
+        ups = {k: float(v[key]) for k, v in (policy_quantiles or {}).items()
+               if key in v and math.isfinite(v[key])}
+        name = min(ups, key=ups.get) if ups else ""
+        up = ups.get(name, math.nan)
+        out[key] = {"lower_s": lo, "lower_name": "cost-bound", "upper_s": up,
+                    "upper_name": name,
+                    "ratio": up / lo if lo > 0 and math.isfinite(up) else math.nan}
+    return out
+
+

@@ -11,8 +11,7 @@
   best of the simulated policies, as one record: the optimum of the simulator's
   non-speculative schedules lies in ``[lower_s, upper_s]`` (totals, s). Its plot is
   :func:`lpserve.evaluate.plots.plot_interval_vs_load`.
-* :func:`quantile_intervals` — the same for p99 TTFT and p99 E2E: the per-request cost
-  bound's quantile below, the best simulated policy's above.
+  The same for p99 TTFT and p99 E2E: :func:`lpserve.evaluate.bounds.quantile_intervals`.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 __all__ = ["TotalLatencyBound", "PreparedTotal", "optimality_interval", "interval", "fitting_subset",
-           "LOWER_BOUNDS", "QUANTILE_KEYS", "quantile_intervals"]
+           "LOWER_BOUNDS"]
 
 #: lower bounds of the interval, in the order they are computed (the interval takes the
 #: largest: each is valid on its own)
@@ -96,46 +95,12 @@ class TotalLatencyBound:
                                            if isinstance(v, (int, float, str))})
 
 
-#: tail metrics with an interval: the per-request cost bound's quantile is a valid lower
-#: bound on the same quantile of any schedule (each request's latency is at least its
-#: bound, so every order statistic is too; ``proofs/cost-bound.md``), and any simulated
-#: schedule's value is an upper bound on the smallest one
-QUANTILE_KEYS = ("ttft_s_p99", "e2e_s_p99")
-
-
-def quantile_intervals(instance: Any, policy_quantiles: Mapping[str, Mapping[str, float]]
-                       | None = None) -> dict[str, dict[str, Any]]:
-    """Per key of :data:`QUANTILE_KEYS`, the interval around the smallest value any
-    non-speculative schedule of ``instance``'s fitting requests achieves: ``lower_s`` (the
-    quantile of the per-request cost bounds), ``upper_s`` and ``upper_name`` (the best of
-    ``policy_quantiles``: label -> key -> value over every fitting request; NaN and ``""``
-    without one) and ``ratio``."""
-    from lpserve.evaluate.bounds import resolve_bounds
-
-    sub, _ = fitting_subset(instance)
-    prepared = resolve_bounds(["cost-bound"])[0].prepare(sub)
-    low = prepared.values(np.ones(len(sub.trace), bool))
-    out = {}
-    for key in QUANTILE_KEYS:
-        lo = float(low.get(key, math.nan))
-        ups = {k: float(v[key]) for k, v in (policy_quantiles or {}).items()
-               if key in v and math.isfinite(v[key])}
-        name = min(ups, key=ups.get) if ups else ""
-        up = ups.get(name, math.nan)
-        out[key] = {"lower_s": lo, "lower_name": "cost-bound", "upper_s": up,
-                    "upper_name": name,
-                    "ratio": up / lo if lo > 0 and math.isfinite(up) else math.nan}
-    return out
-
-
 def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
                         search_time_limit_s: float | None = 20.0,
                         search_evaluations: int | None = None,
                         policy_totals: Mapping[str, float] | None = None,
                         lower: Sequence[str] = LOWER_BOUNDS, seed: int = 0,
-                        lp_options: Mapping[str, Any] | None = None,
-                        policy_quantiles: Mapping[str, Mapping[str, float]] | None = None
-                        ) -> dict[str, Any]:
+                        lp_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The interval ``[lower_s, upper_s]`` (total latency, s) around the optimum of the
     simulator's non-speculative schedules of ``instance``'s fitting requests.
 
@@ -148,15 +113,12 @@ def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
         policy_totals: simulated total latencies of policies that finished every fitting
             request (label -> s); any of them can be the upper end.
         lower: lower-bound formulations to compute.
-        policy_quantiles: the same policies' tail values over every fitting request (label
-            -> ``{"ttft_s_p99": s, "e2e_s_p99": s}``): the upper ends of the tail
-            intervals (:func:`quantile_intervals`).
 
     Returns a JSON-friendly dict: ``lower_s``, ``lower_name``, ``upper_s``, ``upper_name``,
     ``ratio`` (upper / lower), ``n_requests``, ``bounds`` (one record per bound: name,
     status, total_s, mean_s, wall_s, message), ``search`` (status, total_s, wall_s,
-    evaluations, engine, router, schedule space), ``quantiles`` (key of
-    :data:`QUANTILE_KEYS` -> its interval, :func:`quantile_intervals`).
+    evaluations, engine, router, schedule space). The tails' intervals:
+    :func:`lpserve.evaluate.bounds.quantile_intervals`.
     """
     from lpserve.opt import solve
 
@@ -198,8 +160,7 @@ def optimality_interval(instance: Any, *, lp_time_limit_s: float | None = 30.0,
             "upper_s": up, "upper_name": up_name,
             "lower_mean_s": lo / n if n else math.nan, "upper_mean_s": up / n if n else math.nan,
             "ratio": up / lo if lo and math.isfinite(lo) and math.isfinite(up) else math.nan,
-            "bounds": records, "search": search,
-            "quantiles": quantile_intervals(sub, policy_quantiles)}
+            "bounds": records, "search": search}
 
 
 #: ``lp.interval(instance, ...)``: the optimality interval (:func:`optimality_interval`)

@@ -146,6 +146,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
                                               budget))
         else:  # an observing controller leaves the budget; its view holds the ranks
             S.ensure_ranks(req, rep, cfg, rk)
+    no_room = False  # a running prefill got no chunk for want of KV room (34)
     if batch == T.BATCH_DECODE:
         m = 0
         for k in range(n_part):  # still running (preemptions above removed some)
@@ -173,6 +174,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
                 room = (held + P.available(p)) * bt - req.computed[i]
                 c = min(c, room)
                 if c <= 0:
+                    no_room |= room <= 0
                     continue
                 T.alloc_prompt_blocks(req, rep, cfg, i, (req.computed[i] + c + bt - 1) // bt,
                                       rep.fst[T.F_NOW])
@@ -185,6 +187,16 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
         n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
                                n_ch, cfg[T.C_CHUNKED] != 0, ready)
     if n_ch == 0 and n_dec == 0:
+        if no_room and ist[T.I_RESUMED] == 0:  # rule (34): the prefills wait on each other
+            S.ensure_ranks(req, rep, cfg, rk)
+            v = S.worst_running(req, rep)
+            if ist[T.I_NRUN] == 1 and ist[T.I_NREL] == 0:
+                T.r_remove(rep, v)
+                T.release_request(req, rep, v, rep.fst[T.F_NOW])
+                T.reject(req, v, np.int64(T.R_CTX_KV))
+            else:
+                T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
+            ist[T.I_RESUMED] = 1  # the next step plans again
         return ist[T.I_RESUMED] != 0  # a resumed request decodes next step; else idle
     any_new = False
     for k in range(n_dec):

@@ -259,22 +259,6 @@ class Replica(KVMoves):
             full -= len(self.bm.match(S.block_keys(i, bt)))
         return max(full, 0)
 
-    def _decode_need(self, decodes: list[int]) -> int:
-        if not decodes:
-            return 0
-        S = self.S
-        idx = np.asarray(decodes, np.int64)
-        return int(np.count_nonzero(S.computed[idx] + 1 > (S.anon[idx] + S.nslots[idx]) * self.bt))
-
-    def _phases(self) -> tuple[list[int], list[int]]:
-        """Running requests in decode phase (one token left to compute) and in prefill."""
-        if not self.running:
-            return [], []
-        S = self.S
-        idx = np.asarray(self.running, np.int64)
-        left = S.prompt[idx] + S.gen[idx] - S.computed[idx]
-        return idx[left == 1].tolist(), idx[left > 1].tolist()
-
     def _link_net(self) -> int:
         """Blocks the host link's queued copies will free, net of those promised to
         swap-ins (0 without an overlapped link)."""
@@ -416,8 +400,8 @@ class Replica(KVMoves):
                     X.proactive(self, self._blocked)
                 return self._iterate(chunks, [])
         # running requests in decode phase and in (chunked) prefill phase
-        decodes, partial = self._phases()
-        need = self._decode_need(decodes)
+        decodes, partial = S.phases(self.running)
+        need = S.decode_need(decodes, self.bt)
         while need > self.bm.plain_free:
             if self.make_room(need):
                 break
@@ -426,15 +410,9 @@ class Replica(KVMoves):
                 break
             if self.proactive and X.relieve(self):
                 continue  # a resident request is swapped out (its blocks come back)
-            v = preempt.worst_running(self.running, self.ranks())
-            if len(self.running) == 1 and not self.releases:
-                self.running.remove(v)
-                self.release_request(v, self.now)
-                S.reject(v, "context_exceeds_kv")
-            else:
-                self.preempt(v)
+            self._preempt_worst()
             decodes = [i for i in decodes if i in self.running]
-            need = self._decode_need(decodes)
+            need = S.decode_need(decodes, self.bt)
             admit_ok = False  # as vLLM: no new admissions in a step that preempted
             self._resumed = True  # the next step plans again (single iteration now)
         if self._stalled:
@@ -449,6 +427,7 @@ class Replica(KVMoves):
         budget -= len(decodes)
         if self.ctl is not None and eng.batching == "decode-first":
             budget = min(budget, int(self.ctl.budget(V.budget_view(self, decodes, budget))))
+        no_room = False  # a running prefill got no chunk for want of KV room (34)
         if eng.batching == "decode-first":
             partial = [i for i in partial if i in self.running]
             if partial:
@@ -463,6 +442,7 @@ class Replica(KVMoves):
                 room = (held + self.bm.available) * self.bt - int(S.computed[i])
                 c = min(c, room)
                 if c <= 0:
+                    no_room |= room <= 0
                     continue
                 alloc_prompt_blocks(self, i, -(-(int(S.computed[i]) + c) // self.bt))
                 chunks.append((i, c, int(S.computed[i])))
@@ -471,6 +451,9 @@ class Replica(KVMoves):
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
         freed = self.proactive and X.proactive(self, self._blocked)
         if not chunks and not decodes:
+            if no_room and not (self._resumed or freed or self._link_net() > 0):
+                self._preempt_worst()  # rule (34): the prefills wait on each other
+                self._resumed = True  # the next step plans again
             # a resumed request decodes next step, blocks freed now admit one; else idle
             return self._resumed or freed
         if chunks or self.swap_blocks_pending or self.swap_s_pending or self._resumed or \
@@ -480,6 +463,17 @@ class Replica(KVMoves):
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
             return self.spec.step(self, decodes)
         return self._decode_run(decodes, stop)
+
+    def _preempt_worst(self) -> None:
+        """Preempt the worst-ranked running request for KV memory (rules (10), (34)); the
+        last one running, with nothing being released, is dropped."""
+        v = preempt.worst_running(self.running, self.ranks())
+        if len(self.running) == 1 and not self.releases:
+            self.running.remove(v)
+            self.release_request(v, self.now)
+            self.S.reject(v, "context_exceeds_kv")
+        else:
+            self.preempt(v)
 
     def _iterate(self, chunks: list, decodes: list[int]) -> bool:
         """One iteration with prefill chunks and/or decodes (blocks already allocated)."""

@@ -139,6 +139,24 @@ class State:
         """Drop the memoized keys of a request that left the system."""
         self._block_keys.pop(i, None)
 
+    # ------------------------------------------------------------------ phases
+    def phases(self, running: list[int]) -> tuple[list[int], list[int]]:
+        """``running`` requests in decode phase (one token left to compute) and in prefill
+        phase (``models/simulator.md`` (2))."""
+        if not running:
+            return [], []
+        idx = np.asarray(running, np.int64)
+        left = self.prompt[idx] + self.gen[idx] - self.computed[idx]
+        return idx[left == 1].tolist(), idx[left > 1].tolist()
+
+    def decode_need(self, decodes: list[int], block_tokens: int) -> int:
+        """New KV blocks the ``decodes`` need for their next token (rule (10))."""
+        if not decodes:
+            return 0
+        idx = np.asarray(decodes, np.int64)
+        held = (self.anon[idx] + self.nslots[idx]) * block_tokens
+        return int(np.count_nonzero(self.computed[idx] + 1 > held))
+
     # ------------------------------------------------------------------ outcomes
     def release_at(self, i: int, t: float) -> None:
         """Request ``i`` (a child) is released, and so effectively arrives, at ``t``."""

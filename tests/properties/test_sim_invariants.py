@@ -87,3 +87,28 @@ def test_fast_equals_reference_with_live_migration(case, period_s, kind):
     assert np.all(a["generated_tokens"][fin] == a["output_tokens"][fin])
     assert np.all(a["finish_s"][fin] >= a["first_token_s"][fin])
     assert fast.stats["migrations"] == int(a["migrations"].sum())
+
+
+def test_two_partial_prefills_fill_the_memory():
+    """Named example (``models/simulator.md`` (34)): two prompts of 143 and 127 tokens in
+    chunked prefill together fill a 200-token KV memory, so neither can take its next chunk
+    and nothing decodes; the worst-ranked one is preempted (swapped out) and both finish,
+    on both engines. Before rule (34) both were left running for ever ('stalled')."""
+    import lpserve as lp
+    from lpserve.cost.table import UnitRoundCost
+
+    prompts = [1] * 20
+    outputs = [1] * 20
+    prompts[8], prompts[10], prompts[11] = 71, 143, 127
+    outputs[8], outputs[12] = 7, 24
+    trace = lp.Trace.from_arrays(arrival_s=np.arange(20, dtype=float),
+                                 prompt_tokens=prompts, output_tokens=outputs)
+    inst = lp.Instance(trace=trace, cost=UnitRoundCost(200), cluster=lp.Cluster(
+        gpu="a100-80gb", llm="llama-2-7b", block_tokens=1, host_memory_gb=1e-6))
+    policy = lp.make_policy("vllm", max_num_seqs=2, max_num_batched_tokens=64,
+                            preemption="swap", prefix_caching=False)
+    fast, _ = fast_and_reference(inst, policy, seed=0)
+    a = fast.arrays
+    assert (a["status"] == "finished").all(), sorted(set(a["reason"]))
+    assert fast.summary(flat=True)["preemptions"] == 2 and fast.stats["swaps"] == 2
+    assert a["finish_s"][10] == 19.0 and a["finish_s"][11] == 21.0

@@ -60,7 +60,7 @@ def test_tail_intervals_hold_every_schedule_above_their_lower_end():
     """The p99 TTFT and p99 E2E intervals: the per-request cost bound's p99 is below the
     p99 of every simulated schedule (each request is above its own bound), and the best
     policy given is the upper end."""
-    from lpserve.evaluate.interval import QUANTILE_KEYS, quantile_intervals
+    from lpserve.evaluate.bounds import QUANTILE_KEYS, quantile_intervals
 
     inst = lp.Instance(trace=lp.bundled_trace().head(80).scale_rate(4.0),
                        cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
