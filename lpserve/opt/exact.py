@@ -43,7 +43,10 @@ def _int_array(values: Any, field: str, *, minimum: int) -> np.ndarray:
 class KVProblem:
     """One worker with KV memory ``memory_tokens``; request ``i`` arrives in round
     ``arrival_round[i]``, holds ``prompt_tokens[i] + j`` tokens while producing its
-    ``j``-th output token, and runs every round from its start until it finishes.
+    ``j``-th output token, and runs every round from its start until it finishes
+    (``models/schedule-ip.md`` (3a), Jaillet et al.'s convention). A simulated request with
+    prompt ``p`` holds ``p + j - 1`` (the newest token's KV is written when it is fed back,
+    ``models/simulator.md`` (2)), so :meth:`from_instance` sets ``s_i = p_i - 1``.
 
     Attributes (arrays shape ``(n,)``, int64):
         arrival_round: a_i, first round in which i may start (>= 0).
@@ -77,9 +80,11 @@ class KVProblem:
     @classmethod
     def from_instance(cls, instance: Any, memory_tokens: int | None = None,
                       round_s: float = 1.0) -> "KVProblem":
-        """The abstract model of ``instance``: rounds of ``round_s`` seconds, arrivals
-        rounded up to the next round boundary; ``memory_tokens`` defaults to the
-        instance's ``UnitRoundCost(memory_tokens=M)``."""
+        """The abstract model of ``instance`` as the simulator runs it: rounds of
+        ``round_s`` seconds, arrivals rounded up to the next round boundary, ``s_i`` the
+        prompt minus one (the KV a request holds besides the token it is producing,
+        ``models/schedule-ip.md`` (3b)); ``memory_tokens`` defaults to the instance's
+        ``UnitRoundCost(memory_tokens=M)``."""
         if memory_tokens is None:
             cost = getattr(instance, "cost", None)
             memory_tokens = getattr(cost, "memory_tokens", None)
@@ -90,7 +95,8 @@ class KVProblem:
             raise ValueError(f"round_s must be > 0, got {round_s!r}")
         t = instance.trace
         arr = np.ceil(np.asarray(t.arrival_s, dtype=np.float64) / round_s - 1e-9)
-        return cls.from_arrays(np.maximum(arr, 0), t.prompt_tokens, t.output_tokens,
+        prompt = np.asarray(t.prompt_tokens, np.int64)
+        return cls.from_arrays(np.maximum(arr, 0), prompt - 1, t.output_tokens,
                                int(memory_tokens))
 
     @property

@@ -177,6 +177,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "proofs/schedule-ip-exact.md: the memory rows charge one token less per round",
         ("tests/properties/test_opt_schedule.py::test_ip_equals_brute_force_and_bounds_below",)),
     Mutation(
+        "round-model-charges-the-whole-prompt", "lpserve/opt/exact.py",
+        "        return cls.from_arrays(np.maximum(arr, 0), prompt - 1, t.output_tokens,",
+        "        return cls.from_arrays(np.maximum(arr, 0), prompt, t.output_tokens,",
+        "proofs/schedule-ip-exact.md: an instance's request holds prompt + j - 1 tokens (3b)",
+        ("tests/properties/test_sched_mcsf.py::"
+         "test_two_one_token_requests_share_a_two_token_memory",)),
+    Mutation(
         "prefix-lp-no-closure-rows", "lpserve/opt/cache_flow.py",
         "    P = J[acc.depth[J] > 0]",
         "    P = J[:0]",

@@ -23,7 +23,9 @@ def test_ip_matches_dp_and_certifies():
     model = S.build(inst)
     sol = S.solve(model)
     assert sol.status == Status.OPTIMAL
-    assert sol.objective == kv_optimal(KVProblem.from_arrays(a, s, o, M))[0]
+    assert sol.objective == kv_optimal(KVProblem.from_instance(inst))[0]
+    # the round model of an instance holds one token less than its prompt (3b)
+    assert KVProblem.from_instance(inst).prompt_tokens.tolist() == [x - 1 for x in s]
     assert sol.bound == sol.objective and sol.digest == inst.digest()
     assert all(v == 0 for v in S.certify(model, sol).values())
     assert not check_schedule(model.problem, sol.primal["start_round"])
@@ -41,7 +43,7 @@ def test_lp_relaxation_and_capped_window_are_lower():
 
 
 def test_infeasible_names_the_request():
-    inst = _instance([0, 1], [2, 6], [3, 5], 10)
+    inst = _instance([0, 1], [2, 7], [3, 5], 10)  # request 1 holds 7 + 5 - 1 tokens
     sol = solve("schedule-ip", inst)
     assert sol.status == Status.INFEASIBLE
     assert "request 1" in sol.message and "11 tokens > memory_tokens 10" in sol.message
