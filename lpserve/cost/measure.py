@@ -10,8 +10,10 @@ Two inputs (``lpserve calibrate``, :func:`calibrate_to`):
 - the JSON that vLLM's serving benchmark writes (``benchmark_serving.py --save-result`` /
   ``vllm bench serve --save-result``). With per-request results (``input_lens``,
   ``output_lens``, ``ttfts``, ``itls``, and ``start_times`` where the version writes
-  them) every inter-token gap becomes an iteration row whose batch is rebuilt from the
-  requests then running (exact at ``max_concurrency`` 1); a summary-only file (no
+  them; read and checked by :func:`lpserve.trace.serving_requests.bench_serve_fields`,
+  as ``lpserve calibrate --serving`` reads them) every inter-token gap becomes an
+  iteration row whose batch is rebuilt from the requests then running (exact at
+  ``max_concurrency`` 1); a summary-only file (no
   ``--save-detailed``) gives two mean-field rows: a decode iteration at the mean decode
   batch (output throughput x mean ITL, Little's law) at the mean context, and the mean
   TTFT as one prefill of the mean input (of every prompt at once when the benchmark sent
@@ -28,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lpserve.trace import TraceError
+from lpserve.trace.serving_requests import bench_serve_fields
 
 #: cap on the iteration rows taken from one serving benchmark (evenly strided, in order)
 MAX_JSON_ROWS = 4000
@@ -172,15 +177,11 @@ def _summary_rows(doc: dict[str, Any], where: str, tp: int, name: str) -> list[d
 
 
 def _detailed_rows(doc: dict[str, Any], where: str, tp: int, name: str) -> list[dict[str, Any]]:
-    lists = {k: _field(doc, k, where, list) for k in ("input_lens", "output_lens", "ttfts", "itls")}
-    n = len(lists["input_lens"])
-    for k, v in lists.items():
-        if len(v) != n:
-            raise MeasurementError(f"{where}: field {k!r} has {len(v)} entries, 'input_lens' {n}")
-    errors = doc.get("errors") or [""] * n
-    starts = doc.get("start_times")
-    if starts is not None and (not isinstance(starts, list) or len(starts) != n):
-        raise MeasurementError(f"{where}: field 'start_times' must hold {n} numbers")
+    try:
+        f = bench_serve_fields(doc, where)
+    except TraceError as exc:
+        raise MeasurementError(str(exc)) from None
+    starts = f["start_times"]
     conc = doc.get("max_concurrency")
     if starts is None and conc != 1:
         raise MeasurementError(f"{where}: field 'start_times' is missing and 'max_concurrency' is "
@@ -188,18 +189,14 @@ def _detailed_rows(doc: dict[str, Any], where: str, tp: int, name: str) -> list[
                                "(max_concurrency 1) tells which requests shared an iteration")
     reqs = []
     clock = 0.0
-    for i in range(n):
-        if errors[i]:
-            continue
-        inp, ttft, itl = lists["input_lens"][i], lists["ttfts"][i], lists["itls"][i]
-        if not (isinstance(inp, int) and inp >= 1):
+    for i in np.flatnonzero(f["ok"]).tolist():
+        inp, ttft = int(f["input_lens"][i]), float(f["ttfts"][i])
+        if inp < 1:
             raise MeasurementError(f"{where}: field 'input_lens'[{i}] must be a positive integer")
-        if not (isinstance(ttft, (int, float)) and ttft > 0):
+        if not ttft > 0:
             raise MeasurementError(f"{where}: field 'ttfts'[{i}] must be > 0, got {ttft!r}")
-        if not isinstance(itl, list) or any(not isinstance(x, (int, float)) or x < 0 for x in itl):
-            raise MeasurementError(f"{where}: field 'itls'[{i}] must be a list of gaps >= 0 (s)")
         start = float(starts[i]) if starts is not None else clock
-        times = start + ttft + np.concatenate([[0.0], np.cumsum(itl)])
+        times = start + ttft + np.concatenate([[0.0], np.cumsum(f["itls"][i])])
         clock = float(times[-1])
         reqs.append((start, inp, times))
     if not reqs:

@@ -41,7 +41,7 @@ from lpserve.trace.serving_runs import (
     serving_error,
 )
 
-__all__ = ["load_request_csv", "load_vllm_bench_serve"]
+__all__ = ["BENCH_FIELDS", "bench_serve_fields", "load_request_csv", "load_vllm_bench_serve"]
 
 #: the per-request CSV's columns (``ok`` optional)
 CSV_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
@@ -132,6 +132,51 @@ def _as_array(source: str, name: str, v: list[Any], ok: np.ndarray, *,
     return out
 
 
+#: per-request fields of a ``vllm bench serve --save-detailed`` JSON that every reader needs
+BENCH_FIELDS = ("input_lens", "output_lens", "ttfts", "itls")
+
+
+def bench_serve_fields(doc: Any, source: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The per-request fields of a ``vllm bench serve --save-detailed`` JSON object, checked
+    once for both of its readers (:func:`load_vllm_bench_serve` and
+    ``lpserve.cost.measure.read_vllm_benchmark_json``).
+
+    Returns ``ok`` (bool ``(n,)``: no error recorded), ``input_lens`` and ``output_lens``
+    (int64 ``(n,)``), ``ttfts`` (float64 ``(n,)``, s), ``itls`` (per request a float64
+    array of gaps >= 0, s; empty for a failed request), and ``start_times`` and
+    ``latencies`` (float64 ``(n,)``, s) or ``None`` where the file has none and they are not
+    in ``required``. A failed request's fields are not read, except its start time. A
+    :class:`TraceError` names ``source``, the field and the request."""
+    if not isinstance(doc, dict):
+        raise serving_error(source, "the top level must be a JSON object")
+    inp = _numbers(source, doc, "input_lens", None)
+    n = len(inp)
+    if n == 0:
+        raise serving_error(source, "field 'input_lens' is empty: no request was recorded")
+    errors = doc.get("errors", [""] * n)
+    if not isinstance(errors, list) or len(errors) != n:
+        raise serving_error(source, f"field 'errors' must be a list of {n} entries")
+    ok = np.array([not e for e in errors], bool)
+    out: dict[str, Any] = {"ok": ok, "input_lens": _as_array(source, "input_lens", inp, ok,
+                                                              integer=True)}
+    for name in ("output_lens", "ttfts", "latencies", "start_times"):
+        if name not in BENCH_FIELDS and name not in required and doc.get(name) is None:
+            out[name] = None
+            continue
+        mask = np.ones(n, bool) if name == "start_times" else ok
+        out[name] = _as_array(source, name, _numbers(source, doc, name, n), mask,
+                              integer=name == "output_lens")
+    gaps = _numbers(source, doc, "itls", n)
+    out["itls"] = []
+    for i in range(n):
+        g = gaps[i] if ok[i] else []
+        if not isinstance(g, list) or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                                          or not math.isfinite(x) or x < 0 for x in g):
+            raise serving_error(source, f"field 'itls'[{i}] must be a list of gaps >= 0 (s)")
+        out["itls"].append(np.asarray(g, np.float64))
+    return out
+
+
 def load_vllm_bench_serve(path: str | Path, *, gpu: str, llm: str | None = None, tp: int = 1,
                           **settings: Any) -> list[ServingStage]:
     """The stage of one ``vllm bench serve`` result JSON (see the module docstring).
@@ -142,35 +187,14 @@ def load_vllm_bench_serve(path: str | Path, *, gpu: str, llm: str | None = None,
     p = Path(path)
     src = str(p)
     doc = read_json(p)
-    if not isinstance(doc, dict):
-        raise serving_error(src, "the top level must be a JSON object")
-    inp = _numbers(src, doc, "input_lens", None)
-    n = len(inp)
-    if n == 0:
-        raise serving_error(src, "field 'input_lens' is empty: no request was recorded")
-    errors = doc.get("errors", [""] * n)
-    if not isinstance(errors, list) or len(errors) != n:
-        raise serving_error(src, f"field 'errors' must be a list of {n} entries")
-    ok = np.array([not e for e in errors], bool)
-    lists = {k: _numbers(src, doc, k, n) for k in ("output_lens", "ttfts", "latencies",
-                                                  "start_times", "itls")}
-    prompt = _as_array(src, "input_lens", inp, ok, integer=True)
-    output = _as_array(src, "output_lens", lists["output_lens"], ok, integer=True)
-    start = _as_array(src, "start_times", lists["start_times"], np.ones(n, bool),
-                      integer=False)
-    gaps = []
-    for i in np.flatnonzero(ok):
-        g = lists["itls"][i]
-        if not isinstance(g, list) or any(isinstance(x, bool) or not isinstance(x, (int, float))
-                                          or not math.isfinite(x) or x < 0 for x in g):
-            raise serving_error(src, f"field 'itls'[{i}] must be a list of gaps >= 0 (s)")
-        gaps.extend(g)
+    f = bench_serve_fields(doc, src, required=("start_times", "latencies"))
+    ok = f["ok"]
+    gaps = np.concatenate([f["itls"][i] for i in np.flatnonzero(ok)] or [np.zeros(0)])
     model = str(doc.get("model_id") or llm or "")
-    return [_stage(src, p.stem, model=model, llm=llm, gpu=gpu, tp=tp, arrival_s=start,
-                   prompt=prompt, output=output,
-                   ttft_s=_as_array(src, "ttfts", lists["ttfts"], ok, integer=False),
-                   e2e_s=_as_array(src, "latencies", lists["latencies"], ok, integer=False),
-                   ok=ok, chunk_gaps_s=np.asarray(gaps, np.float64), settings=settings)]
+    return [_stage(src, p.stem, model=model, llm=llm, gpu=gpu, tp=tp,
+                   arrival_s=f["start_times"], prompt=f["input_lens"],
+                   output=f["output_lens"], ttft_s=f["ttfts"], e2e_s=f["latencies"], ok=ok,
+                   chunk_gaps_s=gaps, settings=settings)]
 
 
 def _csv_value(src: str, line: int, col: str, text: str, integer: bool) -> float:
