@@ -187,19 +187,15 @@ def engine_note(name: str) -> str | None:
     return note[0] or None if note is not None else None
 
 
-def owned_engine_fields(name: str) -> tuple[str, ...]:
+def owned_engine_fields(name: str) -> tuple[str, ...] | None:
     """The EngineConfig fields registered policy ``name`` keeps when a comparison runs it
     on a shared engine: :data:`~lpserve.policy.engine.DECISION_FIELDS`, plus those its
-    engine note names (every field for a policy that is an engine)."""
-    from dataclasses import fields
-
-    from lpserve.policy import DECISION_FIELDS, EngineConfig
+    engine note names; ``None`` for a policy that is an engine (it keeps every field)."""
+    from lpserve.policy import DECISION_FIELDS
 
     note = _ENGINE_NOTES.get(name)
     owns = () if note is None else note[1]
-    if owns == "all":
-        return tuple(f.name for f in fields(EngineConfig))
-    return DECISION_FIELDS + tuple(owns)
+    return None if owns == "all" else DECISION_FIELDS + tuple(owns)
 
 
 def policy_names() -> list[str]:

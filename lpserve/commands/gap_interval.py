@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lpserve.commands.common import CLIError, emit_json, fmt_num, md_table
-from lpserve.commands.gap_run import load_label, load_name
+from lpserve.commands.gap_run import load_label, load_name, load_tag
 
 __all__ = ["EXIT_BOUND_VIOLATED", "add_interval_args", "optimality_intervals", "print_interval",
            "violated", "write_interval"]
@@ -171,10 +171,6 @@ def _tail_line(r: dict[str, Any]) -> str:
     return "; ".join(parts) + " (lower: the per-request cost bound's p99)"
 
 
-def _short(load_unit: str, load: float) -> str:
-    return f"u{load:g}" if load_unit == "utilization" else f"x{load:g}"
-
-
 def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str,
                    load_unit: str = "scale") -> None:
     """Print the interval per load (lower end, upper end, their ratio, each bound's status,
@@ -189,7 +185,7 @@ def print_interval(intervals: list[dict[str, Any]], runs: Any, workload: str,
     if _lp_left_out(intervals):
         print("  " + LP_LEFT_OUT)
     r = max(intervals, key=lambda x: x["load"])
-    print(f"{'policy':<26}" + "".join(f"{_short(load_unit, x['load']) + ' /lower':>13}"
+    print(f"{'policy':<26}" + "".join(f"{load_tag(load_unit, x['load']) + ' /lower':>13}"
                                        f"{'/upper':>8}" for x in intervals))
     for name in r["policies"]:
         cells = ""
@@ -228,7 +224,7 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
                                 f"interval\n{cluster.n_replicas} x {args.gpu} / {args.llm}",
                                 x_label=load_label(args))
     fig.savefig(out / "interval_vs_load.png", dpi=110)
-    rows = [[_short(args.load_unit, r["load"]), fmt_num(r["lower_mean_s"]), r["lower_name"],
+    rows = [[load_tag(args.load_unit, r["load"]), fmt_num(r["lower_mean_s"]), r["lower_name"],
              fmt_num(r["upper_mean_s"]), r["upper_name"], fmt_num(r["ratio"]),
              "; ".join(f"{b['name']} {b['status']} {b['wall_s']:.1f} s" for b in r["bounds"]),
              f"{r['search']['status']} {r['search']['wall_s']:.1f} s"] for r in intervals]
@@ -248,9 +244,9 @@ def write_interval(out: Path, intervals, runs, workload, args, cluster) -> list[
                      "bounds (status, wall)", "search (status, wall)"], rows),
           "Tails (the per-request cost bound's p99 below, the best simulated policy's "
           "above, over every fitting request):", "",
-          *[f"- {_short(args.load_unit, r['load'])}: {_tail_line(r)}." for r in intervals],
+          *[f"- {load_tag(args.load_unit, r['load'])}: {_tail_line(r)}." for r in intervals],
           "", "Each policy as value / lower and value / upper:", "",
-          md_table(["policy"] + [_short(args.load_unit, r["load"]) for r in intervals], prow),
+          md_table(["policy"] + [load_tag(args.load_unit, r["load"]) for r in intervals], prow),
           *[f"- {quotable(r, next(iter(r['policies'])), args.load_unit)}." for r in intervals
             if r["policies"]], "",
           "![interval vs load](interval_vs_load.png)", ""]

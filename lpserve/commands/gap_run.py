@@ -77,7 +77,8 @@ class GapRun:
     def compare_options(self) -> dict:
         """Keyword arguments of :func:`lpserve.evaluate.compare` for every case."""
         return {"engine": self.engine, "predictor": self.predictor,
-                "over": self.over, "shared_engine": self.shared_engine, "checkpoint": self.checkpoint,
+                "over": self.over, "shared_engine": self.shared_engine,
+                "checkpoint": self.checkpoint,
                 "on_result": self.reporter.on_result,
                 "on_requests": self.reporter.on_requests}
 
@@ -120,6 +121,11 @@ def load_name(load_unit: str, load: float) -> str:
     """A load of ``lpserve gap`` in its unit: ``"load x1.5"`` (rate scale) or
     ``"utilisation 0.6"`` (of the fluid capacity estimate)."""
     return f"utilisation {load:g}" if load_unit == "utilization" else f"load x{load:g}"
+
+
+def load_tag(load_unit: str, load: float) -> str:
+    """:func:`load_name` in a table header: ``"x1.5"`` or ``"u0.6"``."""
+    return f"u{load:g}" if load_unit == "utilization" else f"x{load:g}"
 
 
 def load_label(args: argparse.Namespace) -> str:

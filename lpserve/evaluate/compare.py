@@ -75,8 +75,8 @@ _TEXT_COLUMNS = ("policy", "kind", "description", "engine", "engine_from", "onli
                  "from_checkpoint")
 
 
-def _run_row(label: str, kind: str, pol: Any, overrides: Mapping[str, Any], seed: int,
-             res: Any, wall: float, cluster: Any, source: str
+def _run_row(label: str, kind: str, pol: Any, seed: int, res: Any, wall: float,
+             cluster: Any, source: str
              ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The table row of one run over the requests it finished, and its per-request arrays."""
     import json
@@ -262,7 +262,7 @@ def compare(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
                 t0 = time.perf_counter()
                 res = simulate(instance, counting(pol, on_requests), seed=seed,
                                predictor=predictor)
-                row, arrays = _run_row(label, kind, pol, overrides, seed, res,
+                row, arrays = _run_row(label, kind, pol, seed, res,
                                        time.perf_counter() - t0, instance.cluster, source)
                 if store is not None:
                     store.save(key, row, arrays)

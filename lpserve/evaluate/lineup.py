@@ -9,17 +9,14 @@
 """
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any, Mapping, Sequence
 
 from lpserve.evaluate.specs import (
     apply_engine,
     check_engine,
-    describe_overrides,
     engine_for,
     shared_engine_overrides,
 )
-from lpserve.policy import EngineConfig
 
 #: baseline heuristics: round robin + FCFS + LRU with whole-prompt prefill (vLLM), the same
 #: engine behind join-the-shortest-queue (least outstanding requests), and Sarathi-Serve's
@@ -91,16 +88,14 @@ def default_policies(n_replicas: int = 2) -> list[str]:
     return out + found[:MAX_DISCOVERED]
 
 
-def describe_policy(policy: Any, overrides: Mapping[str, Any] | None = None,
-                    cluster: Any = None) -> str:
+def describe_policy(policy: Any, cluster: Any = None) -> str:
     """``router / scheduler / evictor / engine`` of a policy (the ``description`` column
     of :func:`compare`): its exact engine (:meth:`~lpserve.policy.EngineConfig.describe`)
     as it runs on ``cluster`` (GPU-set fields resolved; without a cluster, the engine's
-    fallback values), and the ``overrides`` applied to it when given."""
+    fallback values)."""
     e = policy.engine if cluster is None else policy.engine_on(cluster)
-    extra = f" (set: {describe_overrides(overrides)})" if overrides else ""
     return (f"{policy.router.name} / {policy.scheduler.name} / {policy.evictor.name} / "
-            f"{e.describe()}{extra}")
+            f"{e.describe()}")
 
 
 def _label(label: Any, spec: Any) -> str:
@@ -158,8 +153,8 @@ def _anchor(built: Sequence[tuple[str, Any, str, Any]], shared_engine: bool | st
 
 
 def _owned(spec: Any) -> tuple[str, ...] | None:
-    """Engine fields a policy keeps on a shared engine; ``None``: all (a Policy object
-    carries the engine its user gave it)."""
+    """Engine fields a policy keeps on a shared engine; ``None``: its whole engine (an
+    engine baseline, or a Policy object, which carries the engine its user gave it)."""
     from lpserve.policy import DECISION_FIELDS
     from lpserve.registry import owned_engine_fields
 
@@ -169,9 +164,9 @@ def _owned(spec: Any) -> tuple[str, ...] | None:
 
 
 def resolve_with_sources(instance: Any, policies: Sequence[Any] | Mapping[str, Any],
-             skipped: dict[str, str] | None, engine: Mapping[str, Any] | None,
-             shared_engine: bool | str = False
-             ) -> list[tuple[str, Any, str, str, dict[str, Any], str]]:
+                         skipped: dict[str, str] | None, engine: Mapping[str, Any] | None,
+                         shared_engine: bool | str = True
+                         ) -> list[tuple[str, Any, str, str, dict[str, Any], str]]:
     """``(label, Policy, kind, spec, engine overrides, engine source)`` per policy (see
     :func:`resolve_policies`; the source is ``"own"`` or ``"X's"``, with ``" + given"``
     when ``engine`` overrides it)."""
@@ -201,8 +196,7 @@ def resolve_with_sources(instance: Any, policies: Sequence[Any] | Mapping[str, A
         source = "own"
         if anchor is not None and lab != anchor[0] and owned is not None:
             shared = shared_engine_overrides(anchor[1], pol, owned, instance.cluster)
-            if len(owned) < len(fields(EngineConfig)):
-                source = f"{anchor[0]}'s"
+            source = f"{anchor[0]}'s"
         given = engine_for(engine, lab)
         over = {**shared, **given}
         if given:

@@ -55,6 +55,22 @@ def enqueue(req, rep, cfg, i, t):
 
 
 @njit(cache=True)
+def preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
+    """Preempt the worst-ranked running request for KV memory (rules (10), (34)); the last
+    one running, with nothing being released, is dropped (``Replica._preempt_worst``).
+    Returns it."""
+    S.ensure_ranks(req, rep, cfg, rk)
+    v = S.worst_running(req, rep)
+    if rep.ist[T.I_NRUN] == 1 and rep.ist[T.I_NREL] == 0:
+        T.r_remove(rep, v)
+        T.release_request(req, rep, v, rep.fst[T.F_NOW])
+        T.reject(req, v, np.int64(T.R_CTX_KV))
+    else:
+        T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
+    return v
+
+
+@njit(cache=True)
 def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, stop):
     """Plan and run one iteration (or a run of decode iterations); False if idle."""
     ist = rep.ist
@@ -110,14 +126,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
     while need > p.ist[P.P_PLAIN]:
         if T.make_room(req, rep, cfg, need):
             break
-        S.ensure_ranks(req, rep, cfg, rk)
-        v = S.worst_running(req, rep)
-        if ist[T.I_NRUN] == 1 and ist[T.I_NREL] == 0:
-            T.r_remove(rep, v)
-            T.release_request(req, rep, v, rep.fst[T.F_NOW])
-            T.reject(req, v, np.int64(T.R_CTX_KV))
-        else:
-            T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
+        v = preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
         m = 0
         for k in range(n_dec):
             if dec[k] != v:
@@ -188,14 +197,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
                                n_ch, cfg[T.C_CHUNKED] != 0, ready)
     if n_ch == 0 and n_dec == 0:
         if no_room and ist[T.I_RESUMED] == 0:  # rule (34): the prefills wait on each other
-            S.ensure_ranks(req, rep, cfg, rk)
-            v = S.worst_running(req, rep)
-            if ist[T.I_NRUN] == 1 and ist[T.I_NREL] == 0:
-                T.r_remove(rep, v)
-                T.release_request(req, rep, v, rep.fst[T.F_NOW])
-                T.reject(req, v, np.int64(T.R_CTX_KV))
-            else:
-                T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
+            preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
             ist[T.I_RESUMED] = 1  # the next step plans again
         return ist[T.I_RESUMED] != 0  # a resumed request decodes next step; else idle
     any_new = False
