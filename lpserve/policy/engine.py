@@ -98,6 +98,12 @@ class EngineConfig:
             ``"llf"`` (least laxity first: the request's SLO deadline minus the copy time)
             or ``"rmlq"`` (MFS's reverse multi-level queue: laxity levels, promoted as the
             laxity shrinks; ``models/simulator.md`` (31)).
+        kv_offload_gib: vLLM's CPU KV offload (``--kv-offloading-size``, native backend):
+            GiB of host memory per replica (every tensor-parallel rank together) holding
+            copies of computed prompt blocks in LRU order; a prompt that misses the GPU
+            prefix cache loads the following blocks found there over the host link
+            before its prefill (``models/simulator.md`` (35)). 0 (default) for none.
+            Needs ``prefix_caching`` and ``batching="decode-first"``; Python engine only.
     """
 
     batching: str = "prefill-first"
@@ -121,6 +127,7 @@ class EngineConfig:
     proactive_free_blocks: int | None = None
     link_order: str = "fifo"
     schedule_ahead: bool = False
+    kv_offload_gib: float = 0.0
 
     def __post_init__(self) -> None:
         from lpserve.cost.base import check_ratio  # the cost package loads numba
@@ -176,6 +183,15 @@ class EngineConfig:
                               or v < 0):
             raise ValueError("EngineConfig.proactive_free_blocks must be None or an integer "
                              f">= 0, got {v!r}")
+        g = self.kv_offload_gib
+        if isinstance(g, bool) or not isinstance(g, (int, float, np.number)) or \
+                not (np.isfinite(g) and g >= 0):
+            raise ValueError("EngineConfig.kv_offload_gib must be a finite number >= 0, "
+                             f"got {g!r}")
+        if g > 0 and not (self.prefix_caching and self.batching == "decode-first"):
+            raise ValueError("EngineConfig.kv_offload_gib needs prefix_caching=True and "
+                             f"batching='decode-first', got prefix_caching="
+                             f"{self.prefix_caching!r}, batching={self.batching!r}")
         if self.chunked_prefill and self.batching != "decode-first":
             raise ValueError("EngineConfig.chunked_prefill needs batching='decode-first', "
                              f"got {self.batching!r}")
@@ -201,6 +217,8 @@ class EngineConfig:
             parts.append(f"{self.transfers} swaps")
         if self.schedule_ahead:
             parts.append("schedule-ahead")
+        if self.kv_offload_gib:
+            parts.append(f"CPU KV offload {self.kv_offload_gib:g} GiB")
         if self.evict_batch_blocks != 32:
             parts.append(f"evict {self.evict_batch_blocks} blocks at once")
         if self.priority_preemption:
@@ -253,7 +271,7 @@ ENGINE_TEXT_FIELDS: dict[str, Any] = {
     "evict_batch_blocks": "int", "priority_preemption": "bool", "compression_ratio": "float",
     "compression_accuracy_cost": "float", "transfers": TRANSFER_MODES,
     "proactive_swap": "bool", "proactive_free_blocks": "int?", "link_order": LINK_ORDERS,
-    "schedule_ahead": "bool",
+    "schedule_ahead": "bool", "kv_offload_gib": "float",
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

@@ -50,6 +50,9 @@ class Result:
             ``link_copies`` and ``link_busy_s`` (overlapped copies and their time); with
             speculative decoding also ``speculation`` (steps, speculative steps, drafted,
             accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`);
+            with CPU KV offload also ``offload`` (``tier_blocks``, ``hit_tokens``,
+            ``loaded_blocks``, ``load_s``, ``stored_blocks``, ``dropped_blocks``, summed
+            over replicas; :meth:`lpserve.sim.offload.Offload.stats`);
             with a rebalancer also ``migrations``, ``migrated_gb`` and ``migration_s``, the
             summed copy time, counted when a copy starts).
             ``arrays["migrations"]`` counts each request's live migrations and
@@ -265,6 +268,10 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         links = [r.link for r in reps if getattr(r, "link", None) is not None]
         stats["link_copies"] = int(sum(k.n_copies for k in links))
         stats["link_busy_s"] = float(sum(k.busy_s for k in links))
+    offloads = [r.offload for r in reps if getattr(r, "offload", None) is not None]
+    if offloads:  # CPU KV offload (lpserve/sim/offload.py): summed over replicas
+        stats["offload"] = {k: sum(o.stats()[k] for o in offloads)
+                            for k in offloads[0].stats()}
     if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
         stats["speculation"] = sim.spec.summary()
     if sim.migrator is not None:  # migrations, migrated_gb, migration_s (transfer time)

@@ -112,6 +112,10 @@ class Simulation:
         replica_kw = self._replica_kw(instance, policy, bt) if instance.heterogeneous else None
         self.horizon_s = math.inf if instance.horizon_s is None else float(instance.horizon_s)
         self.deps = Dependencies(tr) if has_dependencies(tr) else None
+        if policy.engine.kv_offload_gib and (cl.disaggregated or
+                                             policy.rebalancer is not None):
+            raise ValueError(f"policy {policy.name!r}: EngineConfig.kv_offload_gib needs a "
+                             "colocated cluster without a rebalancer")
         if policy.rebalancer is not None and self.deps is not None:
             raise ValueError(f"policy {policy.name!r}: a rebalancer cannot run on a trace with "
                              "parent dependencies")

@@ -20,7 +20,6 @@ import numpy as np
 
 from lpserve.cost import iteration_time
 from lpserve.cost.preemption import swap_one_way_s
-from lpserve.policy import RequestEvent
 from lpserve.policy.checks import check_ranks
 from lpserve.policy.roles import next_tick_s
 from lpserve.sim import _kernels as K
@@ -36,6 +35,7 @@ from lpserve.sim.eviction import (
     queued_slots,
 )
 from lpserve.sim.moves import KVMoves
+from lpserve.sim.offload import Offload, found_tokens
 from lpserve.sim.state import FINISHED, RUNNING, WAITING, XF_RESIDENT, RunContext
 
 _BIG = 1 << 62
@@ -101,12 +101,14 @@ class Replica(KVMoves):
         self._eager_ranks = ("kernel_spec" not in type(sched).__dict__
                              or sched.kernel_spec() is None)
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
+        # vLLM's CPU KV offload (lpserve/sim/offload.py, simulator.md (35)) or None
+        self.offload = Offload.for_replica(eng.kv_offload_gib, self.cost, self.bt,
+                                           ctx.kv_scale)
 
     # =============================================================== public
     outstanding = property(lambda self: len(self.waiting) + len(self.running) +
                            len(self.loading), doc="Requests routed here and not finished "
                            "(waiting, swapping in or running).")
-
     n_waiting = property(lambda self: len(self.waiting), doc="Requests waiting.")
     n_running = property(lambda self: len(self.running), doc="Requests running.")
 
@@ -131,12 +133,7 @@ class Replica(KVMoves):
 
     def _observe(self, kind: str, i: int) -> None:
         """Tell an evictor that observes requests that ``i`` arrived or finished here."""
-        S, fin = self.S, kind == "finish"
-        p = int(S.prompt[i])
-        self.ctx.policy.evictor.observe(RequestEvent(
-            kind, self.now, self.index, i, int(S.thread[i]), int(S.wait[i]) if fin else -1,
-            p, p + int(S.gen[i]) if fin else p, self.bt, self.bm.total,
-            tuple(S.block_keys(i, self.bt)) if fin else ()))
+        self.ctx.policy.evictor.observe(V.request_event(self, kind, i))
 
     def advance(self, t: float) -> None:
         """Run every iteration that starts before ``min(t, horizon)``."""
@@ -166,14 +163,19 @@ class Replica(KVMoves):
     def _wait_until(self, stop: float) -> bool:
         """Idle to the next release or copy end before ``stop`` (False if none); the
         running requests of a stalled step wait on the link meanwhile."""
-        t = min(self.releases[0][0] if self.releases else math.inf,
-                self.link.next_end_s if self.link is not None else math.inf)
+        t = self._next_event_s()
         if t >= stop:
             return False
         if self._stalled and t > self.now:
             self.S.link_wait[self.running] += t - self.now
         self.now = max(self.now, t)
         return True
+
+    def _next_event_s(self) -> float:
+        """The next release, copy end or end of a load from the host tier (inf if none)."""
+        return min(self.releases[0][0] if self.releases else math.inf,
+                   self.link.next_end_s if self.link is not None else math.inf,
+                   self.offload.next_end_s(self.now) if self.offload is not None else math.inf)
 
     def apply_releases(self) -> None:
         """Free the blocks of outgoing copies (KV handoffs, migrations) that ended."""
@@ -319,8 +321,8 @@ class Replica(KVMoves):
             else:
                 keys = S.block_keys(i, bt) if eng.prefix_caching else []
                 hits = bm.match(keys)
-                cached = min(len(hits) * bt, L - 1)
-                chunk = L - cached
+                cached, n_load = found_tokens(self.offload, keys, len(hits), L, bt)
+                chunk = 0 if n_load else L - cached  # a loading request waits for it (35)
                 if chunk > budget:
                     if not allow_chunk:
                         if L > eng.max_num_batched_tokens:
@@ -350,8 +352,13 @@ class Replica(KVMoves):
                 S.cached_tok[i] += cached
                 S.seen_tok[i] += L
                 alloc_prompt_blocks(self, i, target)
-                chunks.append((i, chunk, cached))
-                budget -= chunk
+                if self.offload is not None:  # a load from the host tier (35)
+                    S.link_wait[i] += self.offload.admit(i, keys, len(hits), n_load, cached,
+                                                         self.now)
+                    self._resumed |= n_load > 0  # it joins a batch planned again
+                if chunk:
+                    chunks.append((i, chunk, cached))
+                    budget -= chunk
             if np.isnan(S.first_sched[i]):
                 S.first_sched[i] = self.now
             self.waiting.remove(i)
@@ -401,6 +408,8 @@ class Replica(KVMoves):
                 return self._iterate(chunks, [])
         # running requests in decode phase and in (chunked) prefill phase
         decodes, partial = S.phases(self.running)
+        if self.offload is not None:  # requests loading from the host tier wait (35)
+            decodes, partial = (self.offload.ready(r, self.now) for r in (decodes, partial))
         need = S.decode_need(decodes, self.bt)
         while need > self.bm.plain_free:
             if self.make_room(need):
@@ -451,7 +460,8 @@ class Replica(KVMoves):
             self._admit(budget, chunks, allow_chunk=eng.chunked_prefill)
         freed = self.proactive and X.proactive(self, self._blocked)
         if not chunks and not decodes:
-            if no_room and not (self._resumed or freed or self._link_net() > 0):
+            if no_room and not (self._resumed or freed or self._link_net() > 0 or (
+                    self.offload is not None and self.offload.next_end_s(self.now) < _BIG)):
                 self._preempt_worst()  # rule (34): the prefills wait on each other
                 self._resumed = True  # the next step plans again
             # a resumed request decodes next step, blocks freed now admit one; else idle
@@ -501,8 +511,10 @@ class Replica(KVMoves):
             S.link_wait[[i for i, _, _ in chunks] + list(decodes)] += wait
         self.account(dt, 1, decode_only=not chunks)
         done = []
-        for i, c, _ in chunks:
+        for i, c, h in chunks:
             S.computed[i] += c
+            if self.offload is not None:  # write-through store to the host tier (35)
+                self.offload.computed(S.block_keys(i, self.bt), h, h + c)
             if S.computed[i] == S.prompt[i] + S.gen[i]:
                 done.append(i)
         for i in decodes:
@@ -521,14 +533,10 @@ class Replica(KVMoves):
         gen = S.gen[idx]
         held0 = S.anon[idx] + S.nslots[idx]
         held = held0.copy()
-        stop_s = stop
-        if self.releases:
-            stop_s = min(stop_s, self.releases[0][0])
+        stop_s = min(stop, self._next_event_s())  # releases, copy and load ends (35)
         q = self.ctx.policy.scheduler.quantum_s
         if q:
             stop_s = min(stop_s, next_tick_s(self.now, q))  # always > now
-        if self.link is not None:  # a copy end is an event
-            stop_s = min(stop_s, self.link.next_end_s)
         # the planner already gave this first iteration its new blocks (held0), so the
         # kernel's first iteration needs none; later ones take plain free blocks
         max_iters = 1 if self.ctx.reference else _BIG

@@ -11,12 +11,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from lpserve.arrays import readonly
-from lpserve.policy import BudgetView, DecodeRunView, IterationView, SchedulerView
+from lpserve.policy import (
+    BudgetView,
+    DecodeRunView,
+    IterationView,
+    RequestEvent,
+    SchedulerView,
+)
 from lpserve.sim.eviction import PREFIX_ESTIMATE_MAX
 from lpserve.sim.state import WAITING
 
 __all__ = ["budget_view", "cached_estimate", "decode_run_view", "iteration_view",
-           "scheduler_view"]
+           "request_event", "scheduler_view"]
 
 
 def cached_estimate(rep: Any, cand: Sequence[int]) -> np.ndarray:
@@ -102,3 +108,15 @@ def decode_run_view(rep: Any, request: np.ndarray, context: np.ndarray,
         used_blocks=rep.bm.used, total_blocks=rep.bm.total, request=readonly(request),
         context=readonly(context, copy=True), held_blocks=readonly(held_blocks, copy=True),
         max_iters=int(max_iters))
+
+
+def request_event(rep: Any, kind: str, i: int) -> RequestEvent:
+    """Request ``i`` ``"arrive"``-d at or ``"finish"``-ed on ``rep`` now: the event an
+    evictor that observes requests is told (the finished request's prompt block keys and
+    wait kind; nothing of them on arrival)."""
+    S, fin = rep.S, kind == "finish"
+    p = int(S.prompt[i])
+    return RequestEvent(
+        kind, rep.now, rep.index, i, int(S.thread[i]), int(S.wait[i]) if fin else -1,
+        p, p + int(S.gen[i]) if fin else p, rep.bt, rep.bm.total,
+        tuple(S.block_keys(i, rep.bt)) if fin else ())
