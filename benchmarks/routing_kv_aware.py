@@ -56,12 +56,13 @@ SESSIONS = SHARED / "kv_cache_tester_sessions_part1.jsonl.gz"
 DEPLOYED = ("dynamo-kv", "llm-d", "sglang-cache-aware", "preble")
 ROUTERS = ("least-outstanding",) + DEPLOYED + ("lp-locality",)
 ENGINE = dict(max_num_batched_tokens=8192)
-#: the exported LP router's forms: the default live index, the fluid router's form
-#: (outstanding-request backlog, static prefill rate, reference TPOT; ties JSQ), and the
-#: live index with the returning-sessions term (``models/routing-lp.md`` (21))
+#: the exported LP router's forms: the default live index (with the returning-sessions
+#: term, ``models/routing-lp.md`` (21)), the fluid router's form (outstanding-request
+#: backlog, static prefill rate, reference TPOT; ties JSQ), and the live index without
+#: the sessions term
 LP_FORMS = {"lp-locality": {},
             "lp-locality-fluid": dict(backlog="requests", prefill="static", decode="reference"),
-            "lp-locality-sessions": dict(sessions=True)}
+            "lp-locality-nosessions": dict(sessions=False)}
 LLM = "llama-3-8b"
 
 

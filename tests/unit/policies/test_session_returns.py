@@ -68,8 +68,8 @@ def _router(R, **kw):
 
 def test_a_cold_long_prompt_avoids_the_replica_sessions_will_come_back_to():
     """Two idle replicas; sessions 1 and 2 last ran on replica 0 and come back about every
-    20 s. A cold 100k-token prompt goes to replica 1 with the session term and to replica
-    0 (the tie's lowest index) without it."""
+    20 s. A cold 100k-token prompt goes to replica 1 with the session term (the default)
+    and to replica 0 (the tie's lowest index) without it."""
     def run(r):
         r.reset(None, np.random.default_rng(0))
         # sessions 1, 2 (and 3, which gives the gap) each send a request to replica 0
@@ -80,8 +80,8 @@ def test_a_cold_long_prompt_avoids_the_replica_sessions_will_come_back_to():
                      now=20.4, completions=done))   # session 3 back after 20 s, to replica 0
         return int(r.route(view([100_000], pending=[0, 0], session=[9], request=[4],
                                 now=20.4, completions=_done([], [], [], [], [])))[0])
-    assert run(_router(2, sessions=True)) == 1
-    assert run(_router(2)) == 0                    # the default: no session term
+    assert run(_router(2)) == 1                    # the default: the session term
+    assert run(_router(2, sessions=False)) == 0
 
 
 def test_kernel_twin_agree_with_the_session_term_and_backlog_attention():
