@@ -299,7 +299,8 @@ class CompiledRun:
                 S.tenant, len(replicas)), shed=np.flatnonzero(a.rf[RK.RF_C1] != 0).tolist())
         if self.ctl_kind != SK.CTL_NONE:
             for r in replicas:
-                self.ctl_obj.restore(r.key, r.r.ctl_st)
+                if not getattr(r, "vacant", False):  # a replica never built ran nothing
+                    self.ctl_obj.restore(r.key, r.r.ctl_st)
 
 
 def _mutable(a: Any) -> np.ndarray:

@@ -30,6 +30,7 @@ from lpserve.sim.migration import Migrator
 from lpserve.sim.replica import Replica
 from lpserve.sim.speculative import SpecRunner, speculation_memory
 from lpserve.sim.state import FINISHED, PENDING, REJECTED, WAITING, Events, RunContext, State
+from lpserve.sim.vacant import lazy_ok, vacant_pool
 
 __all__ = ["Simulation"]
 
@@ -40,13 +41,17 @@ def _has_work(r: Any) -> bool:
     return bool(r.running or r.waiting or r.releases or getattr(r, "loading", None))
 
 
-def _pool(make: Any, role: str, count: int) -> list[Any]:
+def _pool(make: Any, role: str, count: int, lazy_up_to: int | None) -> list[Any]:
     """``count`` replicas of ``role``, refused up front (:mod:`lpserve.sim.memory`) when
-    the machine cannot hold them."""
+    the machine cannot hold them. With ``lazy_up_to`` (the most replicas requests can
+    reach: the run's request count) every replica but the first is built when a request
+    first reaches it (:mod:`lpserve.sim.vacant`), and the check counts at most that many."""
     if count < 1:
         return []
     first = make(0, role)
-    check_replicas(first, count, role)
+    check_replicas(first, count if lazy_up_to is None else min(count, lazy_up_to), role)
+    if lazy_up_to is not None:
+        return vacant_pool(first, make, role, count)
     return [first] + [make(k, role) for k in range(1, count)]
 
 
@@ -149,11 +154,12 @@ class Simulation:
         else:
             def make(k: int, role: str) -> Replica:
                 return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
+        lazy = S.n + 1 if lazy_ok(policy, replica_kw is not None) else None
         if cl.disaggregated:
-            self.front = _pool(make, "prefill", cl.prefill_replicas)
-            self.back = _pool(make, "decode", cl.decode_replicas)
+            self.front = _pool(make, "prefill", cl.prefill_replicas, lazy)
+            self.back = _pool(make, "decode", cl.decode_replicas, lazy)
         else:
-            self.front = _pool(make, "colocated", cl.replicas)
+            self.front = _pool(make, "colocated", cl.replicas, lazy)
             self.back = []
         # what KV-aware routers read (RouterView.cached_tokens / prefill_tokens /
         # completions): the cached tokens each routed request had where it went, and per

@@ -39,9 +39,16 @@ def test_check_refuses_with_the_estimate_and_passes_what_fits():
         memory.check_replicas(first, 1000, "colocated", available=20 * per)
 
 
-@pytest.mark.skipif(memory.available_bytes() is None,
-                    reason="the machine does not tell its available memory (/proc/meminfo)")
-def test_a_million_replicas_are_refused_up_front(capsys):
-    assert main(["simulate", "--head", "20", "--replicas", "1000000"]) == 2
-    err = capsys.readouterr().err
-    assert "1,000,000 colocated replicas would hold about" in err and "GiB" in err
+def test_a_pool_is_refused_for_the_replicas_its_requests_can_reach(monkeypatch):
+    """Replicas are built when a request first reaches them (lpserve.sim.vacant): the check
+    counts at most requests + 1 of them, and refuses those when they do not fit."""
+    per = memory.replica_bytes(Simulation(_inst(1), lp.make_policy("vllm")).front[0])
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10 * per)
+    Simulation(_inst(8), lp.make_policy("vllm"))  # 8 replicas fit
+    with pytest.raises(MemoryError, match="21 colocated replicas would hold about"):
+        Simulation(_inst(1_000_000), lp.make_policy("vllm"))
+
+
+def test_ten_thousand_replicas_and_twenty_requests_run(capsys):
+    assert main(["simulate", "--head", "20", "--replicas", "10000"]) == 0
+    assert "mean" in capsys.readouterr().out
