@@ -33,6 +33,19 @@ def quote(value: Any) -> str:
     return r if len(r) <= MAX_QUOTE else f"{r[:MAX_QUOTE]}... ({len(r):,} characters)"
 
 
+def json_kind(value: Any) -> str:
+    """The JSON type of a decoded ``value``: ``"string"``, ``"boolean"``, ``"array"``,
+    ``"object"``, ``"null"`` or ``"number"``."""
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    for kind, types in (("string", str), ("array", list), ("object", dict)):
+        if isinstance(value, types):
+            return kind
+    return "number"
+
+
 class TraceError(ValueError):
     """Invalid trace data; the message names the source, field, row and value (a message
     over :data:`MAX_MESSAGE` characters keeps its head and tail)."""

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import LoadReport, Trace, TraceError, pack_blocks
-from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S, quote
+from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S, json_kind, quote
 from lpserve.trace.kv_cache_tester import read_sessions
 from lpserve.trace.sessions import Sessions, compose
 from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
@@ -261,6 +261,10 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> Table:
             body = f.read()
     except READ_ERRORS as exc:
         raise read_error(path, exc) from None
+    nul = body.find("\0")
+    if nul >= 0:  # binary data in a text file: say so, not which field it broke
+        raise TraceError(f"{path}: line {body.count(chr(10), 0, nul) + 1}: a NUL byte "
+                         "(binary data in a text file)")
     try:
         lines = _data_lines(path, body, len(names))
     except _FieldCount as exc:
@@ -295,7 +299,9 @@ def _numeric(t: Table, col: str, *, integer: bool, what: str = "token count") ->
     bad = ~np.isfinite(vals)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise t.error(i, col, f"not a finite number: {quote(t.raw(col, i))}")
+        raw = t.raw(col, i)
+        raise t.error(i, col, "empty, not a number" if not str(raw).strip()
+                      else f"not a finite number: {quote(raw)}")
     if integer:
         frac = vals != np.round(vals)
         if frac.any():
@@ -448,7 +454,11 @@ def _mooncake_record(path: Path, lineno: int, line: str) -> dict[str, Any]:
         v = d.get(key)
         if v is None:
             raise TraceError(f"{where}: missing field {key!r}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            shown = json.dumps(v) if isinstance(v, bool) or v is None else quote(v)
+            raise TraceError(f"{where}, field {key!r}: a JSON {json_kind(v)}, not a number: "
+                             f"{shown}")
+        if not math.isfinite(v):
             raise TraceError(f"{where}, field {key!r}: not a finite number: {quote(v)}")
     if abs(d["timestamp"]) / 1000.0 > MAX_TIME_S:
         raise TraceError(f"{where}, field 'timestamp': {d['timestamp']!r} ms is beyond 2^33 s "

@@ -36,6 +36,8 @@ def read_error(path: Path, exc: BaseException, where: str = "") -> TraceError:
     elif isinstance(exc, UnicodeDecodeError):
         what = f"not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset " \
                f"{exc.start} of a chunk: {exc.reason})"
+        if exc.start == 0 and exc.object[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            what += "; it starts with a UTF-16 byte-order mark: save it as UTF-8"
     else:
         what = f"{type(exc).__name__}: {exc}"
     return TraceError(f"{path}: {where + ': ' if where else ''}cannot read: {what}")

@@ -106,10 +106,12 @@ def cases() -> list[Case]:
     err("missing file", "missing.csv", None, "no such file", kind="missing")
     err("dangling symlink", "dangling.csv", None, "no such file", kind="dangling")
     err("FIFO with no writer", "pipe.csv", None, "FIFO", "not a regular file", kind="fifo")
-    err("UTF-16 text", "utf16.csv", az.decode().encode("utf-16"), "not UTF-8")
+    err("UTF-16 text", "utf16.csv", az.decode().encode("utf-16"), "not UTF-8",
+        "UTF-16 byte-order mark")
     err("invalid UTF-8 in a row", "badbyte.csv", az.replace(b",396,", b",3\xff6,"),
         "not UTF-8")
-    err("NUL bytes", "nul.csv", text(AZ_HEAD, _replace(AZ_ROWS, 1, "\0\0\0")), "line 3")
+    err("NUL bytes", "nul.csv", text(AZ_HEAD, _replace(AZ_ROWS, 1, "\0\0\0")), "line 3",
+        "a NUL byte (binary data")
     # ------------------------------------------------------------------ gzip
     err("truncated gzip CSV", "trunc.csv.gz", gz(many)[:len(gz(many)) // 2], "truncated gzip")
     jl = ("\n".join(mc(i * 10, 600, 5, (0, 1)) for i in range(400)) + "\n").encode()
@@ -166,7 +168,7 @@ def cases() -> list[Case]:
            name="Azure ContextTokens inf", fn="az_inf.csv")
     az_row(1, "2023-11-16 18:15:50.99,-inf,109", "line 3", "'ContextTokens'", "'-inf'",
            name="Azure ContextTokens -inf", fn="az_ninf.csv")
-    az_row(1, "2023-11-16 18:15:50.99,,109", "line 3", "'ContextTokens'", "''",
+    az_row(1, "2023-11-16 18:15:50.99,,109", "line 3", "'ContextTokens'", "empty, not a number",
            name="Azure empty ContextTokens", fn="az_empty_field.csv")
     az_row(1, "2023-11-16 18:15:50.99,0x10,109", "line 3", "'ContextTokens'", "'0x10'",
            name="Azure hexadecimal ContextTokens", fn="az_hex.csv")
@@ -253,7 +255,8 @@ def cases() -> list[Case]:
     mc_err([MC_ROWS[0], json.dumps({"timestamp": 5, "output_length": 3})], "line 2",
            "missing field 'input_length'", name="Mooncake missing input_length",
            fn="mc_missing.jsonl")
-    mc_err([MC_ROWS[0], mc(5, "600", 3, (0, 1))], "line 2", "'input_length'", "'600'",
+    mc_err([MC_ROWS[0], mc(5, "600", 3, (0, 1))], "line 2", "'input_length'",
+           "a JSON string, not a number: '600'",
            name="Mooncake string input_length", fn="mc_str.jsonl")
     mc_err([MC_ROWS[0], mc(5, 1e20, 3, None)], "line 2", "'input_length'", "too large",
            name="Mooncake input_length 1e20", fn="mc_1e20.jsonl")
@@ -266,7 +269,8 @@ def cases() -> list[Case]:
            name="Mooncake negative output_length", fn="mc_neg.jsonl")
     mc_err([MC_ROWS[0], mc(5, 600.5, 3, (0, 1))], "line 2", "'input_length'", "600.5",
            name="Mooncake fractional input_length", fn="mc_frac.jsonl")
-    mc_err([MC_ROWS[0], mc(5, True, 3, None)], "line 2", "'input_length'", "True",
+    mc_err([MC_ROWS[0], mc(5, True, 3, None)], "line 2", "'input_length'",
+           "a JSON boolean, not a number: true",
            name="Mooncake boolean input_length", fn="mc_bool.jsonl")
     mc_err([MC_ROWS[0], '{"timestamp": NaN, "input_length": 6, "output_length": 5}'],
            "line 2", "'timestamp'", "nan", name="Mooncake NaN timestamp", fn="mc_nan.jsonl")
@@ -323,6 +327,11 @@ def cases() -> list[Case]:
     ok("kv-cache-tester without stop or output_types", "kv_nostop.jsonl",
        (json.dumps(kv()) + "\n").encode(), 2, "both fields are optional: wait kind unknown",
        blocks=True)
+    err("kv-cache-tester in as a string", "kv_in_str.jsonl",
+        (json.dumps(kv(**{"in": "48"})) + "\n").encode(), "line 1", "field 'in'",
+        "got a JSON string '48'")
+    err("kv-cache-tester out null", "kv_out_null.jsonl",
+        (json.dumps(kv(out=None)) + "\n").encode(), "line 1", "field 'out'", "got JSON null")
     err("kv-cache-tester in beyond 2^53", "kv_in_big.jsonl",
         (json.dumps(kv(**{"in": 10**30})) + "\n").encode(), "line 1", "field 'in'",
         "too large")
