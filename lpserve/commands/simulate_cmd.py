@@ -108,6 +108,8 @@ def _simulate(args: argparse.Namespace) -> int:
     s.update(policy=args.policy, trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu,
              llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, cluster=cluster.as_dict(),
              seed=args.seed, digest=res.digest(), **extra)
+    if "offload" in res.stats:  # CPU KV offload (models/simulator.md (35))
+        s["offload"] = res.stats["offload"]
     if args.json:
         emit_json(s)
         return 0
@@ -132,6 +134,12 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"throughput {fmt_num(s['throughput_rps'])} req/s   goodput "
           f"{fmt_num(s['goodput_rps'])} req/s   prefix hit rate "
           f"{fmt_num(s['prefix_hit_rate'])}   KV utilization {fmt_num(s['kv_utilization'])}")
+    if "offload" in s:
+        o = s["offload"]
+        print(f"CPU KV offload: {o['tier_blocks']:,} host blocks; {o['hit_tokens']:,} prompt "
+              f"tokens found there, {o['loaded_blocks']:,} blocks loaded in "
+              f"{fmt_num(o['load_s'])} s; {o['stored_blocks']:,} stored, "
+              f"{o['dropped_blocks']:,} dropped")
     print(f"wall       {fmt_num(s['wall_s'])} s")
     for w in s["warnings"]:
         print(f"WARNING: {w}")

@@ -122,3 +122,18 @@ def test_offload_needs_a_colocated_cluster_without_a_rebalancer():
     with pytest.raises(ValueError, match="kv_offload_gib needs a colocated cluster"):
         lp.simulate(lp.Instance(trace=tr, cluster=cl), lp.make_policy("vllm",
                                                                       kv_offload_gib=8.0))
+
+
+def test_the_cli_reports_the_tier(capsys):
+    import json
+
+    from lpserve.cli import main
+
+    assert main(["simulate", "--head", "40", "--engine", "kv_offload_gib=16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["offload"]["tier_blocks"] == 16 * GIB // (524288 * 16)
+    assert out["engine"] == {"kv_offload_gib": 16.0}
+    assert main(["simulate", "--head", "40", "--engine", "kv_offload_gib=16"]) == 0
+    assert "CPU KV offload: 2,048 host blocks" in capsys.readouterr().out
+    assert main(["simulate", "--head", "5", "--engine", "kv_offload_gib=-1"]) == 2
+    assert "kv_offload_gib must be a finite number >= 0" in capsys.readouterr().err
