@@ -49,8 +49,8 @@ ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
 RANK_EXTERNAL = -1
 # cff (float64)
 (D_RATIO, D_ACC_COST, D_KV_SCALE, D_TR_A, D_TR_D, D_QUANTUM, D_HORIZON, D_SWAP_BUDGET,
- D_MAX_LOSS, D_LINK_GBPS, D_SWAP_A, D_SWAP_B) = range(12)
-N_CFF = 12
+ D_MAX_LOSS, D_LINK_GBPS) = range(10)
+N_CFF = 10
 
 # ist (int64 per replica)
 (I_WHEAD, I_WTAIL, I_NWAIT, I_NRUN, I_ITERS, I_DITERS, I_HOST_FREE, I_NSWAPS, I_NCOMP,
@@ -474,13 +474,11 @@ def handoff(req, rep, cfg, cff, i):
 # ===================================================================================== preemption
 @njit(cache=True)
 def swap_seconds(swap_tab, cff, k):
-    """Seconds to swap ``k`` blocks: ``swap_tab[k]`` (the cost model's own figures), or,
-    past the table, the line ``D_SWAP_A + D_SWAP_B * k`` of a cost model whose swap time
-    is affine in blocks (``C_SWAP_STEP`` is then -1 and the table never grows); a cost
-    model that is not affine has its table grown before every step instead."""
-    if k < swap_tab.shape[0]:
-        return swap_tab[k]
-    return cff[D_SWAP_A] + cff[D_SWAP_B] * k
+    """Seconds to swap ``k`` blocks: ``swap_tab[k]``, the cost model's own figure (the
+    table is grown before any step that could swap past it, ``C_SWAP_STEP``)."""
+    if k >= swap_tab.shape[0]:
+        raise RuntimeError("internal: swap table too small")
+    return swap_tab[k]
 
 
 @njit(cache=True)

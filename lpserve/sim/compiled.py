@@ -206,14 +206,14 @@ class CompiledRun:
         # most ``total`` blocks, so the preemption decider's lookups stay in the table
         counts = np.arange(3 * total + 2)
         self.swap_tab = np.asarray(cost.swap_times_s(counts, bt), np.float64)
-        line = _affine_swap(cost, bt, self.swap_tab)
         # a step swaps each running request out at most once, swapped ones in, and
         # admitted ones out again: at most 3 * total blocks without shared prefix blocks
         # (each block has one holder), 3 * total per admitted request with them (every
-        # holder counts a shared block), and never more than the host holds each way
+        # holder counts a shared block), and never more than the host holds each way; the
+        # table is grown before a step that could need more, so every swap is priced with
+        # the cost model's own float (a fitted line past the table was off by an ulp)
         holders = eng.max_num_seqs if eng.prefix_caching else 1
-        self.swap_step = -1 if line is not None else \
-            3 * min(int(ctx.host_blocks), total * holders)
+        self.swap_step = 3 * min(int(ctx.host_blocks), total * holders)
         if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
             self.cswap_tab = (np.asarray(cost.swap_times_s(counts, bt), np.float64) / ratio
                               + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
@@ -231,7 +231,6 @@ class CompiledRun:
         self.cff[T.D_HORIZON] = ctx.horizon_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
-        self.cff[T.D_SWAP_A], self.cff[T.D_SWAP_B] = line if line is not None else (0.0, 0.0)
         self.cfg = np.zeros(T.N_CFG, np.int64)
         cfg = self.cfg
         cfg[T.C_BATCH] = _BATCH[eng.batching]
@@ -331,20 +330,6 @@ def _spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
                       rates=np.ascontiguousarray(runner.rates, np.float64),
                       edges=np.asarray(dec.bucket_edges, np.int64),
                       counts=np.zeros(6, np.int64))
-
-
-def _affine_swap(cost: Any, bt: int, table: np.ndarray) -> tuple[float, float] | None:
-    """``(a, b)`` when ``cost.swap_time_s(k, bt) == a + b * k`` for every ``k`` (to 1e-12
-    relative, checked on the table and far past it: the built-in cost models), else
-    None; the compiled replica prices swaps past the table on that line."""
-    a = float(table[0])
-    b = float(table[1] - table[0]) if table.size > 1 else 0.0
-    far = [table.size, 10 * table.size, 10 ** 6, 10 ** 9]
-    ks = np.concatenate([np.arange(table.size), far])
-    got = np.concatenate([table, [float(cost.swap_time_s(int(k), bt)) for k in far]])
-    line = a + b * ks
-    ok = np.all(np.abs(got - line) <= 1e-12 * np.maximum(np.abs(got), 1e-300) + 1e-300)
-    return (a, b) if ok else None
 
 
 def _transfer_coefficients(cost: Any, link_gbps: float) -> tuple[float, float]:

@@ -1,14 +1,13 @@
-"""The compiled replica's swap prices (``models/simulator.md`` (13)): a cost model whose
-swap time is not affine in blocks, written by subclassing a built-in one, is priced by
-its own method (table grown before each step) and both engines agree; the built-in
-models are detected as affine."""
+"""The compiled replica's swap prices (``models/simulator.md`` (13)): every swap is priced
+by the cost model's own method (its table grown before a step that could swap past it),
+also for a cost model whose swap time is not affine in blocks, written by subclassing a
+built-in one, and both engines agree."""
 from __future__ import annotations
 
 import numpy as np
 
 import lpserve as lp
 from lpserve.cost.analytic import AnalyticCost
-from lpserve.sim.compiled import _affine_swap
 from tests.strategies import preempting_instance
 
 
@@ -24,10 +23,9 @@ def test_a_subclass_scalar_price_is_the_table():
     m = CurvedSwap(gpu="a100-80gb", llm="llama-2-7b", tp=1)
     k = np.arange(50)
     assert np.array_equal(m.swap_times_s(k, 16), [m.swap_time_s(int(x), 16) for x in k])
-    assert _affine_swap(m, 16, m.swap_times_s(k, 16)) is None
     plain = lp.cost_model(gpu="a100-80gb", llm="llama-2-7b")
-    line = _affine_swap(plain, 16, plain.swap_times_s(k, 16))
-    assert line is not None and line[0] == 0.0 and line[1] == plain.swap_time_s(1, 16)
+    assert np.array_equal(plain.swap_times_s(k, 16), [plain.swap_time_s(int(x), 16)
+                                                      for x in k])
 
 
 def test_compiled_equals_reference_with_a_curved_swap_price():
