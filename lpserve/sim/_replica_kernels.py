@@ -236,9 +236,8 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rn
             T.compact_arena(rep)
             if rep.ist[T.I_ARENA] + per_step * req.keybuf.shape[0] > rep.arena.shape[0]:
                 return S.NEED_ROOM
-        if cfg[T.C_SWAP_STEP] >= 0 and \
-                rep.ist[T.I_SWAP_BLOCKS] + cfg[T.C_SWAP_STEP] + 1 >= swap_tab.shape[0]:
-            return S.NEED_ROOM  # a cost model not affine in blocks: grow the swap table
+        if rep.ist[T.I_SWAP_BLOCKS] + cfg[T.C_SWAP_STEP] + 1 >= swap_tab.shape[0]:
+            return S.NEED_ROOM  # the next step could swap past the price table: grow it
         T.apply_releases(rep)
         if rep.fst[T.F_NOW] >= stop:
             return S.STEPPED if steps else S.IDLE

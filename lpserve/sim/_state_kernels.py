@@ -473,15 +473,6 @@ def handoff(req, rep, cfg, cff, i):
 
 # ===================================================================================== preemption
 @njit(cache=True)
-def swap_seconds(swap_tab, cff, k):
-    """Seconds to swap ``k`` blocks: ``swap_tab[k]``, the cost model's own figure (the
-    table is grown before any step that could swap past it, ``C_SWAP_STEP``)."""
-    if k >= swap_tab.shape[0]:
-        raise RuntimeError("internal: swap table too small")
-    return swap_tab[k]
-
-
-@njit(cache=True)
 def _compressed_host(held, ratio):
     return int(math.ceil(held / ratio - 1e-12))
 

@@ -433,9 +433,9 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
         dt += SP.prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch)
     ist, fst = rep.ist, rep.fst
     if ist[T.I_SWAP_BLOCKS]:
-        if ist[T.I_SWAP_BLOCKS] >= swap_tab.shape[0] and cfg[T.C_SWAP_STEP] >= 0:
+        if ist[T.I_SWAP_BLOCKS] >= swap_tab.shape[0]:
             raise RuntimeError("internal: swap table too small")  # advance() grows it
-        sw = T.swap_seconds(swap_tab, cff, ist[T.I_SWAP_BLOCKS]) * cff[T.D_KV_SCALE]
+        sw = swap_tab[ist[T.I_SWAP_BLOCKS]] * cff[T.D_KV_SCALE]
         dt += sw
         fst[T.F_SWAP_WAIT] += sw
         ist[T.I_SWAP_BLOCKS] = 0

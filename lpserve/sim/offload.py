@@ -103,7 +103,7 @@ class Offload:
 
     Attributes:
         tier: the host tier; loads: request -> end of its load (s; ended ones are
-            forgotten by :meth:`loading` and :meth:`next_end_s`); free_s: when the load
+            forgotten by :meth:`next_end_s`); free_s: when the load
             stream is free; hit_tokens, loaded_blocks, load_s: prompt tokens found in the
             tier, blocks loaded and their copy time (s).
     """
@@ -164,18 +164,9 @@ class Offload:
 
     def ready(self, requests: list[int], now_s: float) -> list[int]:
         """``requests`` without those still loading at ``now_s``."""
-        return [i for i in requests if not self.loading(i, now_s)] if self.loads else requests
-
-    def loading(self, i: int, now_s: float) -> bool:
-        """Whether request ``i`` still waits for its load at ``now_s`` (ended loads are
-        forgotten)."""
-        end = self.loads.get(i)
-        if end is None:
-            return False
-        if end <= now_s:
-            del self.loads[i]
-            return False
-        return True
+        if not self.loads or not math.isfinite(self.next_end_s(now_s)):
+            return requests
+        return [i for i in requests if i not in self.loads]
 
     def stats(self) -> dict:
         """Counters of this replica's offload (summed over replicas by the run)."""

@@ -461,7 +461,7 @@ class Replica(KVMoves):
         freed = self.proactive and X.proactive(self, self._blocked)
         if not chunks and not decodes:
             if no_room and not (self._resumed or freed or self._link_net() > 0 or (
-                    self.offload is not None and self.offload.next_end_s(self.now) < _BIG)):
+                    self.offload is not None and math.isfinite(self.offload.next_end_s(self.now)))):
                 self._preempt_worst()  # rule (34): the prefills wait on each other
                 self._resumed = True  # the next step plans again
             # a resumed request decodes next step, blocks freed now admit one; else idle

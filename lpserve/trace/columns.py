@@ -12,6 +12,7 @@ never as the number it would wrap to:
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import numpy as np
@@ -33,17 +34,16 @@ def quote(value: Any) -> str:
     return r if len(r) <= MAX_QUOTE else f"{r[:MAX_QUOTE]}... ({len(r):,} characters)"
 
 
-def json_kind(value: Any) -> str:
-    """The JSON type of a decoded ``value``: ``"string"``, ``"boolean"``, ``"array"``,
-    ``"object"``, ``"null"`` or ``"number"``."""
-    if isinstance(value, bool):
-        return "boolean"
-    if value is None:
-        return "null"
+def json_value(value: Any) -> str:
+    """A decoded JSON ``value`` as an error message shows it: a number as itself, other
+    values with their JSON type (``a JSON string '48'``, ``JSON true``, ``JSON null``), cut
+    to :data:`MAX_QUOTE` characters."""
+    if isinstance(value, bool) or value is None:
+        return f"JSON {json.dumps(value)}"
     for kind, types in (("string", str), ("array", list), ("object", dict)):
         if isinstance(value, types):
-            return kind
-    return "number"
+            return f"a JSON {kind} {quote(value)}"
+    return quote(value)
 
 
 class TraceError(ValueError):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import WAIT_TOOL, WAIT_USER, LoadReport, TraceError
-from lpserve.trace.columns import MAX_COUNT, json_kind, quote
+from lpserve.trace.columns import MAX_COUNT, json_value
 from lpserve.trace.sessions import Sessions
 from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
 
@@ -21,15 +21,6 @@ __all__ = ["read_sessions"]
 _STOP_USER = ("end_turn", "stop_sequence")
 _STOP_KNOWN = ("tool_use", "", "max_tokens", "pause_turn", "refusal") + _STOP_USER
 _REQ_TYPES = ("n", "s", "subagent")
-
-
-def _got(value) -> str:
-    """A decoded JSON ``value`` as an error message shows it: its JSON type where it is
-    not a number (``a JSON string '48'``, ``JSON null``), cut to 200 characters."""
-    kind = json_kind(value)
-    if kind in ("boolean", "null"):
-        return f"JSON {json.dumps(value)}"
-    return quote(value) if kind == "number" else f"a JSON {kind} {quote(value)}"
 
 
 def _wait_kind(stop: str, output_types: list) -> int:
@@ -172,7 +163,7 @@ def _flatten(requests: list, clock_s: float, agent: int, parent_of: list[int],
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
                 or t < 0:
             raise TraceError(f"{at}, field 't': must be a finite number >= 0, got "
-                             f"{_got(t)}")
+                             f"{json_value(t)}")
         if kind == "subagent":
             if not isinstance(r.get("requests"), list):
                 raise TraceError(f"{at}: a subagent needs a 'requests' list")
@@ -183,7 +174,7 @@ def _flatten(requests: list, clock_s: float, agent: int, parent_of: list[int],
             v = r.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise TraceError(f"{at}, field {key!r}: must be an integer >= 0, "
-                                 f"got {_got(v)}")
+                                 f"got {json_value(v)}")
             if v >= MAX_COUNT:
                 raise TraceError(f"{at}, field {key!r}: {str(v)[:200]} is too large "
                                  f"(limit {MAX_COUNT - 1})")

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.trace import LoadReport, Trace, TraceError, pack_blocks
-from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S, json_kind, quote
+from lpserve.trace.columns import MAX_COUNT, MAX_ID, MAX_TIME_S, json_value, quote
 from lpserve.trace.kv_cache_tester import read_sessions
 from lpserve.trace.sessions import Sessions, compose
 from lpserve.trace.textio import READ_ERRORS, check_regular_file, open_text, read_error
@@ -455,9 +455,7 @@ def _mooncake_record(path: Path, lineno: int, line: str) -> dict[str, Any]:
         if v is None:
             raise TraceError(f"{where}: missing field {key!r}")
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            shown = json.dumps(v) if isinstance(v, bool) or v is None else quote(v)
-            raise TraceError(f"{where}, field {key!r}: a JSON {json_kind(v)}, not a number: "
-                             f"{shown}")
+            raise TraceError(f"{where}, field {key!r}: not a number: {json_value(v)}")
         if not math.isfinite(v):
             raise TraceError(f"{where}, field {key!r}: not a finite number: {quote(v)}")
     if abs(d["timestamp"]) / 1000.0 > MAX_TIME_S:

@@ -164,4 +164,3 @@ def test_cpu_kv_offload_fast_equals_reference(inst, gib, engine, budget, router)
     assert off["hit_tokens"] <= int(fast.arrays["cached_prompt_tokens"].sum())
     assert off["loaded_blocks"] * inst.cluster.block_tokens >= off["hit_tokens"]
     assert off["stored_blocks"] - off["dropped_blocks"] <= off["tier_blocks"]
-    print("OFFLOAD", off["loaded_blocks"], off["dropped_blocks"], fast.stats["engine"])

@@ -256,7 +256,7 @@ def cases() -> list[Case]:
            "missing field 'input_length'", name="Mooncake missing input_length",
            fn="mc_missing.jsonl")
     mc_err([MC_ROWS[0], mc(5, "600", 3, (0, 1))], "line 2", "'input_length'",
-           "a JSON string, not a number: '600'",
+           "not a number: a JSON string '600'",
            name="Mooncake string input_length", fn="mc_str.jsonl")
     mc_err([MC_ROWS[0], mc(5, 1e20, 3, None)], "line 2", "'input_length'", "too large",
            name="Mooncake input_length 1e20", fn="mc_1e20.jsonl")
@@ -270,7 +270,7 @@ def cases() -> list[Case]:
     mc_err([MC_ROWS[0], mc(5, 600.5, 3, (0, 1))], "line 2", "'input_length'", "600.5",
            name="Mooncake fractional input_length", fn="mc_frac.jsonl")
     mc_err([MC_ROWS[0], mc(5, True, 3, None)], "line 2", "'input_length'",
-           "a JSON boolean, not a number: true",
+           "not a number: JSON true",
            name="Mooncake boolean input_length", fn="mc_bool.jsonl")
     mc_err([MC_ROWS[0], '{"timestamp": NaN, "input_length": 6, "output_length": 5}'],
            "line 2", "'timestamp'", "nan", name="Mooncake NaN timestamp", fn="mc_nan.jsonl")
