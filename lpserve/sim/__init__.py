@@ -43,11 +43,11 @@ class Result:
             ``compressed_tokens`` (context tokens swapped compressed),
             ``compression_quality_loss`` (``compression_accuracy_cost`` x those tokens),
             ``swap_wait_s`` and ``busy_s`` (seconds of iterations spent on swaps, and in
-            iterations; ``busy_s`` is NaN for the compiled loop, which never swaps); from
-            the Python engine also ``link_wait_s`` (seconds the finished requests waited
-            on the host link: serial swaps charged to their iterations, swap-ins they
-            waited for, iterations stalled for swap-outs; ``models/simulator.md`` (29)),
-            ``link_copies`` and ``link_busy_s`` (overlapped copies and their time); with
+            iterations); ``link_wait_s`` (seconds the finished requests waited on the host
+            link: serial swaps charged to their iterations, swap-ins they waited for,
+            iterations stalled for swap-outs; ``models/simulator.md`` (29)),
+            ``link_copies`` and ``link_busy_s`` (overlapped copies and their time; 0 on
+            compiled replicas, which copy only serially); with
             speculative decoding also ``speculation`` (steps, speculative steps, drafted,
             accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`);
             with CPU KV offload also ``offload`` (``tier_blocks``, ``hit_tokens``,
@@ -261,13 +261,14 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         # scheduler written in Python, asked at planning steps) or "python" (reference)
         "engine": sim.engine_name,
     }
-    if not sim.compiled:  # the transfer engine (lpserve/sim/transfer.py): seconds the
-        # finished requests waited on the host link, copies and link occupancy
-        fin = S.status == FINISHED
-        stats["link_wait_s"] = float(S.link_wait[fin].sum())
-        links = [r.link for r in reps if getattr(r, "link", None) is not None]
-        stats["link_copies"] = int(sum(k.n_copies for k in links))
-        stats["link_busy_s"] = float(sum(k.busy_s for k in links))
+    # the host link (models/simulator.md (26)-(31)): seconds the finished requests waited
+    # on it, and the overlapped copies and their link occupancy (none on compiled
+    # replicas, which run only serial swaps: lpserve/sim/transfer.py)
+    fin = S.status == FINISHED
+    stats["link_wait_s"] = float(S.link_wait[fin].sum())
+    links = [r.link for r in reps if getattr(r, "link", None) is not None]
+    stats["link_copies"] = int(sum(k.n_copies for k in links))
+    stats["link_busy_s"] = float(sum(k.busy_s for k in links))
     offloads = [r.offload for r in reps if getattr(r, "offload", None) is not None]
     if offloads:  # CPU KV offload (lpserve/sim/offload.py): summed over replicas
         stats["offload"] = {k: sum(o.stats()[k] for o in offloads)

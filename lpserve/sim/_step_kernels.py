@@ -27,6 +27,7 @@ from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim._kernels import decode_advance
 from lpserve.sim._structs import CTL_FIELDS, RK_FIELDS
+from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS
 
 #: the scheduler's compiled state and the budget controller's parameters (Python side;
 #: the kernels take the structures of :mod:`lpserve.sim._structs` over them)
@@ -262,7 +263,7 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
             if P.available(p) - n_hit_free - (target - n_hits) < wm:
                 break
             gap = 0.0
-            if n_hits * bt >= 1024:  # SESSION_MIN_HIT_TOKENS: a returning session
+            if n_hits * bt >= SESSION_MIN_HIT_TOKENS:  # a returning session
                 gap = now - p.sf[P.F_LAST, hits[n_hits - 1]]
                 req.turn_gap[i] = gap
             P.acquire(p, hits, n_hits, now, gap)
@@ -432,17 +433,25 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
     if cfg[T.C_SPEC]:  # the drafts prefill the chunks too
         dt += SP.prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch)
     ist, fst = rep.ist, rep.fst
+    wait = 0.0
     if ist[T.I_SWAP_BLOCKS]:
         if ist[T.I_SWAP_BLOCKS] >= swap_tab.shape[0]:
             raise RuntimeError("internal: swap table too small")  # advance() grows it
         sw = swap_tab[ist[T.I_SWAP_BLOCKS]] * cff[T.D_KV_SCALE]
         dt += sw
         fst[T.F_SWAP_WAIT] += sw
+        wait += sw
         ist[T.I_SWAP_BLOCKS] = 0
     if fst[T.F_SWAP_S]:
         dt += fst[T.F_SWAP_S]
         fst[T.F_SWAP_WAIT] += fst[T.F_SWAP_S]
+        wait += fst[T.F_SWAP_S]
         fst[T.F_SWAP_S] = 0.0
+    if wait:  # every request of this iteration waits for the serial copies (rule (29))
+        for k in range(n_ch):
+            req.link_wait[ch_i[k]] += wait
+        for k in range(n_dec):
+            req.link_wait[dec[k]] += wait
     account(rep, dt, np.int64(1), n_ch == 0)
     done = np.empty(n_ch + n_dec, np.int64)
     nd = 0

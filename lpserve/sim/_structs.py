@@ -88,7 +88,7 @@ REQ_FIELDS = (
     'swap_gpu', 'swapped', 'compressed', 'kv_remote', 'status', 'first_sched', 'first_token',
     'finish', 'preempt', 'cached_tok', 'seen_tok', 'replica', 'decode_replica', 'reason',
     'tenant', 'plo', 'phi', 'prog', 'wnext', 'wprev', 'slot_off', 'slot_buf', 'turn_gap', 'rk',
-    'chain', 'chain_off', 'keybuf', 'ready',
+    'chain', 'chain_off', 'keybuf', 'ready', 'link_wait',
 )
 REQ_T = ReqType([
     ("prompt", types.int64[::1]),
@@ -128,6 +128,7 @@ REQ_T = ReqType([
     ("chain_off", types.int64[::1]),
     ("keybuf", types.int64[::1]),
     ("ready", types.int64[::1]),
+    ("link_wait", types.float64[::1]),
 ])
 
 
@@ -135,7 +136,8 @@ REQ_T = ReqType([
 def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_blocks, swap_gpu,
             swapped, compressed, kv_remote, status, first_sched, first_token, finish, preempt,
             cached_tok, seen_tok, replica, decode_replica, reason, tenant, plo, phi, prog,
-            wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf, ready):
+            wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf, ready,
+            link_wait):
     """A Req over these arrays (see ``REQ_FIELDS``)."""
     s = structref.new(REQ_T)
     s.prompt = prompt
@@ -175,6 +177,7 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
     s.chain_off = chain_off
     s.keybuf = keybuf
     s.ready = ready
+    s.link_wait = link_wait
     return s
 
 RepType, Rep = _struct("Rep")

@@ -167,7 +167,7 @@ class CompiledRun:
             slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
             turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
             keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
-            ready=S.ready_iter)
+            ready=S.ready_iter, link_wait=S.link_wait)
         self.req = ST.new_req(*self.req_a)
         kind, fp, ip = rank_spec(pol.scheduler)
         if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use

@@ -109,6 +109,24 @@ def check_case(seed: int, name: str) -> None:
     ref = lp.simulate(inst, pol, seed=1, reference=True, check=True)
     assert fast.digest() == ref.digest(), (
         f"{name} seed {seed} engine {pol.engine}: {_first_difference(fast, ref)}")
+    check_same_stats(fast, ref)
+
+
+#: counters every run reports, whichever engine ran it
+COUNTERS = ("iterations", "decode_iterations", "swaps", "compressed_swaps",
+            "compressed_tokens", "link_copies")
+SECONDS = ("busy_s", "swap_wait_s", "link_wait_s", "link_busy_s", "kv_utilization")
+
+
+def check_same_stats(fast: lp.Result, ref: lp.Result) -> None:
+    """One result schema: the same keys from both engines, equal counters, and times
+    equal up to the order of their sums (decode runs add an iteration's time once)."""
+    assert set(fast.stats) == set(ref.stats), set(fast.stats) ^ set(ref.stats)
+    for k in COUNTERS:
+        assert fast.stats[k] == ref.stats[k], (k, fast.stats[k], ref.stats[k])
+    for k in SECONDS:
+        assert fast.stats[k] == pytest.approx(ref.stats[k], rel=1e-9, abs=1e-12, nan_ok=True), (
+            k, fast.stats[k], ref.stats[k])
 
 
 @settings(max_examples=200, deadline=None, derandomize=True,
