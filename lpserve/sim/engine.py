@@ -142,9 +142,13 @@ class Simulation:
         if self.compiled:
             external = compiled.rank_spec(policy.scheduler)[0] == compiled.RANK_EXTERNAL
             self.engine_name = "compiled+python-ranks" if external else "compiled"
-        # the routing roles that read completions (RouterView.completions)
+        # the routing roles that read completions (RouterView.completions); a role whose
+        # pool has one replica is never asked (_route), so it reads none
+        choices = {"router": cl.prefill_replicas if cl.disaggregated else cl.replicas,
+                   "decode_router": cl.decode_replicas}
         self._done_roles = [role for role in ("router", "decode_router")
-                            if getattr(getattr(policy, role), "reads_completions", False)]
+                            if choices[role] > 1
+                            and getattr(getattr(policy, role), "reads_completions", False)]
         self.runset = None
         if self.compiled:
             self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
@@ -207,6 +211,12 @@ class Simulation:
 
     # ------------------------------------------------------------------ routing
     def _route(self, pool: list[Any], req: list[int], t: float, phase: str) -> list[int]:
+        """The replica (index into ``pool``) of each request of ``req`` arriving at ``t``:
+        the policy's router (or decode router) asked through a :class:`RouterView`, unless
+        the pool has one replica, where there is no choice to make and it is not asked
+        (``models/simulator.md`` (17))."""
+        if len(pool) == 1:
+            return [0] * len(req)
         S = self.state
         role = "decode_router" if phase == "decode" else "router"
         router = getattr(self.policy, role)
