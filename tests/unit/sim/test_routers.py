@@ -76,3 +76,35 @@ def test_prefix_affinity_raises_hit_rate_in_simulation():
     rr = lp.simulate(inst, "vllm").summary()["prefix_hit_rate"]
     pa = lp.simulate(inst, "vllm+prefix-affinity").summary()["prefix_hit_rate"]
     assert pa > rr + 0.2
+
+
+def test_a_pool_of_one_replica_does_not_ask_its_router():
+    """With one replica there is no choice: the router is not asked (models/simulator.md
+    (17)) and the run equals round robin's; with two it is asked at every arrival."""
+    from lpserve.policy import Router
+
+    class Counting(Router):
+        name = "counting"
+        reads_completions = True
+
+        def __init__(self):
+            self.calls = 0
+
+        def route(self, view):
+            self.calls += 1
+            assert view.completions is not None  # read, as a completion reader does
+            return np.zeros(len(view), np.int64)
+
+    tr = lp.Trace.from_arrays(arrival_s=np.linspace(0.0, 2.0, 12),
+                              prompt_tokens=np.full(12, 200), output_tokens=np.full(12, 20))
+    base = lp.make_policy("vllm")
+    for replicas, asked in ((1, False), (2, True)):
+        inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                        replicas=replicas))
+        router = Counting()
+        res = lp.simulate(inst, base.with_(router=router, name="counting"), seed=0)
+        assert (res.arrays["status"] == "finished").all()
+        assert (router.calls > 0) == asked, (replicas, router.calls)
+        if replicas == 1:
+            assert np.array_equal(res.arrays["finish_s"],
+                                  lp.simulate(inst, base, seed=0).arrays["finish_s"])
