@@ -31,6 +31,7 @@ A ceiling far above the LP says the shared clock is where the slack is; what is 
 is a way to compute (or bound from below) the relaxation's optimum over every order.
 
     python benchmarks/opt_shared_clock.py [--loads 0.5,1,2] [--upper 3.040,3.592,7.232] [--lp]
+        [--caps 10,20,30,45]
 """
 from __future__ import annotations
 
@@ -48,12 +49,14 @@ GPU, LLM, REPLICAS, DURATION_S = "a100-80gb", "llama-2-7b", 2, 150.0
 
 
 def fluid_ps_latency_s(m: Minorant, arrival_s: np.ndarray, prompt: np.ndarray,
-                       output: np.ndarray, dt_s: float = 0.002) -> np.ndarray:
+                       output: np.ndarray, dt_s: float = 0.002,
+                       cap: int | None = None) -> np.ndarray:
     """Latency (s) of each request under the fluid processor-sharing schedule on one
     replica: each time step ``dt_s`` first computes waiting prompts, shortest first, at
     the larger of a whole-prompt chunk's two increments (the prompt's first token comes
     with it), then lets every request past its prompt decode at the iteration rate
-    ``1 / max(F_A + sum a, F_B + sum b)`` over those requests (contexts = prompts)."""
+    ``1 / max(F_A + sum a, F_B + sum b)`` over those requests (contexts = prompts);
+    with ``cap``, only the ``cap`` of them with the fewest tokens left decode."""
     n = arrival_s.size
     pre = np.array([max(m.chunk_a(float(p)), m.chunk_b(float(p))) for p in prompt])
     inc_a, inc_b = m.decode_a(prompt), m.decode_b(prompt)
@@ -74,6 +77,8 @@ def fluid_ps_latency_s(m: Minorant, arrival_s: np.ndarray, prompt: np.ndarray,
             budget -= use
             filling = live[pre[live] > 0]
         dec = live[(pre[live] <= 0) & (rem[live] > 0)]
+        if cap is not None:
+            dec = dec[np.argsort(rem[dec], kind="stable")[:cap]]
         if dec.size and budget > 0:
             it_s = max(m.F_A + inc_a[dec].sum(), m.F_B + inc_b[dec].sum())
             rem[dec] -= budget / it_s
@@ -90,6 +95,10 @@ def main() -> None:
                     help="best simulated mean E2E per load (s), for the interval column")
     ap.add_argument("--lp", action="store_true",
                     help="also solve cost-lp at default and at 3x-latency windows (minutes)")
+    ap.add_argument("--caps", default="",
+                    help="also the fluid schedules decoding only the CAP requests with the "
+                         "fewest tokens left, e.g. 10,20,30,45 (another schedule of the "
+                         "relaxation each: does reordering beat processor sharing?)")
     args = ap.parse_args()
     tr = load_trace(DEFAULT_TRACE)
     t0 = float(tr.arrival_s[0])
@@ -114,6 +123,11 @@ def main() -> None:
         ceiling = total / a.size
         up = uppers[j] if j < len(uppers) else float("nan")
         row = f"x{load:<4g} {ceiling:16.3f} {up / ceiling:16.3f}"
+        for cap in (int(c) for c in args.caps.split(",") if c):
+            cap_total = sum(fluid_ps_latency_s(m, a[r::REPLICAS], p[r::REPLICAS],
+                                               o[r::REPLICAS], cap=cap).sum()
+                            for r in range(REPLICAS))
+            row += f" cap {cap}: {cap_total / a.size:.3f}"
         if args.lp:
             base = build_cost_lp(inst)
             lat = np.asarray(lp.simulate(inst, "vllm").arrays["e2e_s"], np.float64)
