@@ -64,6 +64,14 @@ class WAIT(TickCached):
         self.flush_after_s = flush_after_s
         self.quantum_s = None if flush_after_s is None else flush_after_s / 4.0
 
+    def kernel_spec(self) -> tuple[str, list[float], list[int]]:
+        """The compiled twin's kind and parameters (``lpserve/sim/_ranks.py`` ``_wait``;
+        see :meth:`lpserve.policy.FCFS.kernel_spec`)."""
+        flat = [v for (p, o), n in sorted(self.thresholds.items()) for v in (p, o, n)]
+        return "wait", [self.quantum_s or 0.0, math.inf if self.flush_after_s is None
+                        else float(self.flush_after_s), float(self.default_threshold)], \
+            [len(self.thresholds), *flat]
+
     @staticmethod
     def _count(field: str, n: Any) -> int:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:

@@ -26,12 +26,12 @@ from lpserve.sim import _vtc_kernels as V
 
 # kinds (``kernel_spec()[0]`` of the schedulers)
 R_FCFS, R_SJF, R_WSPT, R_SJFP, R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG, R_DPP, \
-    R_STATIC, R_VTC = range(13)
+    R_STATIC, R_VTC, R_WAIT = range(14)
 RANK_KINDS = {"fcfs": R_FCFS, "sjf": R_SJF, "wspt": R_WSPT, "sjf-predicted": R_SJFP,
               "las": R_LAS, "round-robin": R_RR, "mcsf": R_MCSF, "slo-aware": R_SLO,
               "mlfq": R_MLFQ, "program": R_PROG, "dpp-classes": R_DPP, "static": R_STATIC,
-              "vtc": R_VTC}
-TICKED = (R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG, R_VTC)
+              "vtc": R_VTC, "wait": R_WAIT}
+TICKED = (R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG, R_VTC, R_WAIT)
 
 # per-request float state rows
 RF_SERVED, RF_USED, RF_ENTERED, RF_LAST, RF_C1, RF_C4, RF_C5, RF_C6, RF_C7 = range(9)
@@ -192,6 +192,8 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
                 xi[rep, N_XI_HEAD:N_XI_HEAD + m0], xi[rep, N_XI_HEAD + m0:N_XI_HEAD + 2 * m0],
                 arrival, prompt, gen, tenant, rf[RF_USED], ri[RI_LEVEL], rf[RF_C1],
                 ri[RI_INIT], ri[RI_PROG], ri[RI_MARK], g[G_STAMP], pf, res)
+    elif kind == R_WAIT:
+        _wait(fp, ip, cand, run, m, now, arrival, prompt, out, res)
     elif kind == R_DPP:
         n_cls = ip[0]
         if n_cls == 1 or m == 0:
@@ -410,6 +412,65 @@ def _program(fp, ip, cand, run, m, now, rep, arrival, prog_id, rf, ri, pf, xf, x
         if two_level:
             level = min(_queue_of(pf[0, pr], base), 63) * 64 + min(level, 63)
         res[k] = level * _LEVEL_SCALE + rf[RF_ENTERED, i]
+
+
+@njit(cache=True)
+def _wait(fp, ip, cand, run, m, now, arrival, prompt, out, res):
+    """Twin of ``WAIT._rank`` (``lpserve/policies/wait.py``): ``fp`` = (quantum_s or 0,
+    flush_after_s or inf, default threshold), ``ip`` = (number of listed types, then
+    prompt, output and threshold of each). Running candidates rank first; the waiting
+    ones of a type are held until its threshold ``n`` wait (or, with a flush, the oldest
+    waited ``flush_after_s`` at the tick's start), then the ``n`` oldest rank by arrival."""
+    nw = 0
+    for k in range(m):
+        if run[k]:
+            res[k] = _RUNNING_RANK
+        else:
+            res[k] = np.inf
+            nw += 1
+    if nw == 0:
+        return
+    w = np.empty(nw, np.int64)
+    j = 0
+    for k in range(m):
+        if not run[k]:
+            w[j] = k
+            j += 1
+    # waiting positions by (prompt, output, arrival, request): stable sorts, last key first
+    key = np.empty(nw, np.float64)
+    for q in range(nw):
+        key[q] = float(cand[w[q]])
+    w = w[np.argsort(key, kind="mergesort")]
+    for q in range(nw):
+        key[q] = arrival[cand[w[q]]]
+    w = w[np.argsort(key, kind="mergesort")]
+    for q in range(nw):
+        key[q] = float(out[cand[w[q]]])
+    w = w[np.argsort(key, kind="mergesort")]
+    for q in range(nw):
+        key[q] = float(prompt[cand[w[q]]])
+    w = w[np.argsort(key, kind="mergesort")]
+    q_s, flush_s, n_types = fp[0], fp[1], ip[0]
+    start = 0
+    while start < nw:
+        p0, o0 = prompt[cand[w[start]]], out[cand[w[start]]]
+        end = start + 1
+        while end < nw and prompt[cand[w[end]]] == p0 and out[cand[w[end]]] == o0:
+            end += 1
+        n = int(fp[2])
+        for t in range(n_types):
+            if ip[1 + 3 * t] == p0 and ip[2 + 3 * t] == o0:
+                n = ip[3 + 3 * t]
+                break
+        if n > 0:
+            due = end - start >= n
+            if not due and not math.isinf(flush_s):
+                tick_s = tick_index(now, q_s) * q_s
+                due = tick_s - arrival[cand[w[start]]] >= flush_s
+            if due:
+                for q in range(start, min(end, start + n)):
+                    res[w[q]] = arrival[cand[w[q]]]
+        start = end
 
 
 @njit(cache=True)

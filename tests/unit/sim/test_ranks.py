@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import lpserve as lp
 from lpserve.arrays import readonly
-from lpserve.policies import fairness, mlfq, programs, schedulers
+from lpserve.policies import fairness, mlfq, programs, schedulers, wait
 from lpserve.policies.lyapunov import DPPScheduler
 from lpserve.policy import FCFS, SchedulerView
 from lpserve.sim import _ranks as K
@@ -41,6 +41,8 @@ SCHEDULERS = {
                                                    two_level=True),
     "dpp": lambda: DPPScheduler((1.0, 3.0, 0.5)),
     "vtc": fairness.VTC, "vtc-weighted": lambda: fairness.VTC({0: 3.0, -1: 0.5}, 1.5, 4.0),
+    "wait": wait.WAIT,
+    "wait-flush": lambda: wait.WAIT(default_threshold=2, flush_after_s=0.3),
     "tiered-vtc": lambda: fairness.TieredShedding(
         tiers={0: 1, -1: 2}, max_waiting={1: 2, 0: 4}, shed_after_s={2: 0.8, 0: 1.5},
         quantum_s=0.1, weights={2: 2.0}),
@@ -140,3 +142,28 @@ def test_rank_kernel_equals_python(name):
        with_pred=st.booleans())
 def test_rank_kernel_equals_python_random(seed, name, with_pred):
     _compare(name, seed, steps=40, with_pred=with_pred)
+
+
+@pytest.mark.parametrize("flush_after_s", [None, 0.4])
+def test_wait_twin_equals_python_on_repeated_types(flush_after_s):
+    """WAIT's compiled twin (thresholds per (prompt, output) type, cohorts, flushes) gives
+    the reference engine's run, whose scheduler is the Python class, on a trace of four
+    repeated types with their own thresholds and an unlisted one."""
+    rng = np.random.default_rng(3)
+    n = 60
+    types = np.array([(120, 40), (300, 12), (64, 90), (500, 25)])
+    pick = rng.integers(0, len(types), n)
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 3.0, n)),
+                              prompt_tokens=types[pick, 0], output_tokens=types[pick, 1])
+    sched = wait.WAIT({(120, 40): 3, (300, 12): 2, (64, 90): 0}, default_threshold=4,
+                      flush_after_s=flush_after_s)
+    pol = lp.make_policy("vllm").with_(scheduler=sched, name="wait-types")
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                    gpu_memory_fraction=0.3), horizon_s=60.0)
+    fast = lp.simulate(inst, pol, seed=0)
+    ref = lp.simulate(inst, pol, seed=0, reference=True)
+    assert fast.stats["engine"] == "compiled"
+    assert fast.digest() == ref.digest()
+    done = fast.arrays["status"] == "finished"
+    held = np.isin(np.arange(n), np.flatnonzero(pick == 2))  # threshold 0: never admitted
+    assert not done[held].any() and done[~held].sum() > 0
