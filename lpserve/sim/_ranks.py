@@ -225,6 +225,28 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
 
 
 @njit(cache=True)
+def _waiting_positions(run, m):
+    """Positions ``k < m`` of the waiting candidates (``run[k]`` false), in order."""
+    nw = 0
+    for k in range(m):
+        if not run[k]:
+            nw += 1
+    w = np.empty(nw, np.int64)
+    j = 0
+    for k in range(m):
+        if not run[k]:
+            w[j] = k
+            j += 1
+    return w
+
+
+@njit(cache=True)
+def _stable_by(w, key):
+    """Positions ``w`` stably reordered by ``key[w]`` (``key`` over every position)."""
+    return w[np.argsort(key[w], kind="mergesort")]
+
+
+@njit(cache=True)
 def _mcsf(fp, ip, cand, run, m, arrival, prompt, gen, out, plo, phi, has_pred,
           total_blocks, block_tokens, res):
     assume, default_tokens, max_batch = ip[0], ip[1], ip[2]
@@ -255,13 +277,8 @@ def _mcsf(fp, ip, cand, run, m, arrival, prompt, gen, out, plo, phi, has_pred,
             n_run += 1
         else:
             res[k] = math.inf
-    nw = m - n_run
-    wait = np.empty(nw, np.int64)
-    w = 0
-    for k in range(m):
-        if not run[k]:
-            wait[w] = k
-            w += 1
+    wait = _waiting_positions(run, m)
+    nw = wait.shape[0]
     # order by (plan, arrival, position)
     o1 = np.argsort(wait, kind="mergesort")
     a1 = np.empty(nw)
@@ -421,35 +438,16 @@ def _wait(fp, ip, cand, run, m, now, arrival, prompt, out, res):
     prompt, output and threshold of each). Running candidates rank first; the waiting
     ones of a type are held until its threshold ``n`` wait (or, with a flush, the oldest
     waited ``flush_after_s`` at the tick's start), then the ``n`` oldest rank by arrival."""
-    nw = 0
     for k in range(m):
-        if run[k]:
-            res[k] = _RUNNING_RANK
-        else:
-            res[k] = np.inf
-            nw += 1
-    if nw == 0:
-        return
-    w = np.empty(nw, np.int64)
-    j = 0
-    for k in range(m):
-        if not run[k]:
-            w[j] = k
-            j += 1
+        res[k] = _RUNNING_RANK if run[k] else np.inf
+    w = _waiting_positions(run, m)
+    nw = w.shape[0]
     # waiting positions by (prompt, output, arrival, request): stable sorts, last key first
-    key = np.empty(nw, np.float64)
-    for q in range(nw):
-        key[q] = float(cand[w[q]])
-    w = w[np.argsort(key, kind="mergesort")]
-    for q in range(nw):
-        key[q] = arrival[cand[w[q]]]
-    w = w[np.argsort(key, kind="mergesort")]
-    for q in range(nw):
-        key[q] = float(out[cand[w[q]]])
-    w = w[np.argsort(key, kind="mergesort")]
-    for q in range(nw):
-        key[q] = float(prompt[cand[w[q]]])
-    w = w[np.argsort(key, kind="mergesort")]
+    c = cand[:m]
+    w = _stable_by(w, c.astype(np.float64))
+    w = _stable_by(w, arrival[c])
+    w = _stable_by(w, out[c].astype(np.float64))
+    w = _stable_by(w, prompt[c].astype(np.float64))
     q_s, flush_s, n_types = fp[0], fp[1], ip[0]
     start = 0
     while start < nw:

@@ -164,6 +164,15 @@ def test_wait_twin_equals_python_on_repeated_types(flush_after_s):
     ref = lp.simulate(inst, pol, seed=0, reference=True)
     assert fast.stats["engine"] == "compiled"
     assert fast.digest() == ref.digest()
+
+    class OwnWait(wait.WAIT):  # no kernel_spec of its own: ranked in Python
+        pass
+
+    own = OwnWait({(120, 40): 3, (300, 12): 2, (64, 90): 0}, default_threshold=4,
+                  flush_after_s=flush_after_s)
+    asked = lp.simulate(inst, pol.with_(scheduler=own), seed=0)
+    assert asked.stats["engine"] == "compiled+python-ranks"
+    assert asked.digest() == ref.digest()
     done = fast.arrays["status"] == "finished"
     held = np.isin(np.arange(n), np.flatnonzero(pick == 2))  # threshold 0: never admitted
     assert not done[held].any() and done[~held].sum() > 0
