@@ -254,3 +254,24 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rn
                 continue
             return S.IDLE
         steps += 1
+
+
+@njit(cache=True)
+def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, ids,
+                times, k):
+    """Requests ``ids[k:]`` join this replica at ``times[k:]`` (non-decreasing, each before
+    the horizon), each after every planning step that starts before its time: the same as
+    :func:`advance` to ``times[k]`` then :func:`enqueue` per request. Returns ``(k, code)``:
+    ``k == len(ids)`` and ``IDLE`` when every request joined, else the first request not
+    yet joined and the :func:`advance` code (``NEED_RANKS`` or ``NEED_ROOM``) the caller
+    must serve before calling again from ``k``."""
+    n = ids.shape[0]
+    while k < n:
+        t = times[k]
+        code = advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng,
+                       t, 1 << 62)
+        if code == S.NEED_RANKS or code == S.NEED_ROOM:
+            return k, code
+        enqueue(req, rep, cfg, ids[k], t)
+        k += 1
+    return k, S.IDLE

@@ -434,22 +434,29 @@ class CompiledReplica:
         return int(self.r.ist[T.I_NRUN] + self.r.ist[T.I_NWAIT])
 
     # ------------------------------------------------------------------ running
+    def _serve(self, code: int) -> bool:
+        """Do what a kernel stopped for (ranks from a Python scheduler, room in the event
+        outbox, the release arena or the swap table); False if it stopped for nothing."""
+        if code == SK.NEED_RANKS:
+            self._rank_in_python()
+        elif code == SK.NEED_ROOM:
+            self._drain()
+            self._grow_arena()
+            run = self.runset
+            run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS]) + run.swap_step + 2)
+        else:
+            return False
+        return True
+
     def _call(self, t: float, max_steps: int) -> int:
         run = self.runset
         while True:
             code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
                               run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, self.rng, t,
                               max_steps)
-            if code == SK.NEED_RANKS:
-                self._rank_in_python()
-                continue
-            if code == SK.NEED_ROOM:
+            if not self._serve(code):
                 self._drain()
-                self._grow_arena()
-                run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS]) + run.swap_step + 2)
-                continue
-            self._drain()
-            return code
+                return code
 
     def advance(self, t: float) -> None:
         """Run every iteration that starts before ``min(t, horizon)``."""
@@ -480,6 +487,21 @@ class CompiledReplica:
         code = RX.enqueue(self.runset.req, self.rep, self.cfg, i, t)
         if code == 0 and self.ctx.check is not None:
             self.ctx.check(self)
+
+    def enqueue_all(self, ids: np.ndarray, times_s: np.ndarray) -> None:
+        """Requests ``ids`` (int64, shape ``(n,)``) join this replica at ``times_s`` (s,
+        non-decreasing, before the horizon): :meth:`enqueue` for each in turn, in one
+        kernel call between the stops for Python. Only for a run whose loop reads nothing
+        between arrivals (``Simulation._arrivals_in_one_call``)."""
+        run = self.runset
+        k = 0
+        while True:
+            k, code = RX.enqueue_all(run.req, self.rep, self.cfg, run.cff, self.params,
+                                     run.swap_tab, run.cswap_tab, run.rk, run.ctl, run.sr,
+                                     self.ss, self.rng, ids, times_s, k)
+            if not self._serve(code):
+                break
+        self._drain()
 
     def _drain(self) -> None:
         """Hand the kernel's events (completions, KV handoffs) to the event loop."""

@@ -1,0 +1,62 @@
+"""A lone compiled replica takes a whole trace's arrivals in one kernel call
+(``Simulation._arrivals_in_one_call``): the run equals the one that hands it each arrival
+in turn, through every stop for Python (ranks, a full event outbox) and the horizon."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lpserve as lp
+from lpserve.policy import as_scheduler
+from lpserve.sim.engine import Simulation
+
+
+def _trace(n: int, seed: int) -> lp.Trace:
+    rng = np.random.default_rng(seed)
+    return lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0.0, 4.0, n)).round(2),
+                                prompt_tokens=rng.integers(20, 900, n),
+                                output_tokens=rng.integers(1, 120, n))
+
+
+def _fifo_by_id(view):  # a scheduler written in Python: the compiled loop stops for it
+    return np.asarray(view.request, np.float64)
+
+
+@pytest.mark.parametrize("policy,horizon_s", [
+    (lp.make_policy("vllm", max_num_seqs=4), None),  # outbox of 20 events: NEED_ROOM stops
+    (lp.make_policy("vllm").with_(scheduler=as_scheduler(_fifo_by_id), name="py"), None),
+    (lp.make_policy("sarathi"), 2.5),                # arrivals at and after the horizon
+    (lp.make_policy("srpt-oracle"), None),
+])
+def test_one_call_equals_one_arrival_at_a_time(monkeypatch, policy, horizon_s):
+    inst = lp.Instance(trace=_trace(300, 7), horizon_s=horizon_s,
+                       cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                          gpu_memory_fraction=0.2))
+    calls = []
+    real = Simulation._arrivals_in_one_call
+
+    def spy(self):
+        calls.append(real(self))
+        return calls[-1]
+
+    monkeypatch.setattr(Simulation, "_arrivals_in_one_call", spy)
+    one_call = lp.simulate(inst, policy, seed=1)
+    assert calls == [True]
+    monkeypatch.setattr(Simulation, "_arrivals_in_one_call", lambda self: False)
+    each = lp.simulate(inst, policy, seed=1)
+    assert one_call.digest() == each.digest()
+    assert {k: v for k, v in one_call.stats.items() if k != "wall_s"} == \
+        {k: v for k, v in each.stats.items() if k != "wall_s"}
+    assert (one_call.arrays["status"] == "finished").sum() > 0
+
+
+def test_not_taken_where_the_loop_reads_between_arrivals():
+    inst = lp.Instance(trace=_trace(40, 1), cluster=lp.Cluster(gpu="a100-80gb",
+                                                              llm="llama-2-7b", replicas=2))
+    sim = Simulation(inst, lp.make_policy("vllm"))
+    assert not sim._arrivals_in_one_call()  # a router chooses per arrival
+    one = lp.Instance(trace=_trace(40, 1), cluster=lp.Cluster(gpu="a100-80gb",
+                                                             llm="llama-2-7b"))
+    assert not Simulation(one, lp.make_policy("vllm"), check=True)._arrivals_in_one_call()
+    assert not Simulation(one, lp.make_policy("vllm"), reference=True)._arrivals_in_one_call()
+    assert Simulation(one, lp.make_policy("vllm"))._arrivals_in_one_call()
