@@ -13,11 +13,13 @@ prefill:decode = 3:1, Llama-2-7B on A100-80GB TP1. Three tables:
 3. a scheduler written in plain Python (numpy ranks, shortest prompt first) on the vLLM
    engine defaults, which runs through the per-event Python path.
 
-Vidur's wall time: when the Vidur environment exists (``bash scripts/vidur-env.sh``
-creates ``.venv-vidur``), Vidur runs the same workload in this invocation
-(``benchmarks/vidur_lpserve_cost.py``: Vidur's event loop and vLLM scheduler, priced by
-lpserve's cost model); else the recorded figures in ``benchmarks/data/vidur_reference.json``
-are used and the script says so. When Vidur's per-request file
+Vidur's wall time: the yardstick is Vidur run natively with its own execution-time
+predictor, recorded in ``benchmarks/data/vidur_reference.json`` (10,000 requests per
+configuration; for another ``--requests`` the speed-up is a ratio of requests per
+second). When the Vidur environment exists (``bash scripts/vidur-env.sh`` creates
+``.venv-vidur``), Vidur priced by lpserve's cost model
+(``benchmarks/vidur_lpserve_cost.py``, no predictor to train) also runs now and its wall
+time is printed beside, not used: it is about 2.5x slower than the native run. When Vidur's per-request file
 ``vidur_requests_<qps>qps_<replicas>r.csv.gz`` is there, the very same requests (arrival
 times and token counts) are simulated, else the workload is regenerated from the same
 distributions. Compilation (numba, first use) is excluded from the rows and printed apart.
@@ -25,7 +27,8 @@ distributions. Compilation (numba, first use) is excluded from the rows and prin
     python benchmarks/sim_vs_vidur.py [--requests 10000] [--policies vllm,sarathi]
         [--reference PATH] [--vidur-python PATH] [--no-live-vidur]
 
-Exits 1 when a registered policy is below 50x Vidur or the Python scheduler below 5x
+Exits 1 when a registered policy is below 50x Vidur's rate (25x below 10,000 requests,
+where fixed per-run costs weigh more) or the Python scheduler below 5x
 (when Vidur's wall time is known).
 """
 from __future__ import annotations
@@ -135,11 +138,20 @@ def load_reference(path: Path) -> dict[tuple[float, int], dict] | None:
             "wall_min_s": min(sec("wall_s", "wall.s"),
                               float(idle.get(f"{float(qps):g}qps_{int(reps)}r", math.inf))),
             "iterations": _get(r, "iterations"),
+            "requests": int(_get(r, "num_requests") or 10_000),
             "ttft_p50_s": sec("ttft_p50_ms", "ttft_p50_s", "ttft_s.p50", "ttft.p50"),
             "tbt_p50_s": sec("tbt_p50_ms", "tbt_p50_s", "tbt_s.p50", "tbt.p50"),
             "e2e_p50_s": sec("e2e_p50_ms", "e2e_p50_s", "e2e_s.p50", "e2e.p50"),
         }
     return out
+
+
+def _speedup(vidur: dict | None, wall_s: float, requests: int) -> float:
+    """lpserve's requests per second over native Vidur's on its recorded run (NaN when
+    there is no record)."""
+    if not vidur or not math.isfinite(vidur["wall_min_s"]):
+        return float("nan")
+    return (requests / wall_s) / (vidur["requests"] / vidur["wall_min_s"])
 
 
 def live_vidur(python: Path, n: int, qps: float, replicas: int) -> dict | None:
@@ -206,17 +218,21 @@ def main() -> int:
     if args.vidur_python.exists() and not args.no_live_vidur:
         live = live_vidur(args.vidur_python, args.requests, 3.0, 1)
     if live is not None:
-        print(f"Vidur ran now on the 3 QPS, 1 replica workload: {live['wall_s']:.1f} s "
-              f"({args.requests / live['wall_s']:,.0f} requests/s)")
-        ref[(3.0, 1)] = {**ref.get((3.0, 1), {}), **live}
-    elif ref:
-        print(f"Vidur is not installed here ({args.vidur_python}): using Vidur's recorded "
-              f"figures ({args.reference.name}); the smaller of its measured and its "
-              "uncontended wall time")
+        print(f"Vidur priced by lpserve's cost model (not its own predictor) ran now on the "
+              f"3 QPS, 1 replica workload: {live['wall_s']:.1f} s "
+              f"({args.requests / live['wall_s']:,.0f} requests/s); not the yardstick below")
+    if ref:
+        print(f"speed-ups are against Vidur run natively with its own execution-time "
+              f"predictor, as recorded ({args.reference.name}): the smaller of its measured "
+              "and its uncontended wall time, as a rate (requests per second) when this run "
+              "has another request count")
     else:
         print(f"NOTE: no Vidur environment and {args.reference} is missing: no speed-up "
               "or median comparison can be made.")
     print(f"numba compile + first small run: {compile_s:.2f} s (excluded below)")
+    target = 50.0 if args.requests >= 10_000 else 25.0
+    print(f"target: {target:g}x Vidur's rate; 'vidur s' is its wall time for its 10,000 "
+          "requests")
     hdr = (f"{'config':<11} {'lpserve s':>9} {'vidur s':>8} {'speedup':>8} | "
            f"{'TTFT p50 ms':>17} | {'TBT p50 ms':>15} | {'E2E p50 s':>15}")
     print("\n1. Vidur's vLLM configuration (no prefix caching)")
@@ -236,8 +252,8 @@ def main() -> int:
         s = res.summary()
         v = ref.get((qps, reps))
         vw = v["wall_min_s"] if v else float("nan")
-        speed = vw / wall if v and math.isfinite(vw) else float("nan")
-        if math.isfinite(speed) and speed < 50:
+        speed = _speedup(v, wall, len(trace))
+        if math.isfinite(speed) and speed < target:
             ok = False
 
         def pair(x, y, scale, fmt):
@@ -259,7 +275,7 @@ def main() -> int:
     # the SLO the SLO-mirroring policies (lyapunov, slo-aware) take their targets from
     inst = lp.Instance(trace=trace, cluster=cluster1, slo=lp.SLO(ttft_s=2.0, tpot_s=0.1))
     small = inst.with_(trace=trace.head(200))
-    vw = ref.get((3.0, 1), {}).get("wall_min_s", float("nan"))
+    v1 = ref.get((3.0, 1))
     names = [n for n in args.policies.split(",") if n] or policy_names()
     print("\n2. every registered policy with its own defaults, 3 QPS on 1 replica")
     print(f"{'policy':<24} {'wall s':>7} {'req/s':>8} {'vs vidur':>8} {'compile s':>9} | "
@@ -279,15 +295,15 @@ def main() -> int:
             print(f"{n:<24} not run on one colocated replica: {e}")
             continue
         ttft, tpot, e2e = _medians(res.summary())
-        speed = vw / wall if math.isfinite(vw) else float("nan")
-        if math.isfinite(speed) and speed < 50:
+        speed = _speedup(v1, wall, len(trace))
+        if math.isfinite(speed) and speed < target:
             slow.append(n)
         print(f"{n:<24} {wall:>7.3f} {len(trace) / wall:>8,.0f} {speed:>7.0f}x {c:>9.2f} | "
               f"{ttft * 1e3:>11.1f} {tpot * 1e3:>11.2f} {e2e:>9.2f}  "
               f"{res.stats.get('engine', '')}")
     if slow:
         ok = False
-        print(f"below 50x Vidur: {', '.join(slow)}")
+        print(f"below {target:g}x Vidur: {', '.join(slow)}")
 
     print("\n3. a scheduler in plain Python (numpy ranks) on vLLM's engine defaults")
     py = lp.Policy(name="python-spf", scheduler=ShortestPromptFirst(),
@@ -296,7 +312,7 @@ def main() -> int:
     t = time.perf_counter()
     res = lp.simulate(inst, py)
     wall = time.perf_counter() - t
-    speed = vw / wall if math.isfinite(vw) else float("nan")
+    speed = _speedup(v1, wall, len(trace))
     print(f"{'python-spf':<24} {wall:>7.3f} {len(trace) / wall:>8,.0f} {speed:>7.1f}x "
           f"(target >= 5x)  engine {res.stats.get('engine', '')}")
     if math.isfinite(speed) and speed < 5:
