@@ -71,7 +71,7 @@ def preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
 
 
 @njit(cache=True)
-def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, stop):
+def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop):
     """Plan and run one iteration (or a run of decode iterations); False if idle."""
     ist = rep.ist
     if ist[T.I_NRUN] == 0 and ist[T.I_NWAIT] == 0:
@@ -210,13 +210,12 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, 
         return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_ch,
                          dec, n_dec)
     if cfg[T.C_SPEC]:  # one speculative step (lpserve/sim/_spec_kernels.py)
-        return SP.step(req, rep, cfg, sr, ss, rng, dec, n_dec)
+        return SP.step(req, rep, cfg, sr, ss, dec, n_dec)
     return S.decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop)
 
 
 @njit(cache=True)
-def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, t,
-            max_steps):
+def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t, max_steps):
     """Run the planning steps that start before ``min(t, horizon)``, at most
     ``max_steps`` of them; returns :data:`~lpserve.sim._step_kernels.IDLE` (nothing more
     to do before ``t``), ``STEPPED`` (``max_steps`` ran), ``NEED_RANKS`` (a scheduler
@@ -244,7 +243,7 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rn
         if external and rep.ist[T.I_RANKED] == 0 and \
                 (rep.ist[T.I_NRUN] > 0 or rep.ist[T.I_NWAIT] > 0):
             return S.NEED_RANKS
-        ran = step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, stop)
+        ran = step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         rep.ist[T.I_RANKED] = 0
         if not ran:
             nr = T.next_release_s(rep)
@@ -257,8 +256,8 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rn
 
 
 @njit(cache=True)
-def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng, ids,
-                times, k):
+def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, ids, times,
+                k):
     """Requests ``ids[k:]`` join this replica at ``times[k:]`` (non-decreasing, each before
     the horizon), each after every planning step that starts before its time: the same as
     :func:`advance` to ``times[k]`` then :func:`enqueue` per request. Returns ``(k, code)``:
@@ -268,8 +267,8 @@ def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss
     n = ids.shape[0]
     while k < n:
         t = times[k]
-        code = advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, rng,
-                       t, 1 << 62)
+        code = advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t,
+                       1 << 62)
         if code == S.NEED_RANKS or code == S.NEED_ROOM:
             return k, code
         enqueue(req, rep, cfg, ids[k], t)

@@ -131,7 +131,7 @@ def _acc_rate(ss, cls, d):
 
 
 @njit(cache=True)
-def step(req, rep, cfg, sr, ss, rng, dec, n_dec):
+def step(req, rep, cfg, sr, ss, dec, n_dec):
     """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
     each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`."""
     ip = sr.ip
@@ -228,7 +228,7 @@ def step(req, rep, cfg, sr, ss, rng, dec, n_dec):
     # (8) accepted drafts: the leading run of i.i.d. Bernoulli(a_i) acceptances
     accepted = np.zeros(m, np.int64)
     if k:
-        u = rng.random((m, k))
+        u = ss.rng.random((m, k))
         for q in range(m):
             a = sr.rates[idx[q], d]
             n = 0

@@ -1,15 +1,17 @@
 """The structures of the compiled replica engine: numba StructRefs (passed between
 kernels as one pointer, which keeps compile times short) with cached constructors.
 
-Each ``new_*`` takes the numpy arrays of the structure's fields, in the order of its
-``*_FIELDS``, and returns the structure; the kernels read and write those same arrays,
+Each ``new_*`` takes the numpy arrays of the structure's fields (and SpecRep its
+replica's ``numpy.random.Generator``), in the order of its ``*_FIELDS``, and returns the
+structure; the kernels read and write those same arrays,
 so the Python side keeps its own references to them. Layouts and meanings are in the
 modules that use them (``_pool``, ``_state_kernels``, ``_step_kernels``,
 ``_spec_kernels``).
 """
 from __future__ import annotations
 
-from numba import njit, types
+import numpy as np
+from numba import njit, typeof, types
 from numba.experimental import structref
 
 __all__ = ["new_pool", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep"]
@@ -326,7 +328,7 @@ SpecRepType, SpecRep = _struct("SpecRep")
 SpecRepType = structref.register(SpecRepType)
 structref.define_boxing(SpecRepType, SpecRep)
 SPECREP_FIELDS = (
-    'ucb_n', 'ucb_s', 'acc_s', 'acc_n', 'acc_steps',
+    'ucb_n', 'ucb_s', 'acc_s', 'acc_n', 'acc_steps', 'rng',
 )
 SPECREP_T = SpecRepType([
     ("ucb_n", types.int64[:, ::1]),
@@ -334,11 +336,14 @@ SPECREP_T = SpecRepType([
     ("acc_s", types.int64[:, ::1]),
     ("acc_n", types.int64[:, ::1]),
     ("acc_steps", types.int64[::1]),
+    # the replica's acceptance draws: held here, not passed to every kernel call (numba
+    # types a Generator argument on each call, about 10 us)
+    ("rng", typeof(np.random.default_rng(0))),
 ])
 
 
 @njit(cache=True)
-def new_specrep(ucb_n, ucb_s, acc_s, acc_n, acc_steps):
+def new_specrep(ucb_n, ucb_s, acc_s, acc_n, acc_steps, rng):
     """A SpecRep over these arrays (see ``SPECREP_FIELDS``)."""
     s = structref.new(SPECREP_T)
     s.ucb_n = ucb_n
@@ -346,6 +351,7 @@ def new_specrep(ucb_n, ucb_s, acc_s, acc_n, acc_steps):
     s.acc_s = acc_s
     s.acc_n = acc_n
     s.acc_steps = acc_steps
+    s.rng = rng
     return s
 
 

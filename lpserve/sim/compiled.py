@@ -389,12 +389,13 @@ class CompiledReplica:
         n_arms = 1 + int(sip[SP.Q_DRAFTS]) * int(sip[SP.Q_MAX_K])
         n_ctx = max(int(sip[SP.Q_CLASSES]) * int(sip[SP.Q_BUCKETS]), 1)
         n_cls, n_dr = max(int(sip[SP.Q_CLASSES]), 1), max(int(sip[SP.Q_DRAFTS]), 1)
-        self.ss = ST.new_specrep(np.zeros((n_ctx, n_arms), np.int64),
-                                 np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
-                                 np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64))
         # the acceptance draws: the replica's own generator, spawned as the Python engine's
         self.rng = (ctx.spec.start(self.key).rng if ctx.spec is not None
                     else np.random.default_rng(0))
+        self.ss = ST.new_specrep(np.zeros((n_ctx, n_arms), np.int64),
+                                 np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
+                                 np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64),
+                                 self.rng)
         self.inbound: dict[int, int] = {}
         self.params = ctx.params
 
@@ -452,8 +453,7 @@ class CompiledReplica:
         run = self.runset
         while True:
             code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
-                              run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, self.rng, t,
-                              max_steps)
+                              run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, t, max_steps)
             if not self._serve(code):
                 self._drain()
                 return code
@@ -498,7 +498,7 @@ class CompiledReplica:
         while True:
             k, code = RX.enqueue_all(run.req, self.rep, self.cfg, run.cff, self.params,
                                      run.swap_tab, run.cswap_tab, run.rk, run.ctl, run.sr,
-                                     self.ss, self.rng, ids, times_s, k)
+                                     self.ss, ids, times_s, k)
             if not self._serve(code):
                 break
         self._drain()
