@@ -467,8 +467,8 @@ class Replica(KVMoves):
             # a resumed request decodes next step, blocks freed now admit one; else idle
             return self._resumed or freed
         if chunks or self.swap_blocks_pending or self.swap_s_pending or self._resumed or \
-                self.role == "prefill" or not S.gen[np.asarray(decodes, np.int64)].all() or \
-                self.pending_until > self.n_iters:  # a deferred arrival joins after one
+                (self.proactive and self.proactive_evicted) or self.role == "prefill" or \
+                not S.gen[np.asarray(decodes, np.int64)].all() or self.pending_until > self.n_iters:
             return self._iterate(chunks, decodes)
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)
             return self.spec.step(self, decodes)

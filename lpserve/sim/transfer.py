@@ -441,7 +441,9 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> bool:
     runs and no copy runs (then it is dropped to recompute: nothing else would free
     blocks); the swap-ins also keep the watermark plus the need of ``blocked`` free.
     True if an evicted request was dropped: its blocks are free now, so the replica plans
-    again at once instead of idling until a copy ends.
+    again at once instead of idling until a copy ends. Sets ``rep.proactive_evicted`` to
+    the number of requests swapped out or dropped: swap-ins wait for the next planning
+    step, so a step that evicted runs one iteration, not a decode run.
     """
     S, bm, link = rep.S, rep.bm, rep.link
     target = proactive_target(rep)
@@ -472,6 +474,7 @@ def proactive(rep: Any, blocked: tuple[int, int] | None) -> bool:
         free += int(S.anon[v] + S.nslots[v])
         dropped |= _evict_resident(rep, v, mode)
         out += 1
+    rep.proactive_evicted = out
     if out:
         return dropped
     host = sorted((ranks[i], pos[i], i) for i in rep.waiting

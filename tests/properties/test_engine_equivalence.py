@@ -144,6 +144,15 @@ def test_swaps_past_the_table_are_priced_exactly():
     check_case(53339, "rr-sched")
 
 
+def test_proactive_swap_ins_wait_for_the_next_planning_step():
+    """Named example (found by the random search below): with FastServe's proactive
+    swapping, a step that swaps a resident request out considers swap-ins only at the next
+    planning step (rule (30)); the Python replica ran a decode run after such a step,
+    issued the swap-in an iteration later than the reference, and its KV utilization
+    differed (0.86994 against 0.86996) while every request's timeline was the same."""
+    check_case(66131049, "fastserve-adaptive")
+
+
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, derandomize=False, database=None,
           suppress_health_check=[HealthCheck.too_slow])
