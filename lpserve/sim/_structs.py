@@ -3,9 +3,8 @@ kernels as one pointer, which keeps compile times short) with cached constructor
 
 Each ``new_*`` takes the numpy arrays of the structure's fields (and SpecRep its
 replica's ``numpy.random.Generator``), in the order of its ``*_FIELDS``, and returns the
-structure; the kernels read and write those same arrays,
-so the Python side keeps its own references to them. Layouts and meanings are in the
-modules that use them (``_pool``, ``_state_kernels``, ``_step_kernels``,
+structure; the kernels read and write those same arrays, so the Python side keeps its own
+references to them. Layouts and meanings are in the modules that use them (``_pool``, ``_state_kernels``, ``_step_kernels``,
 ``_spec_kernels``).
 """
 from __future__ import annotations

@@ -390,12 +390,11 @@ class CompiledReplica:
         n_ctx = max(int(sip[SP.Q_CLASSES]) * int(sip[SP.Q_BUCKETS]), 1)
         n_cls, n_dr = max(int(sip[SP.Q_CLASSES]), 1), max(int(sip[SP.Q_DRAFTS]), 1)
         # the acceptance draws: the replica's own generator, spawned as the Python engine's
-        self.rng = (ctx.spec.start(self.key).rng if ctx.spec is not None
-                    else np.random.default_rng(0))
+        rng = (ctx.spec.start(self.key).rng if ctx.spec is not None
+               else np.random.default_rng(0))
         self.ss = ST.new_specrep(np.zeros((n_ctx, n_arms), np.int64),
                                  np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
-                                 np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64),
-                                 self.rng)
+                                 np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64), rng)
         self.inbound: dict[int, int] = {}
         self.params = ctx.params
 

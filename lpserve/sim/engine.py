@@ -492,8 +492,7 @@ class Simulation:
         i = 0  # next arrival (traces without parents)
         if self._arrivals_in_one_call():
             i = int(np.searchsorted(S.arrival, self.horizon_s, side="left"))
-            self.front[0].enqueue_all(np.arange(i, dtype=np.int64),
-                                      np.ascontiguousarray(S.arrival[:i], np.float64))
+            self.front[0].enqueue_all(np.arange(i, dtype=np.int64), S.arrival[:i])
             i = S.n  # every arrival before the horizon joined; the rest never do
         while True:
             t = self._next_arrival_s(i)

@@ -87,7 +87,7 @@ class Replica(KVMoves):
         # and the requests whose swap-in was issued (they hold a seat, not yet running)
         overlap = eng.transfers == "overlap"
         self.link = X.HostLink(eng.link_order) if overlap else None
-        self.proactive = overlap and eng.proactive_swap
+        self.proactive, self.proactive_evicted = overlap and eng.proactive_swap, 0  # (30)
         self.loading: list[int] = []
         self._stalled = False  # the last step waited for swap-outs to free blocks
         self._blocked: tuple[int, int] | None = None  # where admission stopped, its need
@@ -467,7 +467,7 @@ class Replica(KVMoves):
             # a resumed request decodes next step, blocks freed now admit one; else idle
             return self._resumed or freed
         if chunks or self.swap_blocks_pending or self.swap_s_pending or self._resumed or \
-                (self.proactive and self.proactive_evicted) or self.role == "prefill" or \
+                self.proactive_evicted or self.role == "prefill" or \
                 not S.gen[np.asarray(decodes, np.int64)].all() or self.pending_until > self.n_iters:
             return self._iterate(chunks, decodes)
         if self.spec is not None:  # one speculative step (lpserve/sim/speculative.py)

@@ -8,6 +8,8 @@ import pytest
 
 import lpserve as lp
 from lpserve.policy import as_scheduler
+from lpserve.sim import _step_kernels as SK
+from lpserve.sim.compiled import CompiledReplica
 from lpserve.sim.engine import Simulation
 
 
@@ -22,13 +24,14 @@ def _fifo_by_id(view):  # a scheduler written in Python: the compiled loop stops
     return np.asarray(view.request, np.float64)
 
 
-@pytest.mark.parametrize("policy,horizon_s", [
-    (lp.make_policy("vllm", max_num_seqs=4), None),  # outbox of 20 events: NEED_ROOM stops
-    (lp.make_policy("vllm").with_(scheduler=as_scheduler(_fifo_by_id), name="py"), None),
-    (lp.make_policy("sarathi"), 2.5),                # arrivals at and after the horizon
-    (lp.make_policy("srpt-oracle"), None),
+@pytest.mark.parametrize("policy,horizon_s,stop", [
+    (lp.make_policy("vllm", max_num_seqs=4), None, SK.NEED_ROOM),  # an outbox of 20 events
+    (lp.make_policy("vllm").with_(scheduler=as_scheduler(_fifo_by_id), name="py"), None,
+     SK.NEED_RANKS),
+    (lp.make_policy("sarathi"), 2.5, None),  # arrivals at and after the horizon
+    (lp.make_policy("srpt-oracle"), None, None),
 ])
-def test_one_call_equals_one_arrival_at_a_time(monkeypatch, policy, horizon_s):
+def test_one_call_equals_one_arrival_at_a_time(monkeypatch, policy, horizon_s, stop):
     inst = lp.Instance(trace=_trace(300, 7), horizon_s=horizon_s,
                        cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
                                           gpu_memory_fraction=0.2))
@@ -39,9 +42,19 @@ def test_one_call_equals_one_arrival_at_a_time(monkeypatch, policy, horizon_s):
         calls.append(real(self))
         return calls[-1]
 
+    served = []
+    serve = CompiledReplica._serve
+
+    def spy_serve(self, code):
+        served.append(code)
+        return serve(self, code)
+
     monkeypatch.setattr(Simulation, "_arrivals_in_one_call", spy)
+    monkeypatch.setattr(CompiledReplica, "_serve", spy_serve)
     one_call = lp.simulate(inst, policy, seed=1)
     assert calls == [True]
+    if stop is not None:  # the one call stopped for Python and resumed
+        assert stop in served
     monkeypatch.setattr(Simulation, "_arrivals_in_one_call", lambda self: False)
     each = lp.simulate(inst, policy, seed=1)
     assert one_call.digest() == each.digest()
