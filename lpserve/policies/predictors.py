@@ -18,14 +18,13 @@ The first three are clairvoyant (``meta.clairvoyant``): their views carry the tr
 """
 from __future__ import annotations
 
-import bisect
 import math
-from collections import deque
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from lpserve.kernels import history as HK
 from lpserve.policy import Meta, Prediction, Predictor, PredictorView
 
 __all__ = ["PREDICTORS", "History", "IntervalClasses", "NoisyOracle", "Oracle",
@@ -138,19 +137,6 @@ class IntervalClasses(Predictor):
         return Prediction(lo, hi, point)
 
 
-def _quantile_sorted(srt: list[int], q: float) -> float:
-    """``numpy.quantile(srt, q)`` (its default linear method, the same floating-point
-    steps) of an ascending list, in O(1)."""
-    h = q * (len(srt) - 1)
-    j = math.floor(h)
-    a = float(srt[j])
-    if j + 1 >= len(srt):
-        return a
-    b, g = float(srt[j + 1]), h - j
-    d = b - a
-    return b - d * (1.0 - g) if g >= 0.5 else a + d * g
-
-
 @dataclass
 class History(Predictor):
     """Online predictor from completed requests.
@@ -159,7 +145,8 @@ class History(Predictor):
     ``min_samples`` completions predicts its empirical ``[q_lo, q_hi]`` quantiles and
     median; otherwise the prompt bucket over all tenants, then all completions, then the
     stated prior interval ``prior``. Only the newest ``window`` completions per bucket are
-    kept, so the predictor follows drift.
+    kept, so the predictor follows drift. The buckets are :mod:`lpserve.kernels.history`'s,
+    which the compiled replica engine also runs at each arrival (``kernel_spec``).
     """
 
     q_lo: float = 0.1
@@ -168,9 +155,7 @@ class History(Predictor):
     window: int = 500
     prior: tuple[int, int, int] = (16, 1024, 256)  # lo, hi, point before any data
     name = "history"
-    _buckets: dict = field(default_factory=dict, repr=False)
-    # (lo, hi, point) of each bucket with enough samples, until its next completion
-    _quantiles: dict = field(default_factory=dict, repr=False)
+    _state: tuple = field(default=(), repr=False, compare=False)  # (index, rows): the kernels'
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.q_lo <= self.q_hi <= 1.0):
@@ -183,17 +168,40 @@ class History(Predictor):
         if not (1 <= lo <= pt <= hi):
             raise ValueError(f"History.prior must be (lo, hi, point) with 1 <= lo <= point "
                              f"<= hi, got {self.prior!r}")
+        ip = np.zeros(HK.N_IP, np.int64)
+        ip[HK.IP_MIN_SAMPLES], ip[HK.IP_WINDOW] = self.min_samples, self.window
+        ip[[HK.IP_PRIOR_LO, HK.IP_PRIOR_HI, HK.IP_PRIOR_PT]] = lo, hi, pt
+        self._ip, self._fp = ip, np.array([self.q_lo, self.q_hi], np.float64)
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Take the new ``rng`` and forget every completion seen."""
         super().reset(cluster, rng)
-        self._buckets = {}
-        self._quantiles = {}
+        self._state = HK.new_state()
 
-    @staticmethod
-    def _keys(prompt: int, tenant: int) -> tuple[tuple, tuple, tuple]:
-        b = int(math.log2(max(prompt, 1)))
-        return (b, tenant), (b, None), (None, None)
+    def kernel_spec(self) -> tuple[str, tuple]:
+        """``("history", (index, rows, ip, fp))``: the live buckets and parameters the
+        compiled replica engine predicts with and adds completions to (see
+        :mod:`lpserve.kernels.history`); a subclass without its own ``kernel_spec`` is asked
+        in Python."""
+        return "history", (*self._live(), self._ip, self._fp)
+
+    def __getstate__(self) -> dict:
+        """Plain arrays in place of the numba containers (pickling, ``copy.deepcopy``)."""
+        d = self.__dict__.copy()
+        if self._state:
+            d["_state"] = ("arrays", *HK.to_arrays(*self._state))
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        if d.get("_state"):
+            d = {**d, "_state": HK.from_arrays(*d["_state"][1:])}
+        self.__dict__.update(d)
+
+    def _live(self) -> tuple:
+        """The buckets, empty until the first completion (created on first use)."""
+        if not self._state:
+            self._state = HK.new_state()
+        return self._state
 
     def predict(self, view: PredictorView) -> Prediction:
         """``(q_lo, q_hi)`` quantiles and the median of the most specific bucket with
@@ -201,25 +209,10 @@ class History(Predictor):
         ``prior`` when none has. int64 ``(n,)`` tokens."""
         p = _ints("prompt_tokens", view.prompt_tokens)
         ten = _ints("tenant", view.tenant)
-        lo = np.empty(p.size, np.int64)
-        hi = np.empty(p.size, np.int64)
-        pt = np.empty(p.size, np.int64)
-        cache = self._quantiles
-        for i in range(p.size):
-            for key in self._keys(int(p[i]), int(ten[i])):
-                hit = cache.get(key)
-                if hit is None:
-                    obs = self._buckets.get(key)
-                    if obs is None or len(obs[1]) < self.min_samples:
-                        continue
-                    srt = obs[1]
-                    q = [_quantile_sorted(srt, x) for x in (self.q_lo, 0.5, self.q_hi)]
-                    hit = cache[key] = (max(1, int(math.floor(q[0]))),
-                                        max(1, int(math.ceil(q[2]))), max(1, int(round(q[1]))))
-                lo[i], hi[i], pt[i] = hit
-                break
-            else:
-                lo[i], hi[i], pt[i] = self.prior
+        if ten.size != p.size:
+            raise ValueError(f"tenant has {ten.size} entries for {p.size} prompts")
+        lo, hi, pt = (np.empty(p.size, np.int64) for _ in range(3))
+        HK.predict(*self._live(), self._ip, self._fp, p, ten, lo, hi, pt)
         return Prediction(lo, hi, pt)
 
     def observe(self, view: PredictorView) -> None:
@@ -228,18 +221,10 @@ class History(Predictor):
         p = _ints("prompt_tokens", view.prompt_tokens)
         o = _ints("output_tokens", view.output_tokens)
         ten = _ints("tenant", view.tenant)
-        for i in range(p.size):
-            x = int(o[i])
-            for key in self._keys(int(p[i]), int(ten[i])):
-                obs = self._buckets.get(key)
-                if obs is None:
-                    obs = self._buckets[key] = (deque(), [])
-                newest, srt = obs              # arrival order, and the same values sorted
-                newest.append(x)
-                bisect.insort(srt, x)
-                self._quantiles.pop(key, None)
-                if len(newest) > self.window:
-                    del srt[bisect.bisect_left(srt, newest.popleft())]
+        if not (ten.size == o.size == p.size):
+            raise ValueError(f"observe needs as many prompts ({p.size}), tenants "
+                             f"({ten.size}) and output lengths ({o.size})")
+        HK.observe(*self._live(), self._ip, p, ten, o)
 
 
 PREDICTORS = {"oracle": Oracle, "noisy-oracle": NoisyOracle,

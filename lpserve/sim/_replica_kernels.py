@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from lpserve.kernels import history as H
 from lpserve.sim import _pool as P
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
@@ -274,3 +275,71 @@ def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss
         enqueue(req, rep, cfg, ids[k], t)
         k += 1
     return k, S.IDLE
+
+
+@njit(cache=True)
+def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss,
+                          ids, times, k, index, rows, ip, fp, pend_t, pend_i, pst):
+    """:func:`enqueue_all` with the online History predictor
+    (:mod:`lpserve.kernels.history`: ``index, rows, ip, fp``) asked at each arrival as the
+    event loop asks a predictor in Python (``Simulation._predict``): every completion
+    finished by the arrival's time joins the buckets, by finish time then request, then
+    the request's predicted interval is written to ``req.plo``/``req.phi``. Completions
+    reported but finishing later (an iteration that ends after the arrival) wait in
+    ``pend_t``/``pend_i`` (``pst[0]`` of them, capacity one per request). Returns as
+    :func:`enqueue_all`."""
+    n = ids.shape[0]
+    seen = rep.ist[T.I_NEV]  # the outbox's events before this are pending or shown
+    while k < n:
+        t = times[k]
+        code = advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t,
+                       1 << 62)
+        seen = _pend_finished(rep, pend_t, pend_i, pst, seen)
+        if code == S.NEED_RANKS or code == S.NEED_ROOM:
+            return k, code
+        _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t)
+        i = ids[k]
+        lo, hi, _ = H.predict_one(index, rows, ip, fp, req.prompt[i], req.tenant[i])
+        req.plo[i], req.phi[i] = lo, hi
+        enqueue(req, rep, cfg, i, t)
+        k += 1
+    return k, S.IDLE
+
+
+@njit(cache=True)
+def _pend_finished(rep, pend_t, pend_i, pst, seen):
+    """Append the outbox's completions from position ``seen`` to the pending ones."""
+    m = pst[0]
+    for e in range(seen, rep.ist[T.I_NEV]):
+        if rep.ev_k[e] == T.EV_FINISH:
+            pend_t[m], pend_i[m] = rep.ev_t[e], rep.ev_i[e]
+            m += 1
+    pst[0] = m
+    return rep.ist[T.I_NEV]
+
+
+@njit(cache=True)
+def _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t):
+    """Show the predictor the pending completions finished by ``t``, ordered by finish
+    time then request; keep the others pending."""
+    m = pst[0]
+    due_t = np.empty(m)
+    due_i = np.empty(m, np.int64)
+    nd = 0
+    keep = 0
+    for e in range(m):
+        if pend_t[e] <= t:  # insertion by (time, request): nearly sorted already
+            j = nd
+            while j > 0 and (due_t[j - 1] > pend_t[e] or
+                             (due_t[j - 1] == pend_t[e] and due_i[j - 1] > pend_i[e])):
+                due_t[j], due_i[j] = due_t[j - 1], due_i[j - 1]
+                j -= 1
+            due_t[j], due_i[j] = pend_t[e], pend_i[e]
+            nd += 1
+        else:
+            pend_t[keep], pend_i[keep] = pend_t[e], pend_i[e]
+            keep += 1
+    pst[0] = keep
+    for j in range(nd):
+        i = due_i[j]
+        H.observe_one(index, rows, ip, req.prompt[i], req.tenant[i], req.out[i])

@@ -46,7 +46,7 @@ _CTL = {"dpp": SK.CTL_DPP, "tbt-recorder": SK.CTL_RECORDER,
         "vtc": SK.CTL_NONE}  # VTC's meter: its twin reads the engine's arrays instead
 
 
-def _spec(obj: Any) -> Any:
+def twin_spec(obj: Any) -> Any:
     """``obj.kernel_spec()`` when ``obj``'s own class defines it (a subclass that does not
     is a different policy and runs in Python), else None."""
     if obj is None or "kernel_spec" not in type(obj).__dict__:
@@ -57,7 +57,7 @@ def _spec(obj: Any) -> Any:
 def rank_spec(scheduler: Any) -> tuple[int, np.ndarray, np.ndarray]:
     """``(kind, float params, int params)`` of the scheduler's compiled twin, or
     ``RANK_EXTERNAL`` for a scheduler ranked in Python."""
-    s = _spec(scheduler)
+    s = twin_spec(scheduler)
     if s is None:
         return T.RANK_EXTERNAL, np.zeros(1), np.zeros(1, np.int64)
     kind, fp, ip = s
@@ -76,9 +76,9 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
     loop as with Python replicas."""
     eng = policy.engine
     if reference or heterogeneous or (eng.speculation is not None
-                                      and _spec(eng.speculation) is None):
+                                      and twin_spec(eng.speculation) is None):
         return False
-    vtc = _spec(policy.scheduler)
+    vtc = twin_spec(policy.scheduler)
     if vtc is not None and vtc[0] == "vtc" and (
             disaggregated or policy.rebalancer is not None
             or eng.budget_controller is not policy.scheduler):
@@ -90,11 +90,11 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
     swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
     if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
         return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only
-    if eng.prefix_caching and _spec(policy.evictor) is None:
+    if eng.prefix_caching and twin_spec(policy.evictor) is None:
         return False
-    if eng.preemption_decider is not None and _spec(eng.preemption_decider) is None:
+    if eng.preemption_decider is not None and twin_spec(eng.preemption_decider) is None:
         return False
-    return eng.budget_controller is None or _spec(eng.budget_controller) is not None
+    return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None
 
 
 class _Blocks:
@@ -190,7 +190,7 @@ class CompiledRun:
                           cand=np.zeros(n, np.int64), run=np.zeros(n, np.int64))
         self.rk = ST.new_rk(*self.rk_a)
         c = eng.budget_controller
-        cs = _spec(c)
+        cs = twin_spec(c)
         self.ctl_kind = SK.CTL_NONE if cs is None else _CTL[cs[0]]
         self.ctl_obj = c
         if self.ctl_kind == SK.CTL_NONE:
@@ -221,7 +221,7 @@ class CompiledRun:
         else:
             self.cswap_tab = np.zeros(counts.size)
         a, d = _transfer_coefficients(cost, ctx.link_gbps)
-        dec = _spec(eng.preemption_decider)
+        dec = twin_spec(eng.preemption_decider)
         self.cff = np.zeros(T.N_CFF)
         self.cff[T.D_RATIO] = ratio
         self.cff[T.D_ACC_COST] = float(eng.compression_accuracy_cost)
@@ -258,7 +258,7 @@ class CompiledRun:
         cfg[T.C_AHEAD] = int(eng.schedule_ahead)
         self.sr_a = _spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
-        ev = _spec(pol.evictor) if eng.prefix_caching else None
+        ev = twin_spec(pol.evictor) if eng.prefix_caching else None
         if ev is None:
             self.ev_kind, self.ev_params = P.EV_LRU, (0.0, 0.0, 1.0, 1.0)
         else:
@@ -317,7 +317,7 @@ def _spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
                           rates=np.zeros((1, 1)), edges=np.ones(1, np.int64),
                           counts=np.zeros(6, np.int64))
     dec = runner.decider
-    kind, params = _spec(dec)
+    kind, params = twin_spec(dec)
     ip[SP.Q_KIND] = SP.SPEC_KINDS[kind]
     ip[SP.Q_MAX_K] = dec.max_k
     ip[SP.Q_DRAFTS] = len(dec.drafts)
@@ -487,17 +487,18 @@ class CompiledReplica:
         if code == 0 and self.ctx.check is not None:
             self.ctx.check(self)
 
-    def enqueue_all(self, ids: np.ndarray, times_s: np.ndarray) -> None:
+    def enqueue_all(self, ids: np.ndarray, times_s: np.ndarray, history: tuple = ()) -> None:
         """Requests ``ids`` (int64, shape ``(n,)``) join this replica at ``times_s`` (s,
         non-decreasing, before the horizon): :meth:`enqueue` for each in turn, in one
         kernel call between the stops for Python. Only for a run whose loop reads nothing
-        between arrivals (``Simulation._arrivals_in_one_call``)."""
-        run = self.runset
-        k = 0
+        between arrivals (``Simulation._arrivals_in_one_call``); ``history``: the History
+        predictor's state and pending buffers (``RX.enqueue_all_predicted``), or empty."""
+        run, k = self.runset, 0
+        call = RX.enqueue_all_predicted if history else RX.enqueue_all
         while True:
-            k, code = RX.enqueue_all(run.req, self.rep, self.cfg, run.cff, self.params,
-                                     run.swap_tab, run.cswap_tab, run.rk, run.ctl, run.sr,
-                                     self.ss, ids, times_s, k)
+            k, code = call(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
+                           run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, ids, times_s, k,
+                           *history)
             if not self._serve(code):
                 break
         self._drain()

@@ -492,7 +492,10 @@ class Simulation:
         i = 0  # next arrival (traces without parents)
         if self._arrivals_in_one_call():
             i = int(np.searchsorted(S.arrival, self.horizon_s, side="left"))
-            self.front[0].enqueue_all(np.arange(i, dtype=np.int64), S.arrival[:i])
+            twin = () if self.predictor is None else (  # + pending completions' buffers
+                *self._history_twin(), np.zeros(S.n), np.zeros(S.n, np.int64),
+                np.zeros(1, np.int64))
+            self.front[0].enqueue_all(np.arange(i, dtype=np.int64), S.arrival[:i], twin)
             i = S.n  # every arrival before the horizon joined; the rest never do
         while True:
             t = self._next_arrival_s(i)
@@ -546,10 +549,17 @@ class Simulation:
     def _arrivals_in_one_call(self) -> bool:
         """Whether the loop reads nothing between two arrivals, so that the replica takes
         them all in one kernel call: one compiled replica (no router to ask), no
-        dependencies, decode pool, rebalancer or predictor, and no invariant checks."""
+        dependencies, decode pool or rebalancer, no invariant checks, and no predictor or
+        one with a compiled twin (History: the kernel asks it at each arrival)."""
         return (self.compiled and not self.check and self.deps is None and not self.back
-                and self.migrator is None and self.predictor is None
-                and len(self.front) == 1)
+                and self.migrator is None and len(self.front) == 1
+                and (self.predictor is None or self._history_twin() is not None))
+
+    def _history_twin(self) -> tuple | None:
+        """The predictor's compiled state ``(index, rows, ip, fp)`` when it is History's
+        (``kernel_spec()``), else None."""
+        spec = compiled.twin_spec(self.predictor)
+        return spec[1] if spec is not None and spec[0] == "history" else None
 
     def _label_unfinished(self) -> None:
         S = self.state

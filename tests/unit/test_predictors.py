@@ -86,9 +86,10 @@ def test_bad_parameters_named():
 @given(st.lists(st.integers(1, 5000), min_size=1, max_size=60),
        st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.9, 1.0]))
 def test_sorted_window_quantile_is_numpys(values, q):
-    from lpserve.policies.predictors import _quantile_sorted
+    from lpserve.kernels.history import quantile_sorted
 
-    assert _quantile_sorted(sorted(values), q) == float(np.quantile(np.asarray(values), q))
+    srt = np.sort(np.asarray(values, np.int64))
+    assert quantile_sorted(srt, srt.size, q) == float(np.quantile(np.asarray(values), q))
 
 
 def test_history_window_keeps_the_newest_completions():
@@ -110,3 +111,46 @@ def test_history_window_keeps_the_newest_completions():
         q = np.quantile(last, [0.1, 0.5, 0.9])
         assert (int(pred.lo[0]), int(pred.hi[0]), int(pred.point[0])) == (
             max(1, int(np.floor(q[0]))), max(1, int(np.ceil(q[2]))), max(1, int(round(q[1]))))
+
+
+def _by_definition(seen, prompt, tenant, h):
+    """History's prediction from its definition: numpy quantiles of the newest ``window``
+    completions of the most specific bucket holding ``min_samples`` of them."""
+    b = int(np.floor(np.log2(max(prompt, 1))))
+    for match in (lambda p, t: int(np.floor(np.log2(p))) == b and t == tenant,
+                  lambda p, t: int(np.floor(np.log2(p))) == b, lambda p, t: True):
+        last = [o for p, t, o in seen if match(p, t)][-h.window:]
+        if len(last) >= h.min_samples:
+            q = np.quantile(np.asarray(last), [h.q_lo, 0.5, h.q_hi])
+            return (max(1, int(np.floor(q[0]))), max(1, int(np.ceil(q[2]))),
+                    max(1, int(round(q[1]))))
+    return h.prior
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(1, 4000), st.integers(0, 2),
+                                   st.integers(1, 3000)), max_size=9), max_size=12),
+       st.integers(1, 5), st.integers(5, 12), st.sampled_from([0.0, 0.1, 0.5]),
+       st.sampled_from([0.5, 0.9, 1.0]))
+def test_history_is_its_definition(batches, min_samples, window, q_lo, q_hi):
+    """Every prediction equals the definition's after each batch of completions, across
+    tenants, prompt buckets, fallbacks and full windows; a pickled copy goes on alike."""
+    import pickle
+
+    h = History(min_samples=min_samples, window=window, q_lo=q_lo, q_hi=q_hi)
+    h.reset(CLUSTER, np.random.default_rng(0))
+    queries = [(1, 0), (700, 1), (1023, 2), (3000, 0), (4000, 5)]
+    seen = []
+    for batch in batches:
+        if batch:
+            p, t, o = (np.asarray(x, np.int64) for x in zip(*batch))
+            h.observe(_view(p, t, o))
+            seen.extend(batch)
+        got = h.predict(_view([q[0] for q in queries], [q[1] for q in queries]))
+        for k, (p, t) in enumerate(queries):
+            assert (got.lo[k], got.hi[k], got.point[k]) == _by_definition(seen, p, t, h)
+    copy = pickle.loads(pickle.dumps(h))
+    more = _view([64, 64], [0, 0], [5, 7])
+    h.observe(more)
+    copy.observe(more)
+    a, b = (x.predict(_view([64, 2000], [0, 1])) for x in (h, copy))
+    assert a.lo.tolist() == b.lo.tolist() and a.point.tolist() == b.point.tolist()

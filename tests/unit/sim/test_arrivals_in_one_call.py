@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import lpserve as lp
+from lpserve.policies.predictors import make_predictor
 from lpserve.policy import as_scheduler
 from lpserve.sim import _step_kernels as SK
 from lpserve.sim.compiled import CompiledReplica
@@ -73,3 +74,42 @@ def test_not_taken_where_the_loop_reads_between_arrivals():
     assert not Simulation(one, lp.make_policy("vllm"), check=True)._arrivals_in_one_call()
     assert not Simulation(one, lp.make_policy("vllm"), reference=True)._arrivals_in_one_call()
     assert Simulation(one, lp.make_policy("vllm"))._arrivals_in_one_call()
+
+
+@pytest.mark.parametrize("name,engine,horizon_s", [
+    ("mcsf", {"max_num_seqs": 4}, None),  # outbox stops: pending completions carried over
+    ("sjf-predicted", {}, 2.5),
+    ("mlfq-predicted", {}, None),
+])
+def test_one_call_asks_the_history_predictor_as_the_loop_does(monkeypatch, name, engine,
+                                                              horizon_s):
+    """The arrivals kernel shows the History predictor the completions up to each arrival
+    (by finish time, then request) and predicts the arrival, as the loop does in Python."""
+    inst = lp.Instance(trace=_trace(300, 11), horizon_s=horizon_s,
+                       cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                          gpu_memory_fraction=0.2))
+    policy = lp.make_policy(name, **engine)
+    pred = "history:min_samples=3,window=8,q_lo=0.25"  # predictions move at every completion
+    calls, served = [], []
+    real, serve = Simulation._arrivals_in_one_call, CompiledReplica._serve
+    monkeypatch.setattr(Simulation, "_arrivals_in_one_call",
+                        lambda self: calls.append(real(self)) or calls[-1])
+    monkeypatch.setattr(CompiledReplica, "_serve",
+                        lambda self, code: served.append(code) or serve(self, code))
+    one_call = lp.simulate(inst, policy, seed=2, predictor=pred)
+    assert calls == [True]
+    if engine:
+        assert SK.NEED_ROOM in served
+    monkeypatch.setattr(Simulation, "_arrivals_in_one_call", lambda self: False)
+    each = lp.simulate(inst, policy, seed=2, predictor=pred)
+    assert one_call.digest() == each.digest()
+    assert (one_call.arrays["status"] == "finished").sum() > 0
+
+
+def test_a_predictor_without_a_compiled_twin_is_asked_per_arrival():
+    one = lp.Instance(trace=_trace(40, 1), cluster=lp.Cluster(gpu="a100-80gb",
+                                                             llm="llama-2-7b"))
+    policy = lp.make_policy("mcsf")
+    assert Simulation(one, policy, predictor=make_predictor("history"))._arrivals_in_one_call()
+    assert not Simulation(one, policy, predictor=make_predictor("oracle")
+                          )._arrivals_in_one_call()
