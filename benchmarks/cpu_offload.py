@@ -49,7 +49,7 @@ def run(held, K: int, horizon_s: float, gibs: list[float]) -> None:
     for gib in gibs:
         t0 = time.perf_counter()
         res = lp.simulate(inst, lp.make_policy("vllm", kv_offload_gib=gib), seed=0)
-        s, off = res.summary(), res.stats.get("offload", {})
+        s, off = res.summary(), res.stats["offload"] or {}
         host = off.get("hit_tokens", 0)
         gpu = float(np.sum(res.arrays["cached_prompt_tokens"])) - host
         print(f"  {gib:8g} {res.stats['engine']:<9} {100 * gpu / sent:6.1f}% "

@@ -108,7 +108,7 @@ def _simulate(args: argparse.Namespace) -> int:
     s.update(policy=args.policy, trace=str(args.trace or DEFAULT_TRACE), gpu=args.gpu,
              llm=args.llm, tp=args.tp, replicas=cluster.n_replicas, cluster=cluster.as_dict(),
              seed=args.seed, digest=res.digest(), **extra)
-    if "offload" in res.stats:  # CPU KV offload (models/simulator.md (35))
+    if res.stats["offload"]:  # CPU KV offload (models/simulator.md (35))
         s["offload"] = res.stats["offload"]
     if args.json:
         emit_json(s)

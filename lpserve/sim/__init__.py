@@ -47,14 +47,15 @@ class Result:
             link: serial swaps charged to their iterations, swap-ins they waited for,
             iterations stalled for swap-outs; ``models/simulator.md`` (29)),
             ``link_copies`` and ``link_busy_s`` (overlapped copies and their time; 0 on
-            compiled replicas, which copy only serially); with
-            speculative decoding also ``speculation`` (steps, speculative steps, drafted,
-            accepted and emitted tokens; :meth:`lpserve.sim.speculative.SpecRunner.summary`);
-            with CPU KV offload also ``offload`` (``tier_blocks``, ``hit_tokens``,
-            ``loaded_blocks``, ``load_s``, ``stored_blocks``, ``dropped_blocks``, summed
-            over replicas; :meth:`lpserve.sim.offload.Offload.stats`);
-            with a rebalancer also ``migrations``, ``migrated_gb`` and ``migration_s``, the
-            summed copy time, counted when a copy starts).
+            compiled replicas, which copy only serially); ``speculation`` (steps,
+            speculative steps, drafted, accepted and emitted tokens;
+            :meth:`lpserve.sim.speculative.SpecRunner.summary`; None without speculative
+            decoding); ``offload`` (``tier_blocks``, ``hit_tokens``, ``loaded_blocks``,
+            ``load_s``, ``stored_blocks``, ``dropped_blocks``, summed over replicas;
+            :meth:`lpserve.sim.offload.Offload.stats`; None without CPU KV offload);
+            ``migrations``, ``migrated_gb`` and ``migration_s``, the summed copy time,
+            counted when a copy starts (0 without a rebalancer). Every run has these
+            keys, whichever engine ran it).
             ``arrays["migrations"]`` counts each request's live migrations and
             ``arrays["migrated_to"]`` is its last destination (-1: never migrated;
             ``replica`` stays the router's choice).
@@ -130,9 +131,8 @@ class Result:
         w = obj.rejection_warning(s["n_rejected"], s["n_requests"], rej_reasons, self.policy)
         s["warnings"] = [w] if w else []
         s["preemptions"] = int(a["preemptions"].sum())
-        if "migrations" in self.stats:  # a policy with a rebalancer
-            s["migrations"] = int(self.stats["migrations"])
-            s["migrated_gb"] = float(self.stats["migrated_gb"])
+        s["migrations"] = int(self.stats.get("migrations", 0))  # live migrations
+        s["migrated_gb"] = float(self.stats.get("migrated_gb", 0.0))
         s.update(self.tenant_summary())
         return s
 
@@ -269,14 +269,16 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
     links = [r.link for r in reps if getattr(r, "link", None) is not None]
     stats["link_copies"] = int(sum(k.n_copies for k in links))
     stats["link_busy_s"] = float(sum(k.busy_s for k in links))
+    # every run has the same keys: an engine feature that is off gives None or zeros
     offloads = [r.offload for r in reps if getattr(r, "offload", None) is not None]
-    if offloads:  # CPU KV offload (lpserve/sim/offload.py): summed over replicas
-        stats["offload"] = {k: sum(o.stats()[k] for o in offloads)
-                            for k in offloads[0].stats()}
-    if sim.spec is not None:  # speculative decoding counters (lpserve/sim/speculative.py)
-        stats["speculation"] = sim.spec.summary()
-    if sim.migrator is not None:  # migrations, migrated_gb, migration_s (transfer time)
-        stats.update(sim.migrator.stats())
+    # CPU KV offload (lpserve/sim/offload.py): summed over replicas
+    stats["offload"] = {k: sum(o.stats()[k] for o in offloads)
+                        for k in offloads[0].stats()} if offloads else None
+    # speculative decoding counters (lpserve/sim/speculative.py)
+    stats["speculation"] = sim.spec.summary() if sim.spec is not None else None
+    # migrations, migrated_gb, migration_s (transfer time)
+    stats.update(sim.migrator.stats() if sim.migrator is not None else
+                 {"migrations": 0, "migrated_gb": 0.0, "migration_s": 0.0})
     return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
                   seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s),
                   request_slos=instance.request_slos() if instance.tiers else None,
