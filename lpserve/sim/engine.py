@@ -173,8 +173,9 @@ class Simulation:
         self._done_pending: dict[str, list[tuple[float, int]]] = {}
         self.events.track_router = bool(self._done_roles)
         self.migrator = None
-        if policy.rebalancer is not None:
-            self.migrator = Migrator(self.ctx, self.back if self.back else self.front)
+        pool = self.back if self.back else self.front
+        if policy.rebalancer is not None and len(pool) > 1:  # one replica: no move exists
+            self.migrator = Migrator(self.ctx, pool)
         self._routed_s = -math.inf  # time of the last routed event (dependency releases)
         self._program = tr.program_id  # the routers' view of agentic programs
 

@@ -173,6 +173,29 @@ def test_a_rebalancer_that_never_moves_changes_nothing():
     assert none.stats["migrations"] == 0
 
 
+class _NeverAsked(Rebalancer):
+    name = "never-asked"
+    period_s = 0.05
+
+    def migrate(self, view):
+        raise AssertionError("a pool of one replica has no move to ask for")
+
+
+def test_a_rebalancer_of_one_replica_is_never_asked():
+    """No move exists on one replica (a destination must differ from the source): the run
+    is the plain loop's, arrivals in one call."""
+    from lpserve.sim.engine import Simulation
+
+    inst = _bursty(60, replicas=1)
+    pol = lp.make_policy("vllm").with_(rebalancer=_NeverAsked())
+    assert Simulation(inst, pol)._arrivals_in_one_call()
+    res = lp.simulate(inst, pol)
+    assert res.digest() == lp.simulate(inst, "vllm").digest()
+    assert res.stats["migrations"] == 0
+    assert lp.simulate(inst, "rebalance-llumnix").digest() == \
+        lp.simulate(inst, lp.make_policy("rebalance-llumnix").with_(rebalancer=None)).digest()
+
+
 def test_decode_pool_migration_in_a_disaggregated_cluster():
     inst = _bursty(60)
     inst = inst.with_(cluster=inst.cluster.with_(replicas=1, prefill_replicas=1,
