@@ -210,6 +210,12 @@ class RoundRobin(Router):
         """Start again at replica 0."""
         self._next = 0
 
+    def kernel_spec(self) -> tuple[str, tuple]:
+        """``(kind, params)`` of this router's twin in the simulator: its routes read no
+        state, so the event loop may route the ``k``-th request to ``k mod R`` itself and
+        hand each compiled replica its arrivals at once (``lpserve.sim.engine``)."""
+        return "round-robin", ()
+
     def route(self, view: RouterView) -> np.ndarray:
         """Replica ``(k + j) mod n_replicas`` for the ``j``-th arriving request, int64
         ``(n_arriving,)``, where ``k`` counts the requests routed before (mod ``n_replicas``)."""

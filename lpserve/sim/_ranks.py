@@ -1,7 +1,7 @@
 """Numba twins of the built-in schedulers' ranks (the compiled replica engine's).
 
 Each built-in scheduler declares ``kernel_spec()`` (its kind and parameters, see
-:func:`lpserve.sim.compiled.rank_spec`); the kernel below computes exactly what its
+:func:`lpserve.sim.twins.rank_spec`); the kernel below computes exactly what its
 Python ``rank`` returns, with the scheduler's state in arrays. A time-sliced scheduler
 (``TickCached`` in :mod:`lpserve.policies.schedulers`) decides only when its candidates,
 their running flags or the quantum tick changed since its last decision on the replica,

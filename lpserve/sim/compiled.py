@@ -8,7 +8,7 @@ and the invariant checker use. The kernels are the twins of the Python engine
 same per-request results, tested against the reference mode.
 
 Used whenever the policy's evictor, preemption decider and budget controller have
-compiled twins (every built-in one; see :func:`eligible`) and speculation is off. A
+compiled twins (every built-in one; see :func:`lpserve.sim.twins.eligible`). A
 scheduler written in Python runs too: the replica stops at the start of each planning
 step that has candidates, the scheduler ranks them from a
 :class:`~lpserve.policy.SchedulerView` (the same view the Python engine builds) and the
@@ -32,11 +32,9 @@ from lpserve.sim import _step_kernels as SK
 from lpserve.sim import _structs as ST
 from lpserve.sim import _vtc_kernels as V
 from lpserve.sim.state import RunContext, State
+from lpserve.sim.twins import rank_spec, twin_spec
 
-__all__ = ["RANK_EXTERNAL", "CompiledReplica", "CompiledRun", "eligible", "finalize_reasons",
-           "rank_spec"]
-
-RANK_EXTERNAL = T.RANK_EXTERNAL  # rank_spec kind of a scheduler ranked in Python
+__all__ = ["CompiledReplica", "CompiledRun", "finalize_reasons"]
 
 _BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
           "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}
@@ -44,57 +42,6 @@ _PREEMPT = {"recompute": T.PRE_RECOMPUTE, "swap": T.PRE_SWAP, "compress-swap": T
 _ROLE = {"colocated": T.ROLE_COLOCATED, "prefill": T.ROLE_PREFILL, "decode": T.ROLE_DECODE}
 _CTL = {"dpp": SK.CTL_DPP, "tbt-recorder": SK.CTL_RECORDER,
         "vtc": SK.CTL_NONE}  # VTC's meter: its twin reads the engine's arrays instead
-
-
-def twin_spec(obj: Any) -> Any:
-    """``obj.kernel_spec()`` when ``obj``'s own class defines it (a subclass that does not
-    is a different policy and runs in Python), else None."""
-    if obj is None or "kernel_spec" not in type(obj).__dict__:
-        return None
-    return obj.kernel_spec()
-
-
-def rank_spec(scheduler: Any) -> tuple[int, np.ndarray, np.ndarray]:
-    """``(kind, float params, int params)`` of the scheduler's compiled twin, or
-    ``RANK_EXTERNAL`` for a scheduler ranked in Python."""
-    s = twin_spec(scheduler)
-    if s is None:
-        return T.RANK_EXTERNAL, np.zeros(1), np.zeros(1, np.int64)
-    kind, fp, ip = s
-    return RK.RANK_KINDS[kind], np.asarray(fp, np.float64), np.asarray(ip, np.int64)
-
-
-def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
-             disaggregated: bool = False) -> bool:
-    """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
-    heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
-    and compiled twins for its evictor (when prefix caching is on), its preemption
-    decider, its budget controller and its speculation decider, VTC only as its own meter
-    (the budget controller) on a colocated cluster without a rebalancer, and no swap on
-    the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
-    preemption, or ``proactive_swap``), no CPU KV offload (``kv_offload_gib``). Completions reach a router that reads them through the event
-    loop as with Python replicas."""
-    eng = policy.engine
-    if reference or heterogeneous or (eng.speculation is not None
-                                      and twin_spec(eng.speculation) is None):
-        return False
-    vtc = twin_spec(policy.scheduler)
-    if vtc is not None and vtc[0] == "vtc" and (
-            disaggregated or policy.rebalancer is not None
-            or eng.budget_controller is not policy.scheduler):
-        # its twin meters every token (as the engine's hook does when the scheduler is
-        # also the budget controller) and credits it to the replica the request ends on
-        return False
-    if eng.kv_offload_gib:
-        return False  # the host tier of CPU KV offload (lpserve/sim/offload.py)
-    swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
-    if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
-        return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only
-    if eng.prefix_caching and twin_spec(policy.evictor) is None:
-        return False
-    if eng.preemption_decider is not None and twin_spec(eng.preemption_decider) is None:
-        return False
-    return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None
 
 
 class _Blocks:

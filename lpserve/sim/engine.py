@@ -22,7 +22,7 @@ from lpserve.arrays import readonly
 from lpserve.instance import Instance
 from lpserve.policy import Policy, PolicyError, PredictorView, RouterView
 from lpserve.policy.checks import check_prediction, check_routes
-from lpserve.sim import compiled
+from lpserve.sim import compiled, twins
 from lpserve.sim.dependencies import Dependencies, has_dependencies
 from lpserve.sim.invariants import ReplicaChecker, check_final
 from lpserve.sim.memory import check_replicas
@@ -135,12 +135,12 @@ class Simulation:
             pred_hi=pred_hi, events=self.events, check=checker, spec=spec,
             slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s))
         self.spec = spec
-        self.compiled = compiled.eligible(policy, self.reference,
+        self.compiled = twins.eligible(policy, self.reference,
                                           heterogeneous=replica_kw is not None,
                                           disaggregated=cl.disaggregated)
         self.engine_name = "python"
         if self.compiled:
-            external = compiled.rank_spec(policy.scheduler)[0] == compiled.RANK_EXTERNAL
+            external = twins.rank_spec(policy.scheduler)[0] == twins.RANK_EXTERNAL
             self.engine_name = "compiled+python-ranks" if external else "compiled"
         # the routing roles that read completions (RouterView.completions); a role whose
         # pool has one replica is never asked (_route), so it reads none
@@ -496,7 +496,11 @@ class Simulation:
             twin = () if self.predictor is None else (  # + pending completions' buffers
                 *self._history_twin(), np.zeros(S.n), np.zeros(S.n, np.int64),
                 np.zeros(1, np.int64))
-            self.front[0].enqueue_all(np.arange(i, dtype=np.int64), S.arrival[:i], twin)
+            ids, n_rep = np.arange(i, dtype=np.int64), len(self.front)
+            for k, r in enumerate(self.front):  # round robin: request j on replica j mod R
+                if k < i:
+                    mine = ids[k::n_rep].copy()
+                    r.enqueue_all(mine, S.arrival[mine], twin)
             i = S.n  # every arrival before the horizon joined; the rest never do
         while True:
             t = self._next_arrival_s(i)
@@ -548,18 +552,24 @@ class Simulation:
         return {"wall_s": time.perf_counter() - t0}
 
     def _arrivals_in_one_call(self) -> bool:
-        """Whether the loop reads nothing between two arrivals, so that the replica takes
-        them all in one kernel call: one compiled replica (no router to ask), no
-        dependencies, decode pool or rebalancer, no invariant checks, and no predictor or
-        one with a compiled twin (History: the kernel asks it at each arrival)."""
-        return (self.compiled and not self.check and self.deps is None and not self.back
-                and self.migrator is None and len(self.front) == 1
-                and (self.predictor is None or self._history_twin() is not None))
+        """Whether the loop reads nothing between two arrivals, so that each replica takes
+        its arrivals in one kernel call: compiled replicas that never read each other (one
+        replica, whose router is not asked, or several under round robin, whose routes read
+        no state, with a scheduler that shares no state across them:
+        ``twins.independent_replicas``), no dependencies, decode pool or rebalancer, no
+        invariant checks, and no predictor or, on one replica, one with a compiled twin
+        (History: the kernel asks it at each arrival)."""
+        if not (self.compiled and not self.check and self.deps is None and not self.back
+                and self.migrator is None):
+            return False
+        if len(self.front) == 1:
+            return self.predictor is None or self._history_twin() is not None
+        return self.predictor is None and twins.independent_replicas(self.policy)
 
     def _history_twin(self) -> tuple | None:
         """The predictor's compiled state ``(index, rows, ip, fp)`` when it is History's
         (``kernel_spec()``), else None."""
-        spec = compiled.twin_spec(self.predictor)
+        spec = twins.twin_spec(self.predictor)
         return spec[1] if spec is not None and spec[0] == "history" else None
 
     def _label_unfinished(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 import lpserve as lp
 from lpserve.cost import cost_models_for
 from lpserve.policy import Router
-from lpserve.sim import compiled
+from lpserve.sim import twins
 
 
 def _mixed(**kw):
@@ -106,7 +106,7 @@ def test_each_replica_priced_by_its_own_model_and_kv():
 def test_heterogeneous_runs_refuse_what_they_cannot_simulate():
     tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[10], output_tokens=[2])
     inst = lp.Instance(trace=tr, cluster=_mixed())
-    assert not compiled.eligible(lp.make_policy("vllm", prefix_caching=False), False,
+    assert not twins.eligible(lp.make_policy("vllm", prefix_caching=False), False,
                                  heterogeneous=True)
     with pytest.raises(ValueError, match="rebalancer is not simulated on a heterogeneous"):
         lp.simulate(inst, "rebalance-llumnix")

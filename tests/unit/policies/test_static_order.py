@@ -9,7 +9,7 @@ import lpserve as lp
 from lpserve.policies.baselines import engine_policy
 from lpserve.policies.static_order import StaticOrder, StaticRoute, order_keys
 from lpserve.policy import PolicyError
-from lpserve.sim.compiled import RANK_EXTERNAL, eligible, rank_spec
+from lpserve.sim.twins import RANK_EXTERNAL, eligible, rank_spec
 
 
 def _inst(n=40, seed=0, R=2):

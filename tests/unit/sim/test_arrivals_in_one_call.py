@@ -67,8 +67,14 @@ def test_one_call_equals_one_arrival_at_a_time(monkeypatch, policy, horizon_s, s
 def test_not_taken_where_the_loop_reads_between_arrivals():
     inst = lp.Instance(trace=_trace(40, 1), cluster=lp.Cluster(gpu="a100-80gb",
                                                               llm="llama-2-7b", replicas=2))
-    sim = Simulation(inst, lp.make_policy("vllm"))
-    assert not sim._arrivals_in_one_call()  # a router chooses per arrival
+    sim = Simulation(inst, lp.make_policy("vllm+least-outstanding"))
+    assert not sim._arrivals_in_one_call()  # a router reads the replicas at each arrival
+    assert not Simulation(inst, lp.make_policy("plas"))._arrivals_in_one_call()  # programs
+    assert not Simulation(inst, lp.make_policy("vllm").with_(
+        scheduler=as_scheduler(_fifo_by_id), name="py"))._arrivals_in_one_call()
+    assert not Simulation(inst, lp.make_policy("mcsf"),
+                          predictor=make_predictor("history"))._arrivals_in_one_call()
+    assert Simulation(inst, lp.make_policy("vllm"))._arrivals_in_one_call()  # round robin
     one = lp.Instance(trace=_trace(40, 1), cluster=lp.Cluster(gpu="a100-80gb",
                                                              llm="llama-2-7b"))
     assert not Simulation(one, lp.make_policy("vllm"), check=True)._arrivals_in_one_call()
@@ -113,3 +119,24 @@ def test_a_predictor_without_a_compiled_twin_is_asked_per_arrival():
     assert Simulation(one, policy, predictor=make_predictor("history"))._arrivals_in_one_call()
     assert not Simulation(one, policy, predictor=make_predictor("oracle")
                           )._arrivals_in_one_call()
+
+
+@pytest.mark.parametrize("name,replicas", [("vllm", 3), ("sarathi", 2), ("vtc", 3),
+                                           ("lyapunov", 4), ("spec-fixed", 2)])
+def test_round_robin_replicas_take_their_arrivals_in_one_call_each(monkeypatch, name,
+                                                                   replicas):
+    """Round robin reads no state, so each replica takes the requests ``j`` with
+    ``j mod R`` its index in one kernel call: the run of one routed arrival at a time."""
+    inst = lp.Instance(trace=_trace(300, 5), slo=lp.SLO(ttft_s=2.0, tpot_s=0.1),
+                       cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                          replicas=replicas, gpu_memory_fraction=0.2))
+    calls = []
+    real = Simulation._arrivals_in_one_call
+    monkeypatch.setattr(Simulation, "_arrivals_in_one_call",
+                        lambda self: calls.append(real(self)) or calls[-1])
+    one_call = lp.simulate(inst, name, seed=3)
+    assert calls == [True]
+    monkeypatch.setattr(Simulation, "_arrivals_in_one_call", lambda self: False)
+    each = lp.simulate(inst, name, seed=3)
+    assert one_call.digest() == each.digest()
+    assert np.array_equal(one_call.arrays["replica"], np.arange(300) % replicas)
