@@ -307,6 +307,38 @@ def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, c
 
 
 @njit(cache=True)
+def enqueue_all_cluster(req, replicas, cfgs, cff, params, swap_tab, cswap_tab, rk, ctl, sr,
+                        ids, times, k, m, index, rows, ip, fp, pend_t, pend_i, pst):
+    """:func:`enqueue_all_predicted` for a cluster under round robin: request ``ids[j]``
+    joins replica ``j mod R`` of ``replicas`` (``(Rep, SpecRep)`` pairs; ``cfgs[r]`` is
+    replica ``r``'s configuration), after every replica advanced to its time and the
+    History predictor saw every completion up to it. Returns ``(k, m, code)``: as
+    :func:`enqueue_all`, with ``m`` the replica whose stop the caller must serve before
+    calling again from ``(k, m)``."""
+    n, n_rep = ids.shape[0], len(replicas)
+    while k < n:
+        t = times[k]
+        while m < n_rep:
+            rep, ss = replicas[m]
+            seen = rep.ist[T.I_NEV]  # the outbox's events before this are pending or shown
+            code = advance(req, rep, cfgs[m], cff, params, swap_tab, cswap_tab, rk, ctl, sr,
+                           ss, t, 1 << 62)
+            _pend_finished(rep, pend_t, pend_i, pst, seen)
+            if code == S.NEED_RANKS or code == S.NEED_ROOM:
+                return k, m, code
+            m += 1
+        m = 0
+        _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t)
+        i = ids[k]
+        lo, hi, _ = H.predict_one(index, rows, ip, fp, req.prompt[i], req.tenant[i])
+        req.plo[i], req.phi[i] = lo, hi
+        r = k % n_rep
+        enqueue(req, replicas[r][0], cfgs[r], i, t)
+        k += 1
+    return k, 0, S.IDLE
+
+
+@njit(cache=True)
 def _pend_finished(rep, pend_t, pend_i, pst, seen):
     """Append the outbox's completions from position ``seen`` to the pending ones."""
     m = pst[0]

@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, typeof, types
 from numba.experimental import structref
+from numba.typed import List
 
-__all__ = ["new_pool", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep"]
+__all__ = ["new_pool", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep",
+           "new_replica_list", "push_replica"]
 
 
 def _struct(name: str):
@@ -358,3 +360,18 @@ def new_specrep(ucb_n, ucb_s, acc_s, acc_n, acc_steps, rng):
 def set_arena(rep, arena):
     """Replace a replica's release arena (grown by the event loop)."""
     rep.arena = arena
+
+
+@njit(cache=True)
+def new_replica_list(rep, ss):
+    """A numba typed list holding one replica's ``(Rep, SpecRep)``; :func:`push_replica`
+    adds the others (both compiled once and cached, unlike a list built in Python)."""
+    out = List()
+    out.append((rep, ss))
+    return out
+
+
+@njit(cache=True)
+def push_replica(replicas, rep, ss):
+    """Append a replica's ``(Rep, SpecRep)`` to ``replicas``."""
+    replicas.append((rep, ss))

@@ -34,7 +34,7 @@ from lpserve.sim import _vtc_kernels as V
 from lpserve.sim.state import RunContext, State
 from lpserve.sim.twins import rank_spec, twin_spec
 
-__all__ = ["CompiledReplica", "CompiledRun", "finalize_reasons"]
+__all__ = ["CompiledReplica", "CompiledRun", "enqueue_all_cluster", "finalize_reasons"]
 
 _BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
           "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}
@@ -537,6 +537,29 @@ class CompiledReplica:
         if self.host_free < 0:
             return f"host_free = {self.host_free} < 0"
         return ""
+
+
+def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_s: np.ndarray,
+                        history: tuple) -> None:
+    """Requests ``ids`` (int64 ``(n,)``, the ``j``-th on replica ``j mod R``: round robin)
+    join ``replicas`` at ``times_s`` in one kernel call between the stops for Python, each
+    replica advanced to every arrival time so that the History predictor (``history``, as
+    :meth:`CompiledReplica.enqueue_all`) sees every completion before it
+    (``RX.enqueue_all_cluster``)."""
+    run = replicas[0].runset
+    pairs = ST.new_replica_list(replicas[0].rep, replicas[0].ss)
+    for r in replicas[1:]:
+        ST.push_replica(pairs, r.rep, r.ss)
+    cfgs = np.stack([r.cfg for r in replicas])
+    k = m = 0
+    while True:
+        k, m, code = RX.enqueue_all_cluster(
+            run.req, pairs, cfgs, run.cff, replicas[0].params, run.swap_tab, run.cswap_tab,
+            run.rk, run.ctl, run.sr, ids, times_s, k, m, *history)
+        if not replicas[m]._serve(code):
+            break
+    for r in replicas:
+        r._drain()
 
 
 def finalize_reasons(S: State) -> None:

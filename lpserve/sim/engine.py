@@ -497,8 +497,10 @@ class Simulation:
                 *self._history_twin(), np.zeros(S.n), np.zeros(S.n, np.int64),
                 np.zeros(1, np.int64))
             ids, n_rep = np.arange(i, dtype=np.int64), len(self.front)
-            for k, r in enumerate(self.front):  # round robin: request j on replica j mod R
-                if k < i:
+            if n_rep > 1 and twin:  # the predictor sees every replica's completions
+                compiled.enqueue_all_cluster(self.front, ids, S.arrival[:i].copy(), twin)
+            else:
+                for k, r in enumerate(self.front[:i]):  # round robin: j on replica j mod R
                     mine = ids[k::n_rep].copy()
                     r.enqueue_all(mine, S.arrival[mine], twin)
             i = S.n  # every arrival before the horizon joined; the rest never do
@@ -557,14 +559,13 @@ class Simulation:
         replica, whose router is not asked, or several under round robin, whose routes read
         no state, with a scheduler that shares no state across them:
         ``twins.independent_replicas``), no dependencies, decode pool or rebalancer, no
-        invariant checks, and no predictor or, on one replica, one with a compiled twin
-        (History: the kernel asks it at each arrival)."""
+        invariant checks, and no predictor or one with a compiled twin (History: the kernel
+        asks it at each arrival, after every replica advanced to that time)."""
         if not (self.compiled and not self.check and self.deps is None and not self.back
                 and self.migrator is None):
             return False
-        if len(self.front) == 1:
-            return self.predictor is None or self._history_twin() is not None
-        return self.predictor is None and twins.independent_replicas(self.policy)
+        return (self.predictor is None or self._history_twin() is not None) and (
+            len(self.front) == 1 or twins.independent_replicas(self.policy))
 
     def _history_twin(self) -> tuple | None:
         """The predictor's compiled state ``(index, rows, ip, fp)`` when it is History's

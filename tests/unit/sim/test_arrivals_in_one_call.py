@@ -73,7 +73,7 @@ def test_not_taken_where_the_loop_reads_between_arrivals():
     assert not Simulation(inst, lp.make_policy("vllm").with_(
         scheduler=as_scheduler(_fifo_by_id), name="py"))._arrivals_in_one_call()
     assert not Simulation(inst, lp.make_policy("mcsf"),
-                          predictor=make_predictor("history"))._arrivals_in_one_call()
+                          predictor=make_predictor("oracle"))._arrivals_in_one_call()
     assert Simulation(inst, lp.make_policy("vllm"))._arrivals_in_one_call()  # round robin
     one = lp.Instance(trace=_trace(40, 1), cluster=lp.Cluster(gpu="a100-80gb",
                                                              llm="llama-2-7b"))
@@ -121,10 +121,15 @@ def test_a_predictor_without_a_compiled_twin_is_asked_per_arrival():
                           )._arrivals_in_one_call()
 
 
-@pytest.mark.parametrize("name,replicas", [("vllm", 3), ("sarathi", 2), ("vtc", 3),
-                                           ("lyapunov", 4), ("spec-fixed", 2)])
+@pytest.mark.parametrize("name,replicas,predictor", [
+    ("vllm", 3, None), ("sarathi", 2, None), ("vtc", 3, None), ("lyapunov", 4, None),
+    ("spec-fixed", 2, None),
+    ("mcsf", 3, "history:min_samples=3,window=8,q_lo=0.25"),  # all replicas in one call
+    ("mlfq-predicted", 2, "history:min_samples=2,window=5"),
+    (lp.make_policy("mcsf", max_num_seqs=4), 3, "history:min_samples=2"),  # outbox stops
+])
 def test_round_robin_replicas_take_their_arrivals_in_one_call_each(monkeypatch, name,
-                                                                   replicas):
+                                                                   replicas, predictor):
     """Round robin reads no state, so each replica takes the requests ``j`` with
     ``j mod R`` its index in one kernel call: the run of one routed arrival at a time."""
     inst = lp.Instance(trace=_trace(300, 5), slo=lp.SLO(ttft_s=2.0, tpot_s=0.1),
@@ -134,9 +139,15 @@ def test_round_robin_replicas_take_their_arrivals_in_one_call_each(monkeypatch, 
     real = Simulation._arrivals_in_one_call
     monkeypatch.setattr(Simulation, "_arrivals_in_one_call",
                         lambda self: calls.append(real(self)) or calls[-1])
-    one_call = lp.simulate(inst, name, seed=3)
+    served = []
+    serve = CompiledReplica._serve
+    monkeypatch.setattr(CompiledReplica, "_serve",
+                        lambda self, code: served.append(code) or serve(self, code))
+    one_call = lp.simulate(inst, name, seed=3, predictor=predictor)
     assert calls == [True]
+    if not isinstance(name, str):
+        assert SK.NEED_ROOM in served  # the cluster call stopped for Python and resumed
     monkeypatch.setattr(Simulation, "_arrivals_in_one_call", lambda self: False)
-    each = lp.simulate(inst, name, seed=3)
+    each = lp.simulate(inst, name, seed=3, predictor=predictor)
     assert one_call.digest() == each.digest()
     assert np.array_equal(one_call.arrays["replica"], np.arange(300) % replicas)
