@@ -237,7 +237,18 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         "status": np.array([STATUS_NAMES[s] for s in S.status.tolist()], dtype=object),
         "reason": S.reason,
     }
-    reps = sim.replicas()
+    stats = _run_stats(sim, policy, info["wall_s"])
+    return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
+                  seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s),
+                  request_slos=instance.request_slos() if instance.tiers else None,
+                  slo_e2e_s=instance.slo.e2e_s,
+                  request_e2e_s=instance.request_e2e_s() if instance.tiers else None)
+
+
+def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
+    """``Result.stats`` of a finished :class:`~lpserve.sim.engine.Simulation` (the same
+    keys on every run; see :class:`Result`)."""
+    S, reps = sim.state, sim.replicas()
     span = max((r.now for r in reps), default=0.0) - (float(S.arrival[0]) if S.n else 0.0)
     util = (sum(r.used_block_s for r in reps) / (sum(r.bm.total for r in reps) * span)
             if span > 0 else float("nan"))
@@ -256,7 +267,7 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
         "replica_total_blocks": [int(r.bm.total) for r in reps],
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,
-        "wall_s": info["wall_s"],
+        "wall_s": wall_s,
         # which engine ran: "compiled" (numba replicas), "compiled+python-ranks" (a
         # scheduler written in Python, asked at planning steps) or "python" (reference)
         "engine": sim.engine_name,
@@ -279,8 +290,4 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
     # migrations, migrated_gb, migration_s (transfer time)
     stats.update(sim.migrator.stats() if sim.migrator is not None else
                  {"migrations": 0, "migrated_gb": 0.0, "migration_s": 0.0})
-    return Result(arrays=arrays, instance_digest=instance.digest(), policy=policy.name,
-                  seed=int(seed), stats=stats, slo=(instance.slo.ttft_s, instance.slo.tpot_s),
-                  request_slos=instance.request_slos() if instance.tiers else None,
-                  slo_e2e_s=instance.slo.e2e_s,
-                  request_e2e_s=instance.request_e2e_s() if instance.tiers else None)
+    return stats

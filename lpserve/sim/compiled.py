@@ -81,40 +81,8 @@ class CompiledRun:
         pol = ctx.policy
         eng = pol.engine
         n, bt = S.n, ctx.block_tokens
-        tr = S.trace
-        # full prompt blocks a request may hold: none beyond a replica's pool (a longer
-        # prompt is rejected as prompt_exceeds_kv before it holds any), so the slot buffers
-        # stay bounded by what the run can hold, not by the longest prompt of the trace
-        n_full = np.minimum(S.prompt // bt, ctx.total_blocks)
-        slot_off = np.zeros(n + 1, np.int64)
-        np.cumsum(n_full, out=slot_off[1:])
-        if tr.block_flat is not None:
-            chain = T.trace_chain(np.asarray(tr.block_flat, np.int64),
-                                  np.asarray(tr.block_offsets, np.int64))
-            chain_off = np.asarray(tr.block_offsets, np.int64)
-        else:
-            chain, chain_off = np.zeros(0, np.int64), np.zeros(n + 1, np.int64)
-        pid = np.full(n, -1, np.int64) if tr.program_id is None else \
-            np.asarray(tr.program_id, np.int64)
-        known = np.unique(pid[pid >= 0])
-        prog = np.where(pid >= 0, np.searchsorted(known, pid), known.size + np.arange(n))
-        has_pred = ctx.pred_lo is not None
-        self.plo = _mutable(ctx.pred_lo if has_pred else np.ones(n, np.int64))
-        self.phi = _mutable(ctx.pred_hi if has_pred else np.ones(n, np.int64))
-        self.req_a = T.Req(
-            prompt=S.prompt, out=S.out, arrival=S.arrival, computed=S.computed,
-            dcomp=S.draft_computed, gen=S.gen, anon=S.anon, nslots=S.nslots,
-            host_blocks=S.host_blocks, swap_gpu=S.swap_gpu_blocks, swapped=S.swapped,
-            compressed=S.compressed, kv_remote=S.kv_remote, status=S.status,
-            first_sched=S.first_sched, first_token=S.first_token, finish=S.finish,
-            preempt=S.preempt, cached_tok=S.cached_tok, seen_tok=S.seen_tok,
-            replica=S.replica, decode_replica=S.decode_replica, reason=S.reason_code,
-            tenant=S.tenant, plo=self.plo, phi=self.phi, prog=prog.astype(np.int64),
-            wnext=np.full(n, -1, np.int64), wprev=np.full(n, -1, np.int64),
-            slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
-            turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
-            keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
-            ready=S.ready_iter, link_wait=S.link_wait)
+        self.req_a, n_known = _request_arrays(ctx)
+        self.plo, self.phi = self.req_a.plo, self.req_a.phi
         self.req = ST.new_req(*self.req_a)
         kind, fp, ip = rank_spec(pol.scheduler)
         if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
@@ -123,7 +91,7 @@ class CompiledRun:
             fp, ip = V.vtc_params(pol.scheduler, S.tenant)
         self.rank_kind = kind
         R = cluster.n_replicas
-        n_prog = known.size + n
+        n_prog = n_known + n
         rf = np.zeros((RK.N_RF, n))
         rf[RK.RF_SERVED] = np.nan
         ticked = kind in RK.TICKED
@@ -178,31 +146,8 @@ class CompiledRun:
         self.cff[T.D_HORIZON] = ctx.horizon_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
-        self.cfg = np.zeros(T.N_CFG, np.int64)
-        cfg = self.cfg
-        cfg[T.C_BATCH] = _BATCH[eng.batching]
-        cfg[T.C_MAX_SEQS] = eng.max_num_seqs
-        cfg[T.C_BUDGET] = eng.max_num_batched_tokens
-        cfg[T.C_CHUNKED] = int(eng.chunked_prefill)
-        cfg[T.C_RESERVE] = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // bt)
-        cfg[T.C_WM] = int(eng.watermark * total)
-        cfg[T.C_BT] = bt
-        cfg[T.C_TOTAL] = total
-        cfg[T.C_CACHING] = int(eng.prefix_caching)
-        cfg[T.C_PREEMPT] = _PREEMPT[eng.preemption]
-        cfg[T.C_PRIO] = int(eng.priority_preemption)
-        cfg[T.C_EVICT_BATCH] = eng.evict_batch_blocks
-        cfg[T.C_REFERENCE] = int(ctx.reference)
-        cfg[T.C_TRACK_FIN] = int(track_finished)
-        cfg[T.C_RANK_KIND] = kind
-        cfg[T.C_DECIDER] = 0 if dec is None else 1
-        cfg[T.C_CTL] = self.ctl_kind
-        cfg[T.C_TRACE_BT] = int(tr.block_tokens) if tr.block_flat is not None else 0
-        cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len
-        cfg[T.C_HAS_PRED] = int(has_pred)
-        cfg[T.C_SPEC] = int(ctx.spec is not None)
-        cfg[T.C_SWAP_STEP] = self.swap_step
-        cfg[T.C_AHEAD] = int(eng.schedule_ahead)
+        self.cfg = _engine_config(ctx, kind, dec is not None, self.ctl_kind, self.swap_step,
+                                  track_finished)
         self.sr_a = _spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = twin_spec(pol.evictor) if eng.prefix_caching else None
@@ -247,6 +192,82 @@ class CompiledRun:
             for r in replicas:
                 if not getattr(r, "vacant", False):  # a replica never built ran nothing
                     self.ctl_obj.restore(r.key, r.r.ctl_st)
+
+
+def _request_arrays(ctx: RunContext) -> tuple[Any, int]:
+    """The compiled engine's per-request arrays (``T.Req``) over the run's state, and the
+    number of agentic programs in the trace (requests of no program get one each)."""
+    S: State = ctx.state
+    n, bt = S.n, ctx.block_tokens
+    tr = S.trace
+    # full prompt blocks a request may hold: none beyond a replica's pool (a longer
+    # prompt is rejected as prompt_exceeds_kv before it holds any), so the slot buffers
+    # stay bounded by what the run can hold, not by the longest prompt of the trace
+    n_full = np.minimum(S.prompt // bt, ctx.total_blocks)
+    slot_off = np.zeros(n + 1, np.int64)
+    np.cumsum(n_full, out=slot_off[1:])
+    if tr.block_flat is not None:
+        chain = T.trace_chain(np.asarray(tr.block_flat, np.int64),
+                              np.asarray(tr.block_offsets, np.int64))
+        chain_off = np.asarray(tr.block_offsets, np.int64)
+    else:
+        chain, chain_off = np.zeros(0, np.int64), np.zeros(n + 1, np.int64)
+    pid = np.full(n, -1, np.int64) if tr.program_id is None else \
+        np.asarray(tr.program_id, np.int64)
+    known = np.unique(pid[pid >= 0])
+    prog = np.where(pid >= 0, np.searchsorted(known, pid), known.size + np.arange(n))
+    has_pred = ctx.pred_lo is not None
+    plo = _mutable(ctx.pred_lo if has_pred else np.ones(n, np.int64))
+    phi = _mutable(ctx.pred_hi if has_pred else np.ones(n, np.int64))
+    req = T.Req(
+        prompt=S.prompt, out=S.out, arrival=S.arrival, computed=S.computed,
+        dcomp=S.draft_computed, gen=S.gen, anon=S.anon, nslots=S.nslots,
+        host_blocks=S.host_blocks, swap_gpu=S.swap_gpu_blocks, swapped=S.swapped,
+        compressed=S.compressed, kv_remote=S.kv_remote, status=S.status,
+        first_sched=S.first_sched, first_token=S.first_token, finish=S.finish,
+        preempt=S.preempt, cached_tok=S.cached_tok, seen_tok=S.seen_tok,
+        replica=S.replica, decode_replica=S.decode_replica, reason=S.reason_code,
+        tenant=S.tenant, plo=plo, phi=phi, prog=prog.astype(np.int64),
+        wnext=np.full(n, -1, np.int64), wprev=np.full(n, -1, np.int64),
+        slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
+        turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
+        keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
+        ready=S.ready_iter, link_wait=S.link_wait)
+    return req, int(known.size)
+
+
+def _engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
+                   swap_step: int, track_finished: bool) -> np.ndarray:
+    """The int64 engine configuration (layout ``T.C_*``) of the run's replicas (each
+    replica's copy then takes its role and index)."""
+    eng, tr = ctx.policy.engine, ctx.state.trace
+    bt, total = ctx.block_tokens, ctx.total_blocks
+    has_pred = ctx.pred_lo is not None
+    cfg = np.zeros(T.N_CFG, np.int64)
+    cfg[T.C_BATCH] = _BATCH[eng.batching]
+    cfg[T.C_MAX_SEQS] = eng.max_num_seqs
+    cfg[T.C_BUDGET] = eng.max_num_batched_tokens
+    cfg[T.C_CHUNKED] = int(eng.chunked_prefill)
+    cfg[T.C_RESERVE] = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // bt)
+    cfg[T.C_WM] = int(eng.watermark * total)
+    cfg[T.C_BT] = bt
+    cfg[T.C_TOTAL] = total
+    cfg[T.C_CACHING] = int(eng.prefix_caching)
+    cfg[T.C_PREEMPT] = _PREEMPT[eng.preemption]
+    cfg[T.C_PRIO] = int(eng.priority_preemption)
+    cfg[T.C_EVICT_BATCH] = eng.evict_batch_blocks
+    cfg[T.C_REFERENCE] = int(ctx.reference)
+    cfg[T.C_TRACK_FIN] = int(track_finished)
+    cfg[T.C_RANK_KIND] = kind
+    cfg[T.C_DECIDER] = int(has_decider)
+    cfg[T.C_CTL] = ctl_kind
+    cfg[T.C_TRACE_BT] = int(tr.block_tokens) if tr.block_flat is not None else 0
+    cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len
+    cfg[T.C_HAS_PRED] = int(has_pred)
+    cfg[T.C_SPEC] = int(ctx.spec is not None)
+    cfg[T.C_SWAP_STEP] = swap_step
+    cfg[T.C_AHEAD] = int(eng.schedule_ahead)
+    return cfg
 
 
 def _mutable(a: Any) -> np.ndarray:

@@ -25,10 +25,9 @@ from lpserve.policy.checks import check_prediction, check_routes
 from lpserve.sim import compiled, twins
 from lpserve.sim.dependencies import Dependencies, has_dependencies
 from lpserve.sim.invariants import ReplicaChecker, check_final
-from lpserve.sim.memory import check_replicas
+from lpserve.sim.memory import check_replicas, kv_memory
 from lpserve.sim.migration import Migrator
 from lpserve.sim.replica import Replica
-from lpserve.sim.speculative import SpecRunner, speculation_memory
 from lpserve.sim.state import FINISHED, PENDING, REJECTED, WAITING, Events, RunContext, State
 from lpserve.sim.vacant import lazy_ok, vacant_pool
 
@@ -96,21 +95,7 @@ class Simulation:
         cl = instance.cluster
         self.cluster = cl
         bt = int(cl.block_tokens)
-        total = int(self.cost.kv_capacity_blocks(block_tokens=bt,
-                                                 gpu_memory_fraction=cl.gpu_memory_fraction))
-        block_bytes = float(self.cost.kv_bytes_per_token) * bt
-        host = int(cl.host_memory_gb * 1e9 // block_bytes) if block_bytes > 0 else 0
-        kv_scale = 1.0  # KV bytes per token over the target's (> 1 with a draft model)
-        spec = None
-        if policy.engine.speculation is not None:  # draft memory resizes the KV pool
-            spec = SpecRunner(policy.engine.speculation, self.cost, S, self.seeds.spawn(1)[0],
-                              policy.name)
-            total, host, kv_scale = speculation_memory(
-                self.cost, spec.drafts, cl.gpu_memory_fraction, cl.host_memory_gb, bt,
-                f"policy {policy.name!r}: EngineConfig.speculation")
-        if total < 1:
-            raise ValueError(f"cluster {cl.gpu}/{cl.llm} tp={cl.tp}: no room for KV blocks "
-                             f"(kv_capacity_blocks = {total})")
+        total, host, kv_scale, spec = kv_memory(self.cost, cl, policy, S, self.seeds)
         self.total_blocks, self.host_blocks = total, host
         # a heterogeneous cluster: each replica priced by its own cost model, with its own
         # KV blocks (replica_kw); the run context keeps the first replica's as defaults
@@ -135,13 +120,6 @@ class Simulation:
             pred_hi=pred_hi, events=self.events, check=checker, spec=spec,
             slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s))
         self.spec = spec
-        self.compiled = twins.eligible(policy, self.reference,
-                                          heterogeneous=replica_kw is not None,
-                                          disaggregated=cl.disaggregated)
-        self.engine_name = "python"
-        if self.compiled:
-            external = twins.rank_spec(policy.scheduler)[0] == twins.RANK_EXTERNAL
-            self.engine_name = "compiled+python-ranks" if external else "compiled"
         # the routing roles that read completions (RouterView.completions); a role whose
         # pool has one replica is never asked (_route), so it reads none
         choices = {"router": cl.prefill_replicas if cl.disaggregated else cl.replicas,
@@ -149,22 +127,7 @@ class Simulation:
         self._done_roles = [role for role in ("router", "decode_router")
                             if choices[role] > 1
                             and getattr(getattr(policy, role), "reads_completions", False)]
-        self.runset = None
-        if self.compiled:
-            self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
-                                               or predictor is not None
-                                               or bool(self._done_roles))
-            make = self.runset.replica
-        else:
-            def make(k: int, role: str) -> Replica:
-                return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
-        lazy = S.n + 1 if lazy_ok(policy, replica_kw is not None) else None
-        if cl.disaggregated:
-            self.front = _pool(make, "prefill", cl.prefill_replicas, lazy)
-            self.back = _pool(make, "decode", cl.decode_replicas, lazy)
-        else:
-            self.front = _pool(make, "colocated", cl.replicas, lazy)
-            self.back = []
+        self._build_replicas(replica_kw)
         # what KV-aware routers read (RouterView.cached_tokens / prefill_tokens /
         # completions): the cached tokens each routed request had where it went, and per
         # routing role the completions not shown yet
@@ -209,6 +172,35 @@ class Simulation:
                                   np.ascontiguousarray(cost.params, dtype=np.float64)}
             out.append(made[id(cost)])
         return out
+
+    def _build_replicas(self, replica_kw: list[dict] | None) -> None:
+        """Choose the engine (compiled replicas when ``twins.eligible``, else Python ones)
+        and make the replica pools: ``front`` (colocated, or prefill) and ``back`` (the
+        decode pool of a disaggregated cluster, else empty), built when first reached
+        where ``lazy_ok``."""
+        policy, cl = self.policy, self.cluster
+        self.compiled = twins.eligible(policy, self.reference,
+                                       heterogeneous=replica_kw is not None,
+                                       disaggregated=cl.disaggregated)
+        self.engine_name = "python"
+        self.runset = None
+        if self.compiled:
+            external = twins.rank_spec(policy.scheduler)[0] == twins.RANK_EXTERNAL
+            self.engine_name = "compiled+python-ranks" if external else "compiled"
+            self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
+                                               or self.predictor is not None
+                                               or bool(self._done_roles))
+            make = self.runset.replica
+        else:
+            def make(k: int, role: str) -> Replica:
+                return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
+        lazy = self.state.n + 1 if lazy_ok(policy, replica_kw is not None) else None
+        if cl.disaggregated:
+            self.front = _pool(make, "prefill", cl.prefill_replicas, lazy)
+            self.back = _pool(make, "decode", cl.decode_replicas, lazy)
+        else:
+            self.front = _pool(make, "colocated", cl.replicas, lazy)
+            self.back = []
 
     # ------------------------------------------------------------------ routing
     def _route(self, pool: list[Any], req: list[int], t: float, phase: str) -> list[int]:

@@ -1,4 +1,5 @@
-"""What a run's replicas hold in memory, checked before they are built (layer 4).
+"""What a run's replicas hold in memory: their KV blocks (:func:`kv_memory`), and the
+host memory of their arrays, checked before they are built (layer 4).
 
 A compiled replica holds arrays sized by its KV block pool and the run's limits
 (:class:`lpserve.sim.compiled.CompiledReplica`); a cluster of ``R`` replicas holds ``R``
@@ -12,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from lpserve.sim.speculative import SpecRunner, speculation_memory
 
 #: share of the available memory a run's replicas may take (the rest: the run's
 #: per-request state, results, the interpreter)
@@ -55,3 +58,29 @@ def check_replicas(first: Any, count: int, role: str, available: int | None = No
         f"per-request state), more than {MAX_SHARE:.0%} of the {avail / 2**30:,.1f} GiB this "
         f"machine has available; simulate at most {int(MAX_SHARE * avail // per):,} "
         "replicas here, or fewer requests")
+
+
+def kv_memory(cost: Any, cluster: Any, policy: Any, state: Any,
+              seeds: np.random.SeedSequence) -> tuple[int, int, float, Any]:
+    """``(total, host, kv_scale, spec)`` of one replica of ``cluster`` priced by ``cost``:
+    its KV blocks on the GPU and on the host, KV bytes per token over the target model's
+    (> 1 with draft models), and the speculative-decoding runner (None without
+    speculation; its drafts' memory resizes the KV pool, and it takes the next child of
+    ``seeds`` for its acceptance draws). Raises ValueError naming the cluster when no KV
+    block fits."""
+    bt = int(cluster.block_tokens)
+    total = int(cost.kv_capacity_blocks(block_tokens=bt,
+                                        gpu_memory_fraction=cluster.gpu_memory_fraction))
+    block_bytes = float(cost.kv_bytes_per_token) * bt
+    host = int(cluster.host_memory_gb * 1e9 // block_bytes) if block_bytes > 0 else 0
+    kv_scale, spec = 1.0, None
+    if policy.engine.speculation is not None:
+        spec = SpecRunner(policy.engine.speculation, cost, state, seeds.spawn(1)[0],
+                          policy.name)
+        total, host, kv_scale = speculation_memory(
+            cost, spec.drafts, cluster.gpu_memory_fraction, cluster.host_memory_gb, bt,
+            f"policy {policy.name!r}: EngineConfig.speculation")
+    if total < 1:
+        raise ValueError(f"cluster {cluster.gpu}/{cluster.llm} tp={cluster.tp}: no room for "
+                         f"KV blocks (kv_capacity_blocks = {total})")
+    return total, host, kv_scale, spec
