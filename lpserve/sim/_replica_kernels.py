@@ -308,11 +308,12 @@ def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, c
 
 @njit(cache=True)
 def enqueue_all_cluster(req, replicas, cfgs, cff, params, swap_tab, cswap_tab, rk, ctl, sr,
-                        ids, times, k, m, index, rows, ip, fp, pend_t, pend_i, pst):
-    """:func:`enqueue_all_predicted` for a cluster under round robin: request ``ids[j]``
-    joins replica ``j mod R`` of ``replicas`` (``(Rep, SpecRep)`` pairs; ``cfgs[r]`` is
-    replica ``r``'s configuration), after every replica advanced to its time and the
-    History predictor saw every completion up to it. Returns ``(k, m, code)``: as
+                        n_route, ids, times, k, m, index, rows, ip, fp, pend_t, pend_i, pst):
+    """:func:`enqueue_all_predicted` for a cluster of ``n_route`` replicas under round
+    robin: request ``ids[j]`` joins replica ``j mod n_route``, one of ``replicas`` (the
+    ``(Rep, SpecRep)`` pairs of the replicas some request reaches; ``cfgs[r]`` is replica
+    ``r``'s configuration), after every one of them advanced to its time and the History
+    predictor saw every completion up to it. Returns ``(k, m, code)``: as
     :func:`enqueue_all`, with ``m`` the replica whose stop the caller must serve before
     calling again from ``(k, m)``."""
     n, n_rep = ids.shape[0], len(replicas)
@@ -332,7 +333,7 @@ def enqueue_all_cluster(req, replicas, cfgs, cff, params, swap_tab, cswap_tab, r
         i = ids[k]
         lo, hi, _ = H.predict_one(index, rows, ip, fp, req.prompt[i], req.tenant[i])
         req.plo[i], req.phi[i] = lo, hi
-        r = k % n_rep
+        r = k % n_route
         enqueue(req, replicas[r][0], cfgs[r], i, t)
         k += 1
     return k, 0, S.IDLE

@@ -567,19 +567,23 @@ def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_
     replica advanced to every arrival time so that the History predictor (``history``, as
     :meth:`CompiledReplica.enqueue_all`) sees every completion before it
     (``RX.enqueue_all_cluster``)."""
+    n_route = len(replicas)
+    reached = min(n_route, ids.size)  # the others are never built (lpserve.sim.vacant)
+    if not reached:
+        return
     run = replicas[0].runset
     pairs = ST.new_replica_list(replicas[0].rep, replicas[0].ss)
-    for r in replicas[1:]:
+    for r in replicas[1:reached]:
         ST.push_replica(pairs, r.rep, r.ss)
-    cfgs = np.stack([r.cfg for r in replicas])
+    cfgs = np.stack([r.cfg for r in replicas[:reached]])
     k = m = 0
     while True:
         k, m, code = RX.enqueue_all_cluster(
             run.req, pairs, cfgs, run.cff, replicas[0].params, run.swap_tab, run.cswap_tab,
-            run.rk, run.ctl, run.sr, ids, times_s, k, m, *history)
+            run.rk, run.ctl, run.sr, n_route, ids, times_s, k, m, *history)
         if not replicas[m]._serve(code):
             break
-    for r in replicas:
+    for r in replicas[:reached]:
         r._drain()
 
 

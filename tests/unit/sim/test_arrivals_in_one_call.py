@@ -151,3 +151,23 @@ def test_round_robin_replicas_take_their_arrivals_in_one_call_each(monkeypatch, 
     each = lp.simulate(inst, name, seed=3, predictor=predictor)
     assert one_call.digest() == each.digest()
     assert np.array_equal(one_call.arrays["replica"], np.arange(300) % replicas)
+
+
+def test_a_cluster_call_builds_only_the_replicas_requests_reach():
+    """Round robin over 40 replicas with 6 requests reaches replicas 0-5; the rest stay
+    vacant (never built), with or without the History predictor in the call."""
+    inst = lp.Instance(trace=_trace(6, 2), cluster=lp.Cluster(gpu="a100-80gb",
+                                                            llm="llama-2-7b", replicas=40))
+    for name, pred in (("mcsf", "history"), ("vllm", None)):
+        sim = Simulation(inst, lp.make_policy(name),
+                         predictor=None if pred is None else make_predictor(pred))
+        assert sim._arrivals_in_one_call()
+        sim.run()
+        built = [not getattr(r, "vacant", False) for r in sim.front]
+        assert built == [True] * 6 + [False] * 34, name
+    late = lp.Trace.from_arrays(arrival_s=np.arange(6) + 1.0, prompt_tokens=np.full(6, 50),
+                                output_tokens=np.full(6, 5))
+    empty = inst.with_(trace=late, horizon_s=0.5)  # no arrival before it: only the pool's
+    sim = Simulation(empty, lp.make_policy("mcsf"), predictor=make_predictor("history"))
+    sim.run()  # first replica (built with the pool) exists
+    assert [not getattr(r, "vacant", False) for r in sim.front] == [True] + [False] * 39
