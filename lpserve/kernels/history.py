@@ -4,15 +4,19 @@ their quantiles, written once and run both by the Python predictor (``observe`` 
 ``predict`` call these kernels) and by the compiled replica engine, which predicts each
 arrival inside its arrivals kernel.
 
-State
+State (:func:`new_state`: a StructRef of plain arrays, which loads at once, unlike numba's
+typed containers)
 -----
-``index``: typed Dict ``(level, prompt bucket, tenant) -> row``; level 0 is
+``keys``/``vals``: an open-addressing hash table (linear probing, doubled when half full)
+    from a bucket's key ``(level, prompt bucket, tenant)`` to its row; level 0 is
     ``(floor(log2(prompt_tokens)), tenant)``, level 1 the prompt bucket over all tenants
     ``(1, b, 0)``, level 2 every completion ``(2, 0, 0)``.
-``rows``: typed List of int64 arrays, one per bucket seen, layout ``R_*`` then two
-    segments of ``cap`` values: the bucket's newest completions in arrival order (a ring
-    starting at ``R_HEAD``) and the same values sorted. ``cap`` doubles as the bucket
-    fills, up to the window, so memory follows the completions held.
+``arena``, ``off``, ``size``: row ``r`` is ``arena[off[r]:off[r] + size[r]]``, layout
+    ``R_*`` then two segments of ``cap`` values: the bucket's newest completions in arrival
+    order (a ring starting at ``R_HEAD``) and the same values sorted. ``cap`` doubles as
+    the bucket fills, up to the window (the row moves to the arena's end), so memory
+    follows the completions held.
+``cnt``: ``(keys, rows, arena words used)``.
 ``ip`` (int64) parameters, layout ``IP_*``; ``fp`` (float64) ``(q_lo, q_hi)``.
 """
 from __future__ import annotations
@@ -21,7 +25,7 @@ import math
 
 import numpy as np
 from numba import njit, types
-from numba.typed import Dict, List
+from numba.experimental import structref
 
 __all__ = ["IP_MIN_SAMPLES", "IP_PRIOR_HI", "IP_PRIOR_LO", "IP_PRIOR_PT", "IP_WINDOW",
            "N_IP", "from_arrays", "new_state", "observe", "observe_one", "predict",
@@ -43,15 +47,103 @@ R_VALID = 5          # ... valid until its next completion (1) or stale (0)
 R_HDR = 6
 FIRST_CAP = 8        # values a new bucket has room for
 
-KEY_T = types.UniTuple(types.int64, 3)
+
+
+class HistoryStateType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((n, types.unliteral(t)) for n, t in fields)
+
+
+class HistoryState(structref.StructRefProxy):
+    """The History predictor's buckets (see the module's docstring)."""
+
+
+HistoryStateType = structref.register(HistoryStateType)
+structref.define_boxing(HistoryStateType, HistoryState)
+STATE_T = HistoryStateType([
+    ("keys", types.int64[:, ::1]), ("vals", types.int64[::1]), ("arena", types.int64[::1]),
+    ("off", types.int64[::1]), ("size", types.int64[::1]), ("cnt", types.int64[::1]),
+])
+C_KEYS, C_ROWS, C_USED = 0, 1, 2
 
 
 @njit(cache=True)
-def new_state():  # pragma: no cover - numba
-    """An empty ``(index, rows)``."""
-    index = Dict.empty(key_type=KEY_T, value_type=types.int64)
-    rows = List.empty_list(types.int64[::1])
-    return index, rows
+def _state(keys, vals, arena, off, size, cnt):  # pragma: no cover - numba
+    s = structref.new(STATE_T)
+    s.keys, s.vals, s.arena, s.off, s.size, s.cnt = keys, vals, arena, off, size, cnt
+    return s
+
+
+def new_state() -> HistoryState:
+    """Empty buckets."""
+    return _state(np.zeros((16, 3), np.int64), np.full(16, -1, np.int64),
+                  np.zeros(256, np.int64), np.zeros(8, np.int64), np.zeros(8, np.int64),
+                  np.zeros(3, np.int64))
+
+
+@njit(cache=True)
+def _slot(keys, vals, k0, k1, k2):  # pragma: no cover - numba
+    """The table slot of key ``(k0, k1, k2)``, or the empty slot where it would go."""
+    mask = vals.shape[0] - 1
+    h = (k0 * 1000003 + k1 * 8191 + k2 * 131071 + 17) & mask
+    while vals[h] >= 0 and not (keys[h, 0] == k0 and keys[h, 1] == k1 and keys[h, 2] == k2):
+        h = (h + 1) & mask
+    return h
+
+
+@njit(cache=True)
+def _find(st, k0, k1, k2):  # pragma: no cover - numba
+    """Row of bucket ``(k0, k1, k2)``, or -1."""
+    return st.vals[_slot(st.keys, st.vals, k0, k1, k2)]
+
+
+@njit(cache=True)
+def _reserve(st, words):  # pragma: no cover - numba
+    """Offset of ``words`` fresh arena words (the arena doubles when full)."""
+    used = st.cnt[C_USED]
+    if used + words > st.arena.shape[0]:
+        arena = np.zeros(2 * (used + words), np.int64)
+        arena[:used] = st.arena[:used]
+        st.arena = arena
+    st.cnt[C_USED] = used + words
+    return used
+
+
+@njit(cache=True)
+def _new_row(st, k0, k1, k2, cap):  # pragma: no cover - numba
+    """Add bucket ``(k0, k1, k2)`` with room for ``cap`` values; returns its row."""
+    if 2 * (st.cnt[C_KEYS] + 1) > st.vals.shape[0]:  # rehash into a table twice as big
+        n = 2 * st.vals.shape[0]
+        keys = np.zeros((n, 3), np.int64)
+        vals = np.full(n, -1, np.int64)
+        for h in range(st.vals.shape[0]):
+            if st.vals[h] >= 0:
+                j = _slot(keys, vals, st.keys[h, 0], st.keys[h, 1], st.keys[h, 2])
+                keys[j] = st.keys[h]
+                vals[j] = st.vals[h]
+        st.keys, st.vals = keys, vals
+    r = st.cnt[C_ROWS]
+    if r == st.off.shape[0]:
+        off = np.zeros(2 * r, np.int64)
+        size = np.zeros(2 * r, np.int64)
+        off[:r], size[:r] = st.off, st.size
+        st.off, st.size = off, size
+    words = R_HDR + 2 * cap
+    st.off[r] = _reserve(st, words)
+    st.size[r] = words
+    h = _slot(st.keys, st.vals, k0, k1, k2)
+    st.keys[h, 0], st.keys[h, 1], st.keys[h, 2] = k0, k1, k2
+    st.vals[h] = r
+    st.cnt[C_KEYS] += 1
+    st.cnt[C_ROWS] = r + 1
+    return r
+
+
+@njit(cache=True)
+def _row(st, r):  # pragma: no cover - numba
+    """Row ``r`` as a view of the arena."""
+    o = st.off[r]
+    return st.arena[o:o + st.size[r]]
 
 
 @njit(cache=True)
@@ -75,35 +167,36 @@ def _bucket(prompt):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _grow(a, window):  # pragma: no cover - numba
-    """Row ``a`` with twice its room (at most ``window``), its ring unrolled from 0."""
-    cap = (a.shape[0] - R_HDR) // 2
+def _grow(st, r, window):  # pragma: no cover - numba
+    """Row ``r`` moved to the arena's end with twice its room (at most ``window``), its
+    ring unrolled from 0; returns the new view."""
+    cap = (st.size[r] - R_HDR) // 2
     new_cap = min(2 * cap, window)
-    b = np.zeros(R_HDR + 2 * new_cap, np.int64)
+    o = _reserve(st, R_HDR + 2 * new_cap)
+    a = _row(st, r)  # after _reserve: the arena may have moved
+    b = st.arena[o:o + R_HDR + 2 * new_cap]
     b[:R_HDR] = a[:R_HDR]
     cnt, head = a[R_COUNT], a[R_HEAD]
     for k in range(cnt):
         b[R_HDR + k] = a[R_HDR + (head + k) % cap]
         b[R_HDR + new_cap + k] = a[R_HDR + cap + k]
     b[R_HEAD] = 0
+    st.off[r], st.size[r] = o, R_HDR + 2 * new_cap
     return b
 
 
 @njit(cache=True)
-def _add(index, rows, window, key, x):  # pragma: no cover - numba
-    """Completion of ``x`` tokens joins bucket ``key``; the oldest leaves a full window."""
-    if key in index:
-        r = index[key]
-    else:
-        r = len(rows)
-        rows.append(np.zeros(R_HDR + 2 * min(FIRST_CAP, window), np.int64))
-        index[key] = r
-    a = rows[r]
+def _add(st, window, k0, k1, k2, x):  # pragma: no cover - numba
+    """Completion of ``x`` tokens joins bucket ``(k0, k1, k2)``; the oldest leaves a full
+    window."""
+    r = _find(st, k0, k1, k2)
+    if r < 0:
+        r = _new_row(st, k0, k1, k2, min(FIRST_CAP, window))
+    a = _row(st, r)
     cap = (a.shape[0] - R_HDR) // 2
     cnt = a[R_COUNT]
     if cnt == cap and cap < window:
-        a = _grow(a, window)
-        rows[r] = a
+        a = _grow(st, r, window)
         cap = (a.shape[0] - R_HDR) // 2
     ring, srt = R_HDR, R_HDR + cap
     if cnt == cap:  # a full window: the oldest leaves the ring and the sorted copy
@@ -129,28 +222,29 @@ def _add(index, rows, window, key, x):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def observe_one(index, rows, ip, prompt, tenant, x):  # pragma: no cover - numba
+def observe_one(st, ip, prompt, tenant, x):  # pragma: no cover - numba
     """A completed request (prompt and output tokens, tenant) joins its three buckets."""
     b = _bucket(prompt)
     w = ip[IP_WINDOW]
-    _add(index, rows, w, (np.int64(0), b, np.int64(tenant)), x)
-    _add(index, rows, w, (np.int64(1), b, np.int64(0)), x)
-    _add(index, rows, w, (np.int64(2), np.int64(0), np.int64(0)), x)
+    _add(st, w, np.int64(0), b, np.int64(tenant), x)
+    _add(st, w, np.int64(1), b, np.int64(0), x)
+    _add(st, w, np.int64(2), np.int64(0), np.int64(0), x)
 
 
 @njit(cache=True)
-def observe(index, rows, ip, prompts, tenants, outs):  # pragma: no cover - numba
+def observe(st, ip, prompts, tenants, outs):  # pragma: no cover - numba
     """:func:`observe_one` for each completion in order (arrays ``(n,)`` int64)."""
     for k in range(prompts.shape[0]):
-        observe_one(index, rows, ip, prompts[k], tenants[k], outs[k])
+        observe_one(st, ip, prompts[k], tenants[k], outs[k])
 
 
 @njit(cache=True)
-def _lookup(index, rows, ip, fp, key):  # pragma: no cover - numba
-    """``(lo, hi, point)`` of bucket ``key``, or ``lo == 0`` when it has too few."""
-    if key not in index:
+def _lookup(st, ip, fp, k0, k1, k2):  # pragma: no cover - numba
+    """``(lo, hi, point)`` of bucket ``(k0, k1, k2)``, or ``lo == 0`` when it has too few."""
+    r = _find(st, k0, k1, k2)
+    if r < 0:
         return np.int64(0), np.int64(0), np.int64(0)
-    a = rows[index[key]]
+    a = _row(st, r)
     cnt = a[R_COUNT]
     if cnt < ip[IP_MIN_SAMPLES]:
         return np.int64(0), np.int64(0), np.int64(0)
@@ -164,55 +258,35 @@ def _lookup(index, rows, ip, fp, key):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def predict_one(index, rows, ip, fp, prompt, tenant):  # pragma: no cover - numba
+def predict_one(st, ip, fp, prompt, tenant):  # pragma: no cover - numba
     """``(lo, hi, point)`` tokens: the ``(q_lo, q_hi)`` quantiles (floor, ceiling) and the
     median (rounded half to even) of the most specific bucket with ``min_samples``
     completions (prompt bucket and tenant, then prompt bucket, then all), else the prior."""
     b = _bucket(prompt)
-    lo, hi, pt = _lookup(index, rows, ip, fp, (np.int64(0), b, np.int64(tenant)))
+    lo, hi, pt = _lookup(st, ip, fp, np.int64(0), b, np.int64(tenant))
     if lo == 0:
-        lo, hi, pt = _lookup(index, rows, ip, fp, (np.int64(1), b, np.int64(0)))
+        lo, hi, pt = _lookup(st, ip, fp, np.int64(1), b, np.int64(0))
     if lo == 0:
-        lo, hi, pt = _lookup(index, rows, ip, fp, (np.int64(2), np.int64(0), np.int64(0)))
+        lo, hi, pt = _lookup(st, ip, fp, np.int64(2), np.int64(0), np.int64(0))
     if lo == 0:
         return ip[IP_PRIOR_LO], ip[IP_PRIOR_HI], ip[IP_PRIOR_PT]
     return lo, hi, pt
 
 
 @njit(cache=True)
-def predict(index, rows, ip, fp, prompts, tenants, lo, hi, pt):  # pragma: no cover - numba
+def predict(st, ip, fp, prompts, tenants, lo, hi, pt):  # pragma: no cover - numba
     """:func:`predict_one` for each request into ``lo``, ``hi``, ``pt`` (int64 ``(n,)``)."""
     for k in range(prompts.shape[0]):
-        lo[k], hi[k], pt[k] = predict_one(index, rows, ip, fp, prompts[k], tenants[k])
+        lo[k], hi[k], pt[k] = predict_one(st, ip, fp, prompts[k], tenants[k])
 
 
 @njit(cache=True)
-def to_arrays(index, rows):  # pragma: no cover - numba
-    """``(keys, rows_of_keys, flat, offsets)``: the state as plain arrays (for pickling):
-    ``keys`` int64 ``(k, 3)``, ``rows_of_keys`` ``(k,)``, row ``r`` is
-    ``flat[offsets[r]:offsets[r + 1]]``."""
-    keys = np.zeros((len(index), 3), np.int64)
-    which = np.zeros(len(index), np.int64)
-    k = 0
-    for key, r in index.items():
-        keys[k, 0], keys[k, 1], keys[k, 2] = key
-        which[k] = r
-        k += 1
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    for r in range(len(rows)):
-        offsets[r + 1] = offsets[r] + rows[r].shape[0]
-    flat = np.zeros(offsets[-1], np.int64)
-    for r in range(len(rows)):
-        flat[offsets[r]:offsets[r + 1]] = rows[r]
-    return keys, which, flat, offsets
+def to_arrays(st):  # pragma: no cover - numba
+    """The state's arrays ``(keys, vals, arena, off, size, cnt)`` (for pickling)."""
+    return st.keys, st.vals, st.arena, st.off, st.size, st.cnt
 
 
-@njit(cache=True)
-def from_arrays(keys, which, flat, offsets):  # pragma: no cover - numba
-    """The ``(index, rows)`` that :func:`to_arrays` wrote."""
-    index, rows = new_state()
-    for r in range(offsets.shape[0] - 1):
-        rows.append(flat[offsets[r]:offsets[r + 1]].copy())
-    for k in range(keys.shape[0]):
-        index[(keys[k, 0], keys[k, 1], keys[k, 2])] = which[k]
-    return index, rows
+def from_arrays(keys, vals, arena, off, size, cnt) -> HistoryState:
+    """The state :func:`to_arrays` gave."""
+    return _state(*(np.ascontiguousarray(a, np.int64) for a in
+                    (keys, vals, arena, off, size, cnt)))

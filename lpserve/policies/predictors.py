@@ -155,7 +155,7 @@ class History(Predictor):
     window: int = 500
     prior: tuple[int, int, int] = (16, 1024, 256)  # lo, hi, point before any data
     name = "history"
-    _state: tuple = field(default=(), repr=False, compare=False)  # (index, rows): the kernels'
+    _state: Any = field(default=None, repr=False, compare=False)  # the kernels' buckets
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.q_lo <= self.q_hi <= 1.0):
@@ -179,27 +179,27 @@ class History(Predictor):
         self._state = HK.new_state()
 
     def kernel_spec(self) -> tuple[str, tuple]:
-        """``("history", (index, rows, ip, fp))``: the live buckets and parameters the
-        compiled replica engine predicts with and adds completions to (see
+        """``("history", (state, ip, fp))``: the live buckets and parameters the compiled
+        replica engine predicts with and adds completions to (see
         :mod:`lpserve.kernels.history`); a subclass without its own ``kernel_spec`` is asked
         in Python."""
-        return "history", (*self._live(), self._ip, self._fp)
+        return "history", (self._live(), self._ip, self._fp)
 
     def __getstate__(self) -> dict:
         """Plain arrays in place of the numba containers (pickling, ``copy.deepcopy``)."""
         d = self.__dict__.copy()
-        if self._state:
-            d["_state"] = ("arrays", *HK.to_arrays(*self._state))
+        if self._state is not None:
+            d["_state"] = HK.to_arrays(self._state)
         return d
 
     def __setstate__(self, d: dict) -> None:
-        if d.get("_state"):
-            d = {**d, "_state": HK.from_arrays(*d["_state"][1:])}
+        if d.get("_state") is not None:
+            d = {**d, "_state": HK.from_arrays(*d["_state"])}
         self.__dict__.update(d)
 
-    def _live(self) -> tuple:
+    def _live(self) -> Any:
         """The buckets, empty until the first completion (created on first use)."""
-        if not self._state:
+        if self._state is None:
             self._state = HK.new_state()
         return self._state
 
@@ -212,7 +212,7 @@ class History(Predictor):
         if ten.size != p.size:
             raise ValueError(f"tenant has {ten.size} entries for {p.size} prompts")
         lo, hi, pt = (np.empty(p.size, np.int64) for _ in range(3))
-        HK.predict(*self._live(), self._ip, self._fp, p, ten, lo, hi, pt)
+        HK.predict(self._live(), self._ip, self._fp, p, ten, lo, hi, pt)
         return Prediction(lo, hi, pt)
 
     def observe(self, view: PredictorView) -> None:
@@ -224,7 +224,7 @@ class History(Predictor):
         if not (ten.size == o.size == p.size):
             raise ValueError(f"observe needs as many prompts ({p.size}), tenants "
                              f"({ten.size}) and output lengths ({o.size})")
-        HK.observe(*self._live(), self._ip, p, ten, o)
+        HK.observe(self._live(), self._ip, p, ten, o)
 
 
 PREDICTORS = {"oracle": Oracle, "noisy-oracle": NoisyOracle,

@@ -279,9 +279,9 @@ def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss
 
 @njit(cache=True)
 def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss,
-                          ids, times, k, index, rows, ip, fp, pend_t, pend_i, pst):
+                          ids, times, k, st, ip, fp, pend_t, pend_i, pst):
     """:func:`enqueue_all` with the online History predictor
-    (:mod:`lpserve.kernels.history`: ``index, rows, ip, fp``) asked at each arrival as the
+    (:mod:`lpserve.kernels.history`: its state ``st`` and parameters ``ip, fp``) asked at each arrival as the
     event loop asks a predictor in Python (``Simulation._predict``): every completion
     finished by the arrival's time joins the buckets, by finish time then request, then
     the request's predicted interval is written to ``req.plo``/``req.phi``. Completions
@@ -297,9 +297,9 @@ def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, c
         seen = _pend_finished(rep, pend_t, pend_i, pst, seen)
         if code == S.NEED_RANKS or code == S.NEED_ROOM:
             return k, code
-        _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t)
+        _observe_due(req, st, ip, pend_t, pend_i, pst, t)
         i = ids[k]
-        lo, hi, _ = H.predict_one(index, rows, ip, fp, req.prompt[i], req.tenant[i])
+        lo, hi, _ = H.predict_one(st, ip, fp, req.prompt[i], req.tenant[i])
         req.plo[i], req.phi[i] = lo, hi
         enqueue(req, rep, cfg, i, t)
         k += 1
@@ -308,7 +308,7 @@ def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, c
 
 @njit(cache=True)
 def enqueue_all_cluster(req, replicas, cfgs, cff, params, swap_tab, cswap_tab, rk, ctl, sr,
-                        n_route, ids, times, k, m, index, rows, ip, fp, pend_t, pend_i, pst):
+                        n_route, ids, times, k, m, st, ip, fp, pend_t, pend_i, pst):
     """:func:`enqueue_all_predicted` for a cluster of ``n_route`` replicas under round
     robin: request ``ids[j]`` joins replica ``j mod n_route``, one of ``replicas`` (the
     ``(Rep, SpecRep)`` pairs of the replicas some request reaches; ``cfgs[r]`` is replica
@@ -329,9 +329,9 @@ def enqueue_all_cluster(req, replicas, cfgs, cff, params, swap_tab, cswap_tab, r
                 return k, m, code
             m += 1
         m = 0
-        _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t)
+        _observe_due(req, st, ip, pend_t, pend_i, pst, t)
         i = ids[k]
-        lo, hi, _ = H.predict_one(index, rows, ip, fp, req.prompt[i], req.tenant[i])
+        lo, hi, _ = H.predict_one(st, ip, fp, req.prompt[i], req.tenant[i])
         req.plo[i], req.phi[i] = lo, hi
         r = k % n_route
         enqueue(req, replicas[r][0], cfgs[r], i, t)
@@ -352,7 +352,7 @@ def _pend_finished(rep, pend_t, pend_i, pst, seen):
 
 
 @njit(cache=True)
-def _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t):
+def _observe_due(req, st, ip, pend_t, pend_i, pst, t):
     """Show the predictor the pending completions finished by ``t``, ordered by finish
     time then request; keep the others pending."""
     m = pst[0]
@@ -375,4 +375,4 @@ def _observe_due(req, index, rows, ip, pend_t, pend_i, pst, t):
     pst[0] = keep
     for j in range(nd):
         i = due_i[j]
-        H.observe_one(index, rows, ip, req.prompt[i], req.tenant[i], req.out[i])
+        H.observe_one(st, ip, req.prompt[i], req.tenant[i], req.out[i])
