@@ -50,7 +50,10 @@ FIRST_CAP = 8        # values a new bucket has room for
 
 
 class HistoryStateType(types.StructRef):
+    """numba type of :class:`HistoryState`."""
+
     def preprocess_fields(self, fields):
+        """The fields' types without literal values."""
         return tuple((n, types.unliteral(t)) for n, t in fields)
 
 
