@@ -4,4 +4,5 @@ controller (:mod:`lpserve.kernels.dpp`), which the Python controller
 (:mod:`lpserve.policies.lyapunov`) and the compiled replica engine both run; the History
 predictor's buckets (:mod:`lpserve.kernels.history`), which
 :class:`lpserve.policies.predictors.History` and the compiled arrivals kernels both run;
-and a min-heap over parallel arrays (:mod:`lpserve.kernels.heap`)."""
+a min-heap over parallel arrays (:mod:`lpserve.kernels.heap`); and the StructRef types
+of their structures (:mod:`lpserve.kernels.structs`)."""

@@ -27,6 +27,8 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
+from lpserve.kernels.structs import struct_type
+
 __all__ = ["IP_MIN_SAMPLES", "IP_PRIOR_HI", "IP_PRIOR_LO", "IP_PRIOR_PT", "IP_WINDOW",
            "N_IP", "from_arrays", "new_state", "observe", "observe_one", "predict",
            "predict_one", "quantile_sorted", "to_arrays"]
@@ -48,21 +50,8 @@ R_HDR = 6
 FIRST_CAP = 8        # values a new bucket has room for
 
 
-
-class HistoryStateType(types.StructRef):
-    """numba type of :class:`HistoryState`."""
-
-    def preprocess_fields(self, fields):
-        """The fields' types without literal values."""
-        return tuple((n, types.unliteral(t)) for n, t in fields)
-
-
-class HistoryState(structref.StructRefProxy):
-    """The History predictor's buckets (see the module's docstring)."""
-
-
-HistoryStateType = structref.register(HistoryStateType)
-structref.define_boxing(HistoryStateType, HistoryState)
+#: numba type and Python proxy of the buckets (see the module's docstring)
+HistoryStateType, HistoryState = struct_type("HistoryState", __name__)
 STATE_T = HistoryStateType([
     ("keys", types.int64[:, ::1]), ("vals", types.int64[::1]), ("arena", types.int64[::1]),
     ("off", types.int64[::1]), ("size", types.int64[::1]), ("cnt", types.int64[::1]),

@@ -168,10 +168,6 @@ class History(Predictor):
         if not (1 <= lo <= pt <= hi):
             raise ValueError(f"History.prior must be (lo, hi, point) with 1 <= lo <= point "
                              f"<= hi, got {self.prior!r}")
-        ip = np.zeros(HK.N_IP, np.int64)
-        ip[HK.IP_MIN_SAMPLES], ip[HK.IP_WINDOW] = self.min_samples, self.window
-        ip[[HK.IP_PRIOR_LO, HK.IP_PRIOR_HI, HK.IP_PRIOR_PT]] = lo, hi, pt
-        self._ip, self._fp = ip, np.array([self.q_lo, self.q_hi], np.float64)
 
     def reset(self, cluster: Any, rng: np.random.Generator) -> None:
         """Take the new ``rng`` and forget every completion seen."""
@@ -183,10 +179,18 @@ class History(Predictor):
         replica engine predicts with and adds completions to (see
         :mod:`lpserve.kernels.history`); a subclass without its own ``kernel_spec`` is asked
         in Python."""
-        return "history", (self._live(), self._ip, self._fp)
+        return "history", (self._live(), *self._params())
+
+    def _params(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kernels' ``(ip, fp)``: int64 ``IP_*`` and float64 ``(q_lo, q_hi)``, from the
+        fields as they are now."""
+        ip = np.zeros(HK.N_IP, np.int64)
+        ip[HK.IP_MIN_SAMPLES], ip[HK.IP_WINDOW] = self.min_samples, self.window
+        ip[[HK.IP_PRIOR_LO, HK.IP_PRIOR_HI, HK.IP_PRIOR_PT]] = self.prior
+        return ip, np.array([self.q_lo, self.q_hi], np.float64)
 
     def __getstate__(self) -> dict:
-        """Plain arrays in place of the numba containers (pickling, ``copy.deepcopy``)."""
+        """The buckets as their arrays (pickling, ``copy.deepcopy``)."""
         d = self.__dict__.copy()
         if self._state is not None:
             d["_state"] = HK.to_arrays(self._state)
@@ -212,7 +216,7 @@ class History(Predictor):
         if ten.size != p.size:
             raise ValueError(f"tenant has {ten.size} entries for {p.size} prompts")
         lo, hi, pt = (np.empty(p.size, np.int64) for _ in range(3))
-        HK.predict(self._live(), self._ip, self._fp, p, ten, lo, hi, pt)
+        HK.predict(self._live(), *self._params(), p, ten, lo, hi, pt)
         return Prediction(lo, hi, pt)
 
     def observe(self, view: PredictorView) -> None:
@@ -224,7 +228,7 @@ class History(Predictor):
         if not (ten.size == o.size == p.size):
             raise ValueError(f"observe needs as many prompts ({p.size}), tenants "
                              f"({ten.size}) and output lengths ({o.size})")
-        HK.observe(self._live(), self._ip, p, ten, o)
+        HK.observe(self._live(), self._params()[0], p, ten, o)
 
 
 PREDICTORS = {"oracle": Oracle, "noisy-oracle": NoisyOracle,

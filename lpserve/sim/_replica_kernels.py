@@ -278,44 +278,21 @@ def enqueue_all(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss
 
 
 @njit(cache=True)
-def enqueue_all_predicted(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss,
-                          ids, times, k, st, ip, fp, pend_t, pend_i, pst):
-    """:func:`enqueue_all` with the online History predictor
-    (:mod:`lpserve.kernels.history`: its state ``st`` and parameters ``ip, fp``) asked at each arrival as the
-    event loop asks a predictor in Python (``Simulation._predict``): every completion
-    finished by the arrival's time joins the buckets, by finish time then request, then
-    the request's predicted interval is written to ``req.plo``/``req.phi``. Completions
-    reported but finishing later (an iteration that ends after the arrival) wait in
-    ``pend_t``/``pend_i`` (``pst[0]`` of them, capacity one per request). Returns as
-    :func:`enqueue_all`."""
-    n = ids.shape[0]
-    seen = rep.ist[T.I_NEV]  # the outbox's events before this are pending or shown
-    while k < n:
-        t = times[k]
-        code = advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t,
-                       1 << 62)
-        seen = _pend_finished(rep, pend_t, pend_i, pst, seen)
-        if code == S.NEED_RANKS or code == S.NEED_ROOM:
-            return k, code
-        _observe_due(req, st, ip, pend_t, pend_i, pst, t)
-        i = ids[k]
-        lo, hi, _ = H.predict_one(st, ip, fp, req.prompt[i], req.tenant[i])
-        req.plo[i], req.phi[i] = lo, hi
-        enqueue(req, rep, cfg, i, t)
-        k += 1
-    return k, S.IDLE
-
-
-@njit(cache=True)
 def enqueue_all_cluster(req, replicas, cfgs, cff, params, swap_tab, cswap_tab, rk, ctl, sr,
                         n_route, ids, times, k, m, st, ip, fp, pend_t, pend_i, pst):
-    """:func:`enqueue_all_predicted` for a cluster of ``n_route`` replicas under round
-    robin: request ``ids[j]`` joins replica ``j mod n_route``, one of ``replicas`` (the
-    ``(Rep, SpecRep)`` pairs of the replicas some request reaches; ``cfgs[r]`` is replica
-    ``r``'s configuration), after every one of them advanced to its time and the History
-    predictor saw every completion up to it. Returns ``(k, m, code)``: as
-    :func:`enqueue_all`, with ``m`` the replica whose stop the caller must serve before
-    calling again from ``(k, m)``."""
+    """Requests ``ids[k:]`` join a cluster of ``n_route`` compiled replicas under round
+    robin (request ``ids[j]`` on replica ``j mod n_route``; one replica: every request)
+    at ``times[k:]``, with the online History predictor (:mod:`lpserve.kernels.history`:
+    its state ``st`` and parameters ``ip, fp``) asked at each arrival as the event loop
+    asks a predictor in Python (``Simulation._predict``): every replica advances to the
+    arrival's time, every completion finished by then joins the buckets, by finish time
+    then request, and the request's predicted interval is written to
+    ``req.plo``/``req.phi`` before it joins. Completions reported but finishing later (an
+    iteration that ends after the arrival) wait in ``pend_t``/``pend_i`` (``pst[0]`` of
+    them, capacity one per request). ``replicas`` holds the ``(Rep, SpecRep)`` pairs of
+    the replicas some request reaches; ``cfgs[r]`` is replica ``r``'s configuration.
+    Returns ``(k, m, code)``: as :func:`enqueue_all`, with ``m`` the replica whose stop
+    the caller must serve before calling again from ``(k, m)``."""
     n, n_rep = ids.shape[0], len(replicas)
     while k < n:
         t = times[k]

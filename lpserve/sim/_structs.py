@@ -4,8 +4,8 @@ kernels as one pointer, which keeps compile times short) with cached constructor
 Each ``new_*`` takes the numpy arrays of the structure's fields (and SpecRep its
 replica's ``numpy.random.Generator``), in the order of its ``*_FIELDS``, and returns the
 structure; the kernels read and write those same arrays, so the Python side keeps its own
-references to them. Layouts and meanings are in the modules that use them (``_pool``, ``_state_kernels``, ``_step_kernels``,
-``_spec_kernels``).
+references to them. Layouts and meanings are in the modules that use them (``_pool``,
+``_state_kernels``, ``_step_kernels``, ``_spec_kernels``).
 """
 from __future__ import annotations
 
@@ -14,28 +14,13 @@ from numba import njit, typeof, types
 from numba.experimental import structref
 from numba.typed import List
 
+from lpserve.kernels.structs import struct_type
+
 __all__ = ["new_pool", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep",
            "new_replica_list", "push_replica"]
 
 
-def _struct(name: str):
-    """A registered StructRef type class and its Python proxy."""
-
-    class _Type(types.StructRef):
-        def preprocess_fields(self, fields):
-            return tuple((n, types.unliteral(t)) for n, t in fields)
-
-    _Type.__name__ = _Type.__qualname__ = f"{name}Type"
-
-    class _Proxy(structref.StructRefProxy):
-        pass
-
-    _Proxy.__name__ = _Proxy.__qualname__ = name
-    return _Type, _Proxy
-
-PoolType, Pool = _struct("Pool")
-PoolType = structref.register(PoolType)
-structref.define_boxing(PoolType, Pool)
+PoolType, Pool = struct_type("Pool", __name__)
 POOL_FIELDS = (
     'ist', 'si', 'sf', 'fstack', 'hk', 'hs', 'hc', 'hu', 'hk1', 'hk2', 'hneg', 'hslot',
     'hstamp', 'hsize', 'kp', 'mark',
@@ -83,9 +68,7 @@ def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp,
     s.mark = mark
     return s
 
-ReqType, Req = _struct("Req")
-ReqType = structref.register(ReqType)
-structref.define_boxing(ReqType, Req)
+ReqType, Req = struct_type("Req", __name__)
 REQ_FIELDS = (
     'prompt', 'out', 'arrival', 'computed', 'dcomp', 'gen', 'anon', 'nslots', 'host_blocks',
     'swap_gpu', 'swapped', 'compressed', 'kv_remote', 'status', 'first_sched', 'first_token',
@@ -183,9 +166,7 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
     s.link_wait = link_wait
     return s
 
-RepType, Rep = _struct("Rep")
-RepType = structref.register(RepType)
-structref.define_boxing(RepType, Rep)
+RepType, Rep = struct_type("Rep", __name__)
 REP_FIELDS = (
     'ist', 'fst', 'run', 'pool', 'rel_t', 'rel_i', 'rel_anon', 'rel_off', 'rel_n', 'arena',
     'ev_i', 'ev_t', 'ev_k', 'ctl_st', 'ctl_lt', 'ctl_q', 'ctl_plan', 'ctl_x', 'hold',
@@ -239,9 +220,7 @@ def new_rep(ist, fst, run, pool, rel_t, rel_i, rel_anon, rel_off, rel_n, arena, 
     s.hold = hold
     return s
 
-RkType, Rk = _struct("Rk")
-RkType = structref.register(RkType)
-structref.define_boxing(RkType, Rk)
+RkType, Rk = struct_type("Rk", __name__)
 RK_FIELDS = (
     'fp', 'ip', 'rf', 'ri', 'pf', 'xf', 'xi', 'xr', 'g', 'cand', 'run',
 )
@@ -277,9 +256,7 @@ def new_rk(fp, ip, rf, ri, pf, xf, xi, xr, g, cand, run):
     s.run = run
     return s
 
-CtlType, Ctl = _struct("Ctl")
-CtlType = structref.register(CtlType)
-structref.define_boxing(CtlType, Ctl)
+CtlType, Ctl = struct_type("Ctl", __name__)
 CTL_FIELDS = (
     'cp', 'w',
 )
@@ -297,9 +274,7 @@ def new_ctl(cp, w):
     s.w = w
     return s
 
-SpecRunType, SpecRun = _struct("SpecRun")
-SpecRunType = structref.register(SpecRunType)
-structref.define_boxing(SpecRunType, SpecRun)
+SpecRunType, SpecRun = struct_type("SpecRun", __name__)
 SPECRUN_FIELDS = (
     'ip', 'tparams', 'dparams', 'rates', 'edges', 'counts',
 )
@@ -325,9 +300,7 @@ def new_specrun(ip, tparams, dparams, rates, edges, counts):
     s.counts = counts
     return s
 
-SpecRepType, SpecRep = _struct("SpecRep")
-SpecRepType = structref.register(SpecRepType)
-structref.define_boxing(SpecRepType, SpecRep)
+SpecRepType, SpecRep = struct_type("SpecRep", __name__)
 SPECREP_FIELDS = (
     'ucb_n', 'ucb_s', 'acc_s', 'acc_n', 'acc_steps', 'rng',
 )

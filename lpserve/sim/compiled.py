@@ -455,18 +455,16 @@ class CompiledReplica:
         if code == 0 and self.ctx.check is not None:
             self.ctx.check(self)
 
-    def enqueue_all(self, ids: np.ndarray, times_s: np.ndarray, history: tuple = ()) -> None:
+    def enqueue_all(self, ids: np.ndarray, times_s: np.ndarray) -> None:
         """Requests ``ids`` (int64, shape ``(n,)``) join this replica at ``times_s`` (s,
         non-decreasing, before the horizon): :meth:`enqueue` for each in turn, in one
         kernel call between the stops for Python. Only for a run whose loop reads nothing
-        between arrivals (``Simulation._arrivals_in_one_call``); ``history``: the History
-        predictor's state and pending buffers (``RX.enqueue_all_predicted``), or empty."""
+        between arrivals (``Simulation._arrivals_in_one_call``)."""
         run, k = self.runset, 0
-        call = RX.enqueue_all_predicted if history else RX.enqueue_all
         while True:
-            k, code = call(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
-                           run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, ids, times_s, k,
-                           *history)
+            k, code = RX.enqueue_all(run.req, self.rep, self.cfg, run.cff, self.params,
+                                     run.swap_tab, run.cswap_tab, run.rk, run.ctl, run.sr,
+                                     self.ss, ids, times_s, k)
             if not self._serve(code):
                 break
         self._drain()
@@ -563,9 +561,9 @@ class CompiledReplica:
 def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_s: np.ndarray,
                         history: tuple) -> None:
     """Requests ``ids`` (int64 ``(n,)``, the ``j``-th on replica ``j mod R``: round robin)
-    join ``replicas`` at ``times_s`` in one kernel call between the stops for Python, each
-    replica advanced to every arrival time so that the History predictor (``history``, as
-    :meth:`CompiledReplica.enqueue_all`) sees every completion before it
+    join ``replicas`` at ``times_s`` in one kernel call between the stops for Python, every
+    replica advanced to each arrival time so that the History predictor (``history``: its
+    ``kernel_spec()`` arrays ``(state, ip, fp)``) sees every completion before it
     (``RX.enqueue_all_cluster``)."""
     n_route = len(replicas)
     reached = min(n_route, ids.size)  # the others are never built (lpserve.sim.vacant)
@@ -576,11 +574,13 @@ def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_
     for r in replicas[1:reached]:
         ST.push_replica(pairs, r.rep, r.ss)
     cfgs = np.stack([r.cfg for r in replicas[:reached]])
+    n = run.req_a.prompt.size  # completions waiting to be shown: at most one per request
+    pending = (np.zeros(n), np.zeros(n, np.int64), np.zeros(1, np.int64))
     k = m = 0
     while True:
         k, m, code = RX.enqueue_all_cluster(
             run.req, pairs, cfgs, run.cff, replicas[0].params, run.swap_tab, run.cswap_tab,
-            run.rk, run.ctl, run.sr, n_route, ids, times_s, k, m, *history)
+            run.rk, run.ctl, run.sr, n_route, ids, times_s, k, m, *history, *pending)
         if not replicas[m]._serve(code):
             break
     for r in replicas[:reached]:

@@ -485,16 +485,14 @@ class Simulation:
         i = 0  # next arrival (traces without parents)
         if self._arrivals_in_one_call():
             i = int(np.searchsorted(S.arrival, self.horizon_s, side="left"))
-            twin = () if self.predictor is None else (  # + pending completions' buffers
-                *self._history_twin(), np.zeros(S.n), np.zeros(S.n, np.int64),
-                np.zeros(1, np.int64))
             ids, n_rep = np.arange(i, dtype=np.int64), len(self.front)
-            if n_rep > 1 and twin:  # the predictor sees every replica's completions
-                compiled.enqueue_all_cluster(self.front, ids, S.arrival[:i].copy(), twin)
+            if self.predictor is not None:  # it sees every replica's completions
+                compiled.enqueue_all_cluster(self.front, ids, S.arrival[:i].copy(),
+                                             self._history_twin())
             else:
                 for k, r in enumerate(self.front[:i]):  # round robin: j on replica j mod R
                     mine = ids[k::n_rep].copy()
-                    r.enqueue_all(mine, S.arrival[mine], twin)
+                    r.enqueue_all(mine, S.arrival[mine])
             i = S.n  # every arrival before the horizon joined; the rest never do
         while True:
             t = self._next_arrival_s(i)
@@ -560,7 +558,7 @@ class Simulation:
             len(self.front) == 1 or twins.independent_replicas(self.policy))
 
     def _history_twin(self) -> tuple | None:
-        """The predictor's compiled state ``(index, rows, ip, fp)`` when it is History's
+        """The predictor's compiled state ``(state, ip, fp)`` when it is History's
         (``kernel_spec()``), else None."""
         spec = twins.twin_spec(self.predictor)
         return spec[1] if spec is not None and spec[0] == "history" else None

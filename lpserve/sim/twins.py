@@ -15,6 +15,7 @@ __all__ = ["RANK_EXTERNAL", "eligible", "independent_replicas", "rank_spec", "tw
 
 RANK_EXTERNAL = T.RANK_EXTERNAL  # rank_spec kind of a scheduler ranked in Python
 
+
 def twin_spec(obj: Any) -> Any:
     """``obj.kernel_spec()`` when ``obj``'s own class defines it (a subclass that does not
     is a different policy and runs in Python), else None."""
