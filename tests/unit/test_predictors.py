@@ -154,3 +154,13 @@ def test_history_is_its_definition(batches, min_samples, window, q_lo, q_hi):
     copy.observe(more)
     a, b = (x.predict(_view([64, 2000], [0, 1])) for x in (h, copy))
     assert a.lo.tolist() == b.lo.tolist() and a.point.tolist() == b.point.tolist()
+
+
+def test_history_reads_its_fields_at_each_call():
+    """A field changed after construction takes effect (nothing derived from it is kept)."""
+    h = History(min_samples=5, prior=(10, 500, 100))
+    h.reset(CLUSTER, np.random.default_rng(0))
+    h.observe(_view([1000, 1000], [0, 0], [40, 60]))
+    assert h.predict(_view([1000], [0])).point.tolist() == [100]  # two of five: the prior
+    h.min_samples = 2
+    assert h.predict(_view([1000], [0])).point.tolist() == [50]
