@@ -8,8 +8,7 @@ sessions (``compose(..., concurrent=K, seed=2, dependencies=True)``: each turn i
 when the one it follows has finished), the first ``--horizon-s`` seconds. Cluster:
 Llama-3.1-8B on one H100-SXM (TP 1, 90 % of memory for the engine, 16-token blocks);
 vLLM V1's engine as registered (``vllm``: decode-first, chunked prefill, async
-scheduling), LRU on the GPU; host tiers of ``--gib`` GiB (0: no offload, the compiled
-engine; otherwise the Python engine).
+scheduling), LRU on the GPU; host tiers of ``--gib`` GiB (0: no offload).
 
 Per tier it prints the prompt tokens found on the GPU and in the tier (share of prompt
 tokens sent), the blocks loaded and their copy time, TTFT p50 / p99 and mean E2E (s), the

@@ -6,10 +6,13 @@ Layouts are in :mod:`lpserve.sim._state_kernels`, the step's parts in
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
 from lpserve.kernels import history as H
+from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
@@ -110,8 +113,11 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
     part = np.empty(n_run, np.int64)
     n_dec = 0
     n_part = 0
+    now = rep.fst[T.F_NOW]
     for k in range(n_run):
         i = rep.run[k]
+        if O.loading(rep.off, i, now):
+            continue  # it waits for its load from the host tier (35)
         left = req.prompt[i] + req.gen[i] - req.computed[i]
         if left == 1:
             dec[n_dec] = i
@@ -197,7 +203,8 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
                                n_ch, cfg[T.C_CHUNKED] != 0, ready)
     if n_ch == 0 and n_dec == 0:
-        if no_room and ist[T.I_RESUMED] == 0:  # rule (34): the prefills wait on each other
+        if no_room and ist[T.I_RESUMED] == 0 and not (  # rule (34): the prefills wait on
+                rep.off.oi[O.O_ON] and O.next_end(rep.off, now) < math.inf):  # each other
             preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
             ist[T.I_RESUMED] = 1  # the next step plans again
         return ist[T.I_RESUMED] != 0  # a resumed request decodes next step; else idle
@@ -247,7 +254,7 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t,
         ran = step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         rep.ist[T.I_RANKED] = 0
         if not ran:
-            nr = T.next_release_s(rep)
+            nr = S.next_event_s(rep)
             if nr < stop:
                 rep.fst[T.F_NOW] = max(rep.fst[T.F_NOW], nr)
                 steps += 1

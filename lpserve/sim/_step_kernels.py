@@ -21,6 +21,7 @@ from numba import njit
 
 from lpserve.cost import iteration_time
 from lpserve.kernels import dpp as D
+from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _ranks as RK
 from lpserve.sim import _spec_kernels as SP
@@ -203,7 +204,7 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
     """Admit waiting requests in rank order as prefill chunks; returns ``(n_ch, budget)``.
     Only requests with ``req.ready <= ready`` are candidates (``schedule_ahead``)."""
     ensure_ranks(req, rep, cfg, rk)
-    ist, p, bt = rep.ist, rep.pool, cfg[T.C_BT]
+    ist, p, bt, tier = rep.ist, rep.pool, cfg[T.C_BT], rep.off
     now = rep.fst[T.F_NOW]
     wm = cfg[T.C_WM]
     order = waiting_by_rank(req, rep)
@@ -236,11 +237,15 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
             ist[T.I_RESUMED] = 1
         else:
             n_hits = 0
+            nk = 0
             if cfg[T.C_CACHING]:
                 nk = T.block_keys(req, cfg, i)
                 n_hits = P.match(p, req.keybuf, nk, hits)
-            cached = min(n_hits * bt, L - 1)
-            chunk = L - cached
+            # the host tier's leading run after the GPU hits counts as cached (35)
+            n_host = O.match(tier, req.keybuf, n_hits, nk) if tier.oi[O.O_ON] else 0
+            cached = min((n_hits + n_host) * bt, L - 1)
+            n_load = max((cached + bt - 1) // bt - n_hits, 0) if n_host else 0
+            chunk = 0 if n_load else L - cached  # a loading request waits for it (35)
             if chunk > budget:
                 if not allow_chunk:
                     if L > cfg[T.C_BUDGET]:
@@ -275,11 +280,18 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
             req.cached_tok[i] += cached
             req.seen_tok[i] += L
             T.alloc_prompt_blocks(req, rep, cfg, i, target, now)
-            ch_i[n_ch] = i
-            ch_c[n_ch] = chunk
-            ch_h[n_ch] = cached
-            n_ch += 1
-            budget -= chunk
+            if tier.oi[O.O_ON]:  # a load from the host tier (35)
+                T.block_keys(req, cfg, i)  # (an eviction above may have used the buffer)
+                O.touch(tier, req.keybuf, 0, n_hits + n_load)
+                req.link_wait[i] += O.admit_load(tier, i, n_load, cached, n_hits * bt, now)
+                if n_load:
+                    ist[T.I_RESUMED] = 1  # it joins a batch planned again
+            if chunk:
+                ch_i[n_ch] = i
+                ch_c[n_ch] = chunk
+                ch_h[n_ch] = cached
+                n_ch += 1
+                budget -= chunk
         if math.isnan(req.first_sched[i]):
             req.first_sched[i] = now
         T.w_remove(req, rep, i)
@@ -455,9 +467,14 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
     account(rep, dt, np.int64(1), n_ch == 0)
     done = np.empty(n_ch + n_dec, np.int64)
     nd = 0
+    tier = rep.off
     for k in range(n_ch):
         i = ch_i[k]
         req.computed[i] += ch_c[k]
+        if tier.oi[O.O_ON]:  # write-through store of the completed blocks to the host tier
+            nk = T.block_keys(req, cfg, i)
+            O.touch(tier, req.keybuf, ch_h[k] // cfg[T.C_BT],
+                    min((ch_h[k] + ch_c[k]) // cfg[T.C_BT], nk))
         if req.computed[i] == req.prompt[i] + req.gen[i]:
             done[nd] = i
             nd += 1
@@ -471,6 +488,15 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
     for k in range(nd):
         produce(req, rep, cfg, cff, done[k])
     return True
+
+
+@njit(cache=True)
+def next_event_s(rep):
+    """The replica's next release or end of a load from the host tier (inf if none)."""
+    t = T.next_release_s(rep)
+    if rep.off.oi[O.O_ON]:
+        t = min(t, O.next_end(rep.off, rep.fst[T.F_NOW]))
+    return t
 
 
 @njit(cache=True)
@@ -490,7 +516,7 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
         held0[k] = req.anon[i] + req.nslots[i]
     held = held0.copy()
     now = fst[T.F_NOW]
-    stop_s = min(stop, T.next_release_s(rep))
+    stop_s = min(stop, next_event_s(rep))  # releases and load ends (35)
     q = cff[T.D_QUANTUM]
     if q > 0.0:
         stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now

@@ -5,7 +5,7 @@ Each ``new_*`` takes the numpy arrays of the structure's fields (and SpecRep its
 replica's ``numpy.random.Generator``), in the order of its ``*_FIELDS``, and returns the
 structure; the kernels read and write those same arrays, so the Python side keeps its own
 references to them. Layouts and meanings are in the modules that use them (``_pool``,
-``_state_kernels``, ``_step_kernels``, ``_spec_kernels``).
+``_state_kernels``, ``_step_kernels``, ``_spec_kernels``, ``_offload_kernels``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from numba.typed import List
 
 from lpserve.kernels.structs import struct_type
 
-__all__ = ["new_pool", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep",
+__all__ = ["new_pool", "new_off", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep",
            "new_replica_list", "push_replica"]
 
 
@@ -66,6 +66,42 @@ def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp,
     s.hsize = hsize
     s.kp = kp
     s.mark = mark
+    return s
+
+OffType, Off = struct_type("Off", __name__)
+OFF_FIELDS = (
+    'oi', 'of', 'hk', 'hv', 'nkey', 'nprev', 'nnext', 'load_end', 'qt', 'qi', 'price',
+)
+OFF_T = OffType([
+    ("oi", types.int64[::1]),
+    ("of", types.float64[::1]),
+    ("hk", types.int64[::1]),
+    ("hv", types.int64[::1]),
+    ("nkey", types.int64[::1]),
+    ("nprev", types.int64[::1]),
+    ("nnext", types.int64[::1]),
+    ("load_end", types.float64[::1]),
+    ("qt", types.float64[::1]),
+    ("qi", types.int64[::1]),
+    ("price", types.float64[::1]),
+])
+
+
+@njit(cache=True)
+def new_off(oi, of, hk, hv, nkey, nprev, nnext, load_end, qt, qi, price):
+    """An Off over these arrays (see ``OFF_FIELDS``)."""
+    s = structref.new(OFF_T)
+    s.oi = oi
+    s.of = of
+    s.hk = hk
+    s.hv = hv
+    s.nkey = nkey
+    s.nprev = nprev
+    s.nnext = nnext
+    s.load_end = load_end
+    s.qt = qt
+    s.qi = qi
+    s.price = price
     return s
 
 ReqType, Req = struct_type("Req", __name__)
@@ -169,7 +205,7 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
 RepType, Rep = struct_type("Rep", __name__)
 REP_FIELDS = (
     'ist', 'fst', 'run', 'pool', 'rel_t', 'rel_i', 'rel_anon', 'rel_off', 'rel_n', 'arena',
-    'ev_i', 'ev_t', 'ev_k', 'ctl_st', 'ctl_lt', 'ctl_q', 'ctl_plan', 'ctl_x', 'hold',
+    'ev_i', 'ev_t', 'ev_k', 'ctl_st', 'ctl_lt', 'ctl_q', 'ctl_plan', 'ctl_x', 'hold', 'off',
 )
 REP_T = RepType([
     ("ist", types.int64[::1]),
@@ -191,12 +227,13 @@ REP_T = RepType([
     ("ctl_plan", types.int64[:, ::1]),
     ("ctl_x", types.float64[::1]),
     ("hold", types.int64[::1]),
+    ("off", OFF_T),
 ])
 
 
 @njit(cache=True)
 def new_rep(ist, fst, run, pool, rel_t, rel_i, rel_anon, rel_off, rel_n, arena, ev_i, ev_t,
-            ev_k, ctl_st, ctl_lt, ctl_q, ctl_plan, ctl_x, hold):
+            ev_k, ctl_st, ctl_lt, ctl_q, ctl_plan, ctl_x, hold, off):
     """A Rep over these arrays (see ``REP_FIELDS``)."""
     s = structref.new(REP_T)
     s.ist = ist
@@ -218,6 +255,7 @@ def new_rep(ist, fst, run, pool, rel_t, rel_i, rel_anon, rel_off, rel_n, arena, 
     s.ctl_plan = ctl_plan
     s.ctl_x = ctl_x
     s.hold = hold
+    s.off = off
     return s
 
 RkType, Rk = struct_type("Rk", __name__)

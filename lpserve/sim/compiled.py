@@ -23,6 +23,7 @@ import numpy as np
 
 from lpserve.kernels import dpp as D
 from lpserve.policy.checks import check_ranks
+from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _ranks as RK
 from lpserve.sim import _replica_kernels as RX
@@ -339,6 +340,7 @@ class CompiledReplica:
         n_ev = 4 * (self.eng.max_num_seqs + 1)
         n_rel = total + 2
         ctl_q = np.zeros(run.ctl_a.w.shape[0])
+        off, self.offload = O.for_replica(ctx, run.req_a)  # CPU KV offload (35)
         self.r = T.Rep(
             ist=ist, fst=np.zeros(T.N_FST), run=np.zeros(self.eng.max_num_seqs + 2, np.int64),
             pool=P.pool_struct(pool), rel_t=np.zeros(n_rel), rel_i=np.zeros(n_rel, np.int64),
@@ -349,7 +351,7 @@ class CompiledReplica:
             ev_i=np.zeros(n_ev, np.int64), ev_t=np.zeros(n_ev), ev_k=np.zeros(n_ev, np.int64),
             ctl_st=np.zeros(D.N_ST), ctl_lt=np.full(n if run.ctl_kind else 1, np.nan),
             ctl_q=ctl_q, ctl_plan=np.zeros((2, n + 1), np.int64), ctl_x=np.zeros(5),
-            hold=np.zeros(run.req_a.keybuf.shape[0] + 1, np.int64))
+            hold=np.zeros(run.req_a.keybuf.shape[0] + 1, np.int64), off=off)
         self.rep = ST.new_rep(*self.r)
         self.pool = pool
         self.bm = _Blocks(self)

@@ -13,6 +13,8 @@ The tier holds block keys only (the content keys of ``State.block_keys``): a key
 the tier, or it is not. A block is stored when the prefill chunk that completes it has
 run, and marked used when a later request finds it (on the GPU or in the tier). Work is
 per admission and per prefill chunk, linear in the blocks they touch; none per decode.
+This is the Python replica's tier; the compiled engine's is
+:mod:`lpserve.sim._offload_kernels`, checked against it by the equivalence tests.
 """
 from __future__ import annotations
 

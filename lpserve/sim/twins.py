@@ -52,8 +52,8 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
     decider, its budget controller and its speculation decider, VTC only as its own meter
     (the budget controller) on a colocated cluster without a rebalancer, and no swap on
     the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
-    preemption, or ``proactive_swap``), no CPU KV offload (``kv_offload_gib``). Completions reach a router that reads them through the event
-    loop as with Python replicas."""
+    preemption, or ``proactive_swap``). Completions reach a router that reads them
+    through the event loop as with Python replicas."""
     eng = policy.engine
     if reference or heterogeneous or (eng.speculation is not None
                                       and twin_spec(eng.speculation) is None):
@@ -65,8 +65,6 @@ def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
         # its twin meters every token (as the engine's hook does when the scheduler is
         # also the budget controller) and credits it to the replica the request ends on
         return False
-    if eng.kv_offload_gib:
-        return False  # the host tier of CPU KV offload (lpserve/sim/offload.py)
     swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
     if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
         return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only

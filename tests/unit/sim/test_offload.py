@@ -94,7 +94,7 @@ def test_an_evicted_prefix_is_loaded_from_the_host_tier():
     assert a["first_scheduled_s"][3] == 6.0
     assert a["first_token_s"][3] >= 6.0 + load_s
     assert a["ttft_s"][3] < 0.5 * base.arrays["ttft_s"][3]
-    assert res.stats["engine"] == "python" and base.stats["offload"] is None
+    assert res.stats["engine"] == "compiled" and base.stats["offload"] is None
 
 
 def test_fast_equals_reference_with_a_load():
