@@ -14,6 +14,7 @@ from numba import njit
 from lpserve.kernels import history as H
 from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
+from lpserve.sim import _ranks as RK
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as S
@@ -217,9 +218,54 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
             ist[T.I_PENDING] > ist[T.I_ITERS]:  # a deferred arrival joins after one
         return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_ch,
                          dec, n_dec)
-    if cfg[T.C_SPEC]:  # one speculative step (lpserve/sim/_spec_kernels.py)
-        return SP.step(req, rep, cfg, sr, ss, dec, n_dec)
+    if cfg[T.C_SPEC]:  # speculative steps (lpserve/sim/_spec_kernels.py)
+        return spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop)
     return S.decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop)
+
+
+@njit(cache=True)
+def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
+    """Speculative steps of the decode batch ``dec[:n_dec]`` (the whole running set; blocks
+    for the first step's token already allocated) until an event, each step exactly what a
+    planning step would take next: the run stops where planning could differ, as a decode
+    run does (``models/simulator.md`` (15)): a finish, a token block the plain free list
+    cannot give, ``stop``, the next release or load end, a scheduler quantum tick. A
+    controller, priority preemption with requests waiting, a running request outside the
+    batch or the reference mode take one step."""
+    ist, fst, p = rep.ist, rep.fst, rep.pool
+    stop_s = min(stop, S.next_event_s(rep))
+    q = cff[T.D_QUANTUM]
+    if q > 0.0:  # the tick after the run's start, as a decode run's
+        stop_s = min(stop_s, (RK.tick_index(fst[T.F_NOW], q) + 1.0) * q)
+    ws = SP.workspace(sr, n_dec)
+    SP.step(req, rep, cfg, sr, ss, dec, n_dec, ws)
+    if cfg[T.C_REFERENCE] or cfg[T.C_CTL] != S.CTL_NONE or ist[T.I_NRUN] != n_dec or \
+            (cfg[T.C_PRIO] and ist[T.I_NWAIT] > 0):
+        return True
+    for k in range(n_dec):
+        if req.gen[dec[k]] >= req.out[dec[k]]:
+            return True
+    bt = cfg[T.C_BT]
+    while fst[T.F_NOW] < stop_s and ist[T.I_SWAP_BLOCKS] == 0 and fst[T.F_SWAP_S] == 0.0 \
+            and ist[T.I_PENDING] <= ist[T.I_ITERS]:
+        need = 0  # the planner's block for each token that starts one
+        for k in range(n_dec):
+            i = dec[k]
+            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+                need += 1
+        if need > p.ist[P.P_PLAIN]:
+            break  # the planner makes room or preempts
+        if need:
+            for k in range(n_dec):
+                i = dec[k]
+                if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+                    req.anon[i] += 1
+            P.take_anon(p, need)
+        SP.step(req, rep, cfg, sr, ss, dec, n_dec, ws)
+        for k in range(n_dec):
+            if req.gen[dec[k]] >= req.out[dec[k]]:
+                return True
+    return True
 
 
 @njit(cache=True)

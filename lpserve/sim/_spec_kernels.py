@@ -36,6 +36,9 @@ N_Q = 8
 # counts layout (SpecRunner.counts)
 K_STEPS, K_SPEC_STEPS, K_DRAFT, K_ACCEPTED, K_EMITTED, K_SEQ_STEPS = range(6)
 A_MAX = 1.0 - 1e-6
+# rows of a step's int64 workspace (:func:`workspace`)
+W_IDX, W_CTX, W_LAG, W_HELD, W_TEN, W_GROW, W_ACC, W_TMP = range(8)
+W_ROWS = 8
 
 
 @njit(cache=True)
@@ -68,7 +71,7 @@ def prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch):
 
 
 @njit(cache=True)
-def _draft_iter_s(sr, d, i, c, lag):
+def _draft_iter_s(sr, d, i, c, lag, tmp):
     D = sr.dparams[d]
     m = c.shape[0]
     n_late = 0
@@ -90,24 +93,29 @@ def _draft_iter_s(sr, d, i, c, lag):
                 dc[b] = c[k]
                 b += 1
         return iteration_time(D, pt, pc, dc)
-    return iteration_time(D, np.empty(0, np.int64), np.empty(0, np.int64), c + i)
+    for q in range(m):
+        tmp[q] = c[q] + i
+    return iteration_time(D, tmp[:0], tmp[:0], tmp[:m])
 
 
 @njit(cache=True)
-def _time_s(sr, j, c, lag, times, dmemo):
-    """Step time of arm ``j`` for contexts ``c`` (eq. (5)-(6)), memoized in ``times``."""
+def _time_s(sr, j, c, lag, times, dmemo, tmp):
+    """Step time of arm ``j`` for contexts ``c`` (eq. (5)-(6)), memoized in ``times``
+    (``tmp``: int64 scratch as long as ``c``)."""
     if not math.isnan(times[j]):
         return times[j]
     k, d = arm_of(sr, j)
+    m = c.shape[0]
     if k == 0:
-        t = iteration_time(sr.tparams, np.empty(0, np.int64), np.empty(0, np.int64), c)
+        t = iteration_time(sr.tparams, tmp[:0], tmp[:0], c)
     else:
         t = 0.0
         for i in range(k):
             if math.isnan(dmemo[d, i]):
-                dmemo[d, i] = _draft_iter_s(sr, d, i, c, lag)
+                dmemo[d, i] = _draft_iter_s(sr, d, i, c, lag, tmp)
             t += dmemo[d, i]
-        t = t + iteration_time(sr.tparams, np.full(c.shape[0], k + 1, np.int64), c, np.empty(0, np.int64))
+        tmp[:m] = k + 1
+        t = t + iteration_time(sr.tparams, tmp[:m], c, tmp[:0])
     times[j] = t
     return t
 
@@ -131,18 +139,29 @@ def _acc_rate(ss, cls, d):
 
 
 @njit(cache=True)
-def step(req, rep, cfg, sr, ss, dec, n_dec):
+def workspace(sr, n_dec):
+    """Scratch arrays for :func:`step` on a batch of ``n_dec``: ``(wi, times, dmemo,
+    cnt)``, reused by the steps of one run."""
+    ip = sr.ip
+    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
+    return (np.empty((W_ROWS, n_dec), np.int64), np.empty(n_arms),
+            np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))),
+            np.empty(ip[Q_CLASSES], np.int64))
+
+
+@njit(cache=True)
+def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
-    each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`."""
+    each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`.
+    ``ws``: the :func:`workspace` of a batch of ``n_dec``."""
     ip = sr.ip
     bt = cfg[T.C_BT]
     p = rep.pool
     m = n_dec
-    idx = dec[:m].copy()
-    c = np.empty(m, np.int64)
-    lag = np.empty(m, np.int64)
-    held0 = np.empty(m, np.int64)
-    ten = np.empty(m, np.int64)
+    wi, times, dmemo, cnt = ws
+    idx, c, lag, held0 = wi[W_IDX], wi[W_CTX], wi[W_LAG], wi[W_HELD]
+    ten, grow, accepted, tmp = wi[W_TEN], wi[W_GROW], wi[W_ACC], wi[W_TMP]
+    idx[:] = dec[:m]
     for q in range(m):
         i = idx[q]
         c[q] = req.computed[i]
@@ -150,11 +169,11 @@ def step(req, rep, cfg, sr, ss, dec, n_dec):
         held0[q] = req.anon[i] + req.nslots[i]
         ten[q] = req.tenant[i]
     n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
-    times = np.full(n_arms, np.nan)
-    dmemo = np.full((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1)), np.nan)
+    times[:] = np.nan
+    dmemo[:] = np.nan
     # the bandit context: the batch's most common tenant (ties: smallest) and its bucket
     n_cls = ip[Q_CLASSES]
-    cnt = np.zeros(n_cls, np.int64)
+    cnt[:] = 0
     for q in range(m):
         cnt[ten[q] + 1] += 1
     cls = 0
@@ -194,13 +213,13 @@ def step(req, rep, cfg, sr, ss, dec, n_dec):
             dd = max(d, 0)
             for q in range(m):
                 ar[q] = _acc_rate(ss, ten[q] + 1, dd) if kind == SP_ACC else sr.rates[idx[q], dd]
-            v = _expected_sum(ar, k) / _time_s(sr, a, c, lag, times, dmemo)
+            v = _expected_sum(ar, k) / _time_s(sr, a, c, lag, times, dmemo, tmp)
             if v > best:
                 best, j = v, a
     k, d = arm_of(sr, j)
     d = max(d, 0)
     # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
-    grow = np.zeros(m, np.int64)
+    grow[:] = 0
     while k > 0:
         need = 0
         for q in range(m):
@@ -218,7 +237,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec):
         P.take_anon(p, n_grow)
         for q in range(m):
             req.anon[idx[q]] += grow[q]
-    dt = _time_s(sr, j, c, lag, times, dmemo)
+    dt = _time_s(sr, j, c, lag, times, dmemo, tmp)
     fst = rep.fst
     fst[T.F_NOW] += dt
     fst[T.F_BUSY] += dt
@@ -226,7 +245,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec):
     rep.ist[T.I_ITERS] += 1
     rep.ist[T.I_DITERS] += 1
     # (8) accepted drafts: the leading run of i.i.d. Bernoulli(a_i) acceptances
-    accepted = np.zeros(m, np.int64)
+    accepted[:] = 0
     if k:
         u = ss.rng.random((m, k))
         for q in range(m):
@@ -257,7 +276,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec):
         bound = 0.0
         for a in range(n_arms):
             ka, _ = arm_of(sr, a)
-            bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo))
+            bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo, tmp))
         reward = min(1.0, emitted / dt / bound)
         if kind == SP_UCB:
             ss.ucb_n[ctx_id, j] += 1
