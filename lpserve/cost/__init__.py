@@ -9,13 +9,20 @@ Three models share the :class:`CostModel` interface:
 
 Each exposes ``params`` (flat float64) and ``kind`` so numba code can call the kernel
 :func:`iteration_time` ``(params, prefill_tokens, prefill_cached, decode_context)``
-directly (its plain-Python twin is :func:`iteration_time_ref`).
+directly (its plain-Python twin is :func:`iteration_time_ref`); a kernel pricing many
+prefill plans beside one decode batch sums the batch once (:func:`decode_sums`) and calls
+:func:`iteration_time_sums`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from lpserve.cost._kernels import iteration_time, iteration_time_ref
+from lpserve.cost._kernels import (
+    decode_sums,
+    iteration_time,
+    iteration_time_ref,
+    iteration_time_sums,
+)
 from lpserve.cost.analytic import AnalyticCost
 from lpserve.cost.base import CostModel
 from lpserve.cost.calibration import calibration_for, calibrations, load_calibration_file
@@ -37,8 +44,9 @@ from lpserve.cost.table import TableCost, UnitRoundCost
 __all__ = [
     "AnalyticCost", "CostModel", "GPUSpec", "LLMSpec", "TableCost", "UnitRoundCost",
     "calibration_for", "calibrations", "cost_model", "cost_model_for", "cost_models_for",
-    "engine_names", "fit", "get_engine", "get_gpu", "get_link", "get_llm", "gpu_names",
-    "iteration_time", "iteration_time_ref", "llm_from_hf_config", "llm_names",
+    "decode_sums", "engine_names", "fit", "get_engine", "get_gpu", "get_link", "get_llm",
+    "gpu_names", "iteration_time", "iteration_time_ref", "iteration_time_sums",
+    "llm_from_hf_config", "llm_names",
     "load_calibration_file", "load_catalog_file",
     "register_gpu", "register_llm", "validation_table",
 ]

@@ -266,6 +266,29 @@ def _windowed_sum(decode_context, window, k):
 @njit(cache=True)
 def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
     """Seconds of one iteration; see the module docstring for shapes."""
+    ctx_sum, win_sum = decode_sums(params, decode_context)
+    return iteration_time_sums(params, prefill_tokens, prefill_cached,
+                               decode_context.shape[0], ctx_sum, win_sum)
+
+
+@njit(cache=True)
+def decode_sums(params, decode_context):
+    """``(ctx_sum, win_sum)`` of a decode batch: its contexts summed, and summed capped at
+    the sliding window (the same as ``ctx_sum`` without one), for
+    :func:`iteration_time_sums`."""
+    window = _window(params)
+    ctx_sum = 0.0
+    for j in range(decode_context.shape[0]):
+        ctx_sum += float(decode_context[j])
+    win_sum = _windowed_sum(decode_context, window, 0.0) if window > 0.0 else ctx_sum
+    return ctx_sum, win_sum
+
+
+@njit(cache=True)
+def iteration_time_sums(params, prefill_tokens, prefill_cached, n_decode, ctx_sum, win_sum):
+    """:func:`iteration_time` with the decode batch given by its size ``n_decode`` and
+    :func:`decode_sums` (the same float): callers pricing many prefill plans beside one
+    decode batch sum its contexts once."""
     n_tokens = 0.0
     n_seqs = 0.0
     attn_work = 0.0
@@ -287,11 +310,6 @@ def iteration_time(params, prefill_tokens, prefill_cached, decode_context):
             keys = min(p + c, window) if window > 0.0 else p + c
             work_w += keys * (c + plateau)
             kv_w += keys
-    n_decode = decode_context.shape[0]
-    ctx_sum = 0.0
-    for j in range(n_decode):
-        ctx_sum += float(decode_context[j])
-    win_sum = _windowed_sum(decode_context, window, 0.0) if window > 0.0 else ctx_sum
     side = n_tokens - max_chunk
     n_tokens += n_decode
     n_seqs += n_decode

@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
-from lpserve.cost import iteration_time, iteration_time_ref
+from lpserve.cost import decode_sums, iteration_time, iteration_time_ref, iteration_time_sums
 
 CP_V = 0
 CP_S_TBT = 1
@@ -57,10 +57,11 @@ N_ST = HIST_START + HIST_BINS
 # per-slot decision, eq. (9)
 # =====================================================================================
 @njit(cache=True)
-def _value(q_class, w_class, u, eta):
-    """Backlog weight served by ``u`` tokens: greedy over classes by weight, eq. (10)."""
+def _value(q_class, w_class, u, eta, used):
+    """Backlog weight served by ``u`` tokens: greedy over classes by weight, eq. (10)
+    (``used``: bool scratch of one entry per class)."""
     n = q_class.shape[0]
-    used = np.zeros(n, np.bool_)
+    used[:] = False
     left = float(u)
     val = 0.0
     for _ in range(n):
@@ -80,8 +81,10 @@ def _value(q_class, w_class, u, eta):
 
 
 @njit(cache=True)
-def _plan_time(params, plan_tokens, plan_cached, u, ctx, buf_t, buf_c):
-    """Iteration time when ``u`` prefill tokens fill the plan in order, eq. (8)."""
+def _plan_time(params, plan_tokens, plan_cached, u, n_dec, ctx_sum, win_sum, buf_t, buf_c):
+    """Iteration time when ``u`` prefill tokens fill the plan in order, eq. (8), beside the
+    decode batch of ``n_dec`` requests with the context sums ``ctx_sum, win_sum``
+    (``lpserve.cost._kernels.decode_sums``)."""
     k = 0
     left = u
     for i in range(plan_tokens.shape[0]):
@@ -96,7 +99,7 @@ def _plan_time(params, plan_tokens, plan_cached, u, ctx, buf_t, buf_c):
         buf_t[k] = left
         buf_c[k] = 0
         k += 1
-    return iteration_time(params, buf_t[:k], buf_c[:k], ctx)
+    return iteration_time_sums(params, buf_t[:k], buf_c[:k], n_dec, ctx_sum, win_sum)
 
 
 def _plan_time_ref(params, plan_tokens, plan_cached, u, ctx, iter_time):
@@ -142,6 +145,8 @@ def dpp_decide(params, cp, st, q_class, w_class, plan_tokens, plan_cached, ctx, 
     cap = min(float(cap_tokens), q_tot)
     cap_i = int(max(cap, 0.0))
     t0 = iteration_time(params, empty, empty, ctx) if n_dec > 0 else 0.0
+    ctx_sum, win_sum = decode_sums(params, ctx)
+    used = np.zeros(q_class.shape[0], np.bool_)
     V = cp[CP_V]
     S = cp[CP_S_TBT]
     eta = cp[CP_ETA]
@@ -160,9 +165,10 @@ def dpp_decide(params, cp, st, q_class, w_class, plan_tokens, plan_cached, ctx, 
         if u == 0:
             t = t0
         else:
-            t = _plan_time(params, plan_tokens, plan_cached, u, ctx, buf_t, buf_c)
+            t = _plan_time(params, plan_tokens, plan_cached, u, n_dec, ctx_sum, win_sum,
+                           buf_t, buf_c)
         pen = n_dec * (t - t0)
-        j = V * pen - _value(q_class, w_class, u, eta)
+        j = V * pen - _value(q_class, w_class, u, eta, used)
         if n_dec > 0 and t > S:
             j += st[ST_ZT] * n_dec
         j += st[ST_ZM] * math.ceil(u / bt) / max(total_blocks, 1)
