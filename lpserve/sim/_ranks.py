@@ -164,20 +164,7 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
         _mcsf(fp, ip, cand, run, m, arrival, prompt, gen, out, plo, phi, has_pred,
               total_blocks, block_tokens, res)
     elif kind == R_SLO:
-        ttft, tpot, it, dflt, e2e = fp[1], fp[2], fp[3], fp[4], fp[5]
-        for k in range(m):
-            i = cand[k]
-            plan = float(phi[i]) if has_pred else dflt
-            gg = float(gen[i])
-            plan = max(plan, gg + 1.0)
-            stream = arrival[i] + ttft + (plan - 1.0) * tpot
-            if math.isnan(stream):  # an infinite target times zero tokens
-                stream = np.inf
-            deadline = min(stream, arrival[i] + e2e)
-            slack = deadline - now - (plan - gg) * it
-            res[k] = 1.0e12 + arrival[i] if slack < 0 else slack
-            if math.isinf(deadline):  # no deadline: after every request that has one
-                res[k] = 2.0e12 + arrival[i]
+        _slo(fp, cand, m, now, arrival, gen, phi, has_pred, res)
     elif kind == R_MLFQ:
         _mlfq(fp, ip, cand, run, m, now, rep, arrival, prompt, phi, has_pred, rf, ri, xf, xi,
               g, res)
@@ -195,33 +182,61 @@ def _fresh(kind, fp, ip, cand, run, m, now, rep, arrival, prompt, gen, computed,
     elif kind == R_WAIT:
         _wait(fp, ip, cand, run, m, now, arrival, prompt, out, res)
     elif kind == R_DPP:
-        n_cls = ip[0]
-        if n_cls == 1 or m == 0:
-            for k in range(m):
-                res[k] = arrival[cand[k]]
-            return
-        q = np.zeros(n_cls)
+        _dpp_classes(fp, ip, cand, m, arrival, prompt, computed, tenant, res)
+
+
+@njit(cache=True)
+def _slo(fp, cand, m, now, arrival, gen, phi, has_pred, res):
+    """slo-aware: slack to each request's deadline (streaming or end-to-end, the earlier)
+    at the step's clock; late requests after the others, requests without a deadline
+    last, each group by arrival."""
+    ttft, tpot, it, dflt, e2e = fp[1], fp[2], fp[3], fp[4], fp[5]
+    for k in range(m):
+        i = cand[k]
+        plan = float(phi[i]) if has_pred else dflt
+        gg = float(gen[i])
+        plan = max(plan, gg + 1.0)
+        stream = arrival[i] + ttft + (plan - 1.0) * tpot
+        if math.isnan(stream):  # an infinite target times zero tokens
+            stream = np.inf
+        deadline = min(stream, arrival[i] + e2e)
+        slack = deadline - now - (plan - gg) * it
+        res[k] = 1.0e12 + arrival[i] if slack < 0 else slack
+        if math.isinf(deadline):  # no deadline: after every request that has one
+            res[k] = 2.0e12 + arrival[i]
+
+
+@njit(cache=True)
+def _dpp_classes(fp, ip, cand, m, arrival, prompt, computed, tenant, res):
+    """DPP's class order: classes by weight x prefill backlog (largest first), FCFS
+    within a class; FCFS with one class."""
+    n_cls = ip[0]
+    if n_cls == 1 or m == 0:
         for k in range(m):
-            i = cand[k]
-            c = min(max(tenant[i], 0), n_cls - 1)
-            q[c] += float(max(prompt[i] - computed[i], 0))
-        score = np.empty(n_cls)
-        for c in range(n_cls):
-            score[c] = fp[c] * q[c]
-        order = np.argsort(-score, kind="mergesort")
-        pos = np.empty(n_cls)
-        for r in range(n_cls):
-            pos[order[r]] = float(r)
-        lo, hi = arrival[cand[0]], arrival[cand[0]]
-        for k in range(m):
-            a = arrival[cand[k]]
-            lo = min(lo, a)
-            hi = max(hi, a)
-        span = float(hi - lo) + 1.0
-        for k in range(m):
-            i = cand[k]
-            c = min(max(tenant[i], 0), n_cls - 1)
-            res[k] = pos[c] * span + (arrival[i] - lo)
+            res[k] = arrival[cand[k]]
+        return
+    q = np.zeros(n_cls)
+    for k in range(m):
+        i = cand[k]
+        c = min(max(tenant[i], 0), n_cls - 1)
+        q[c] += float(max(prompt[i] - computed[i], 0))
+    score = np.empty(n_cls)
+    for c in range(n_cls):
+        score[c] = fp[c] * q[c]
+    order = np.argsort(-score, kind="mergesort")
+    pos = np.empty(n_cls)
+    for r in range(n_cls):
+        pos[order[r]] = float(r)
+    lo, hi = arrival[cand[0]], arrival[cand[0]]
+    for k in range(m):
+        a = arrival[cand[k]]
+        lo = min(lo, a)
+        hi = max(hi, a)
+    span = float(hi - lo) + 1.0
+    for k in range(m):
+        i = cand[k]
+        c = min(max(tenant[i], 0), n_cls - 1)
+        res[k] = pos[c] * span + (arrival[i] - lo)
 
 
 @njit(cache=True)

@@ -76,6 +76,121 @@ def preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
 
 
 @njit(cache=True)
+def _phases(req, rep, now):
+    """The running requests in decode phase and in (chunked) prefill phase, in running
+    order, without those loading from the host tier (35): ``(dec, n_dec, part, n_part)``."""
+    n_run = rep.ist[T.I_NRUN]
+    dec = np.empty(n_run, np.int64)
+    part = np.empty(n_run, np.int64)
+    n_dec = 0
+    n_part = 0
+    for k in range(n_run):
+        i = rep.run[k]
+        if O.loading(rep.off, i, now):
+            continue
+        left = req.prompt[i] + req.gen[i] - req.computed[i]
+        if left == 1:
+            dec[n_dec] = i
+            n_dec += 1
+        elif left > 1:
+            part[n_part] = i
+            n_part += 1
+    return dec, n_dec, part, n_part
+
+
+@njit(cache=True)
+def _token_blocks(req, cfg, dec, n_dec):
+    """Blocks the decodes ``dec[:n_dec]`` need for their next token."""
+    bt = cfg[T.C_BT]
+    need = 0
+    for k in range(n_dec):
+        i = dec[k]
+        if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+            need += 1
+    return need
+
+
+@njit(cache=True)
+def _decode_blocks(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, dec, n_dec):
+    """Give each decode of ``dec[:n_dec]`` the block its next token needs, evicting cached
+    blocks or preempting the worst-ranked running request (rule (10)) while the free list
+    is short; returns ``(n_dec, preempted)``, ``dec`` compacted in place."""
+    bt = cfg[T.C_BT]
+    p = rep.pool
+    need = _token_blocks(req, cfg, dec, n_dec)
+    preempted = False
+    while need > p.ist[P.P_PLAIN]:
+        if T.make_room(req, rep, cfg, need):
+            break
+        v = preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
+        m = 0
+        for k in range(n_dec):
+            if dec[k] != v:
+                dec[m] = dec[k]
+                m += 1
+        n_dec = m
+        need = _token_blocks(req, cfg, dec, n_dec)
+        preempted = True
+    if need:
+        n_grow = 0
+        for k in range(n_dec):
+            i = dec[k]
+            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+                req.anon[i] += 1
+                n_grow += 1
+        P.take_anon(p, n_grow)
+    return n_dec, preempted
+
+
+@njit(cache=True)
+def _partial_chunks(req, rep, cfg, rk, part, n_part, budget, ch_i, ch_c, ch_h, n_ch):
+    """Decode-first batching: the next chunks of the running prefills ``part[:n_part]``
+    still running, by (rank, running position), within ``budget`` tokens and the KV room;
+    appended to ``ch_*[n_ch:]``. Returns ``(n_ch, budget, no_room)``, ``no_room`` when a
+    prefill got no chunk for want of KV room (rule (34))."""
+    bt = cfg[T.C_BT]
+    p = rep.pool
+    no_room = False
+    m = 0
+    for k in range(n_part):  # still running (preemptions removed some)
+        if T.r_index(rep, part[k]) >= 0:
+            part[m] = part[k]
+            m += 1
+    n_part = m
+    if n_part == 0:
+        return n_ch, budget, no_room
+    S.ensure_ranks(req, rep, cfg, rk)
+    pos = np.empty(n_part, np.int64)
+    key = np.empty(n_part)
+    for k in range(n_part):
+        pos[k] = T.r_index(rep, part[k])
+        key[k] = req.rk[part[k]]
+    o1 = np.argsort(pos, kind="mergesort")
+    o2 = o1[np.argsort(key[o1], kind="mergesort")]
+    order = part[:n_part][o2].copy()
+    for k in range(n_part):
+        if budget <= 0:
+            break
+        i = order[k]
+        L = req.prompt[i] + req.gen[i]
+        c = min(L - req.computed[i], budget)
+        held = req.anon[i] + req.nslots[i]
+        room = (held + P.available(p)) * bt - req.computed[i]
+        c = min(c, room)
+        if c <= 0:
+            no_room |= room <= 0
+            continue
+        T.alloc_prompt_blocks(req, rep, cfg, i, (req.computed[i] + c + bt - 1) // bt,
+                              rep.fst[T.F_NOW])
+        ch_i[n_ch] = i
+        ch_c[n_ch] = c
+        ch_h[n_ch] = req.computed[i]
+        n_ch += 1
+        budget -= c
+    return n_ch, budget, no_room
+
+
+@njit(cache=True)
 def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop):
     """Plan and run one iteration (or a run of decode iterations); False if idle."""
     ist = rep.ist
@@ -83,8 +198,6 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         return False
     ist[T.I_RANKED] = 1 if cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL else 0
     ist[T.I_RESUMED] = 0
-    p = rep.pool
-    bt = cfg[T.C_BT]
     batch = cfg[T.C_BATCH]
     cap = cfg[T.C_MAX_SEQS] + 1
     ch_i = np.empty(cap, np.int64)
@@ -108,54 +221,13 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         if n_ch > 0:
             return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h,
                              n_ch, ch_i, np.int64(0))
-    # running requests in decode phase and in (chunked) prefill phase
-    n_run = ist[T.I_NRUN]
-    dec = np.empty(n_run, np.int64)
-    part = np.empty(n_run, np.int64)
-    n_dec = 0
-    n_part = 0
     now = rep.fst[T.F_NOW]
-    for k in range(n_run):
-        i = rep.run[k]
-        if O.loading(rep.off, i, now):
-            continue  # it waits for its load from the host tier (35)
-        left = req.prompt[i] + req.gen[i] - req.computed[i]
-        if left == 1:
-            dec[n_dec] = i
-            n_dec += 1
-        elif left > 1:
-            part[n_part] = i
-            n_part += 1
-    need = 0
-    for k in range(n_dec):
-        i = dec[k]
-        if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-            need += 1
-    while need > p.ist[P.P_PLAIN]:
-        if T.make_room(req, rep, cfg, need):
-            break
-        v = preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
-        m = 0
-        for k in range(n_dec):
-            if dec[k] != v:
-                dec[m] = dec[k]
-                m += 1
-        n_dec = m
-        need = 0
-        for k in range(n_dec):
-            i = dec[k]
-            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-                need += 1
+    dec, n_dec, part, n_part = _phases(req, rep, now)
+    n_dec, preempted = _decode_blocks(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk,
+                                      dec, n_dec)
+    if preempted:
         admit_ok = False  # as vLLM: no new admissions in a step that preempted
         ist[T.I_RESUMED] = 1  # the next step plans again (single iteration now)
-    if need:
-        n_grow = 0
-        for k in range(n_dec):
-            i = dec[k]
-            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-                req.anon[i] += 1
-                n_grow += 1
-        P.take_anon(p, n_grow)
     budget -= n_dec
     if cfg[T.C_CTL] != S.CTL_NONE and batch == T.BATCH_DECODE:
         if cfg[T.C_CTL] == S.CTL_DPP:
@@ -165,41 +237,8 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
             S.ensure_ranks(req, rep, cfg, rk)
     no_room = False  # a running prefill got no chunk for want of KV room (34)
     if batch == T.BATCH_DECODE:
-        m = 0
-        for k in range(n_part):  # still running (preemptions above removed some)
-            if T.r_index(rep, part[k]) >= 0:
-                part[m] = part[k]
-                m += 1
-        n_part = m
-        if n_part > 0:
-            S.ensure_ranks(req, rep, cfg, rk)
-            pos = np.empty(n_part, np.int64)
-            key = np.empty(n_part)
-            for k in range(n_part):
-                pos[k] = T.r_index(rep, part[k])
-                key[k] = req.rk[part[k]]
-            o1 = np.argsort(pos, kind="mergesort")
-            o2 = o1[np.argsort(key[o1], kind="mergesort")]
-            order = part[:n_part][o2].copy()
-            for k in range(n_part):
-                if budget <= 0:
-                    break
-                i = order[k]
-                L = req.prompt[i] + req.gen[i]
-                c = min(L - req.computed[i], budget)
-                held = req.anon[i] + req.nslots[i]
-                room = (held + P.available(p)) * bt - req.computed[i]
-                c = min(c, room)
-                if c <= 0:
-                    no_room |= room <= 0
-                    continue
-                T.alloc_prompt_blocks(req, rep, cfg, i, (req.computed[i] + c + bt - 1) // bt,
-                                      rep.fst[T.F_NOW])
-                ch_i[n_ch] = i
-                ch_c[n_ch] = c
-                ch_h[n_ch] = req.computed[i]
-                n_ch += 1
-                budget -= c
+        n_ch, budget, no_room = _partial_chunks(req, rep, cfg, rk, part, n_part, budget,
+                                                ch_i, ch_c, ch_h, n_ch)
     if admit_ok and budget > 0:
         n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
                                n_ch, cfg[T.C_CHUNKED] != 0, ready)
@@ -248,11 +287,7 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
     bt = cfg[T.C_BT]
     while fst[T.F_NOW] < stop_s and ist[T.I_SWAP_BLOCKS] == 0 and fst[T.F_SWAP_S] == 0.0 \
             and ist[T.I_PENDING] <= ist[T.I_ITERS]:
-        need = 0  # the planner's block for each token that starts one
-        for k in range(n_dec):
-            i = dec[k]
-            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-                need += 1
+        need = _token_blocks(req, cfg, dec, n_dec)  # as the planner takes them
         if need > p.ist[P.P_PLAIN]:
             break  # the planner makes room or preempts
         if need:

@@ -139,52 +139,32 @@ def _acc_rate(ss, cls, d):
 
 
 @njit(cache=True)
-def workspace(sr, n_dec):
-    """Scratch arrays for :func:`step` on a batch of ``n_dec``: ``(wi, times, dmemo,
-    cnt)``, reused by the steps of one run."""
+def _context_id(sr, ten, cnt):
+    """The bandit context of a batch with tenants ``ten``: its most common tenant (ties:
+    smallest) and its size's bucket (``cnt``: scratch of one entry per class)."""
     ip = sr.ip
-    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
-    return (np.empty((W_ROWS, n_dec), np.int64), np.empty(n_arms),
-            np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))),
-            np.empty(ip[Q_CLASSES], np.int64))
-
-
-@njit(cache=True)
-def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
-    """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
-    each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`.
-    ``ws``: the :func:`workspace` of a batch of ``n_dec``."""
-    ip = sr.ip
-    bt = cfg[T.C_BT]
-    p = rep.pool
-    m = n_dec
-    wi, times, dmemo, cnt = ws
-    idx, c, lag, held0 = wi[W_IDX], wi[W_CTX], wi[W_LAG], wi[W_HELD]
-    ten, grow, accepted, tmp = wi[W_TEN], wi[W_GROW], wi[W_ACC], wi[W_TMP]
-    idx[:] = dec[:m]
-    for q in range(m):
-        i = idx[q]
-        c[q] = req.computed[i]
-        lag[q] = c[q] - req.dcomp[i]
-        held0[q] = req.anon[i] + req.nslots[i]
-        ten[q] = req.tenant[i]
-    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
-    times[:] = np.nan
-    dmemo[:] = np.nan
-    # the bandit context: the batch's most common tenant (ties: smallest) and its bucket
-    n_cls = ip[Q_CLASSES]
+    m = ten.shape[0]
     cnt[:] = 0
     for q in range(m):
         cnt[ten[q] + 1] += 1
     cls = 0
-    for t in range(n_cls):
+    for t in range(ip[Q_CLASSES]):
         if cnt[t] > cnt[cls]:
             cls = t
     edges = sr.edges
     bucket = np.searchsorted(edges, m)
     if bucket > edges.shape[0]:
         bucket = edges.shape[0]
-    ctx_id = cls * ip[Q_BUCKETS] + bucket
+    return cls * ip[Q_BUCKETS] + bucket
+
+
+@njit(cache=True)
+def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp):
+    """The decider's arm for this step, eq. (10)-(11): fixed, UCB1 in context ``ctx_id``,
+    or the best expected tokens per second under optimistic or true acceptance rates."""
+    ip = sr.ip
+    m = c.shape[0]
+    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
     kind = ip[Q_KIND]
     j = 0
     if kind == SP_FIXED:
@@ -216,6 +196,60 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
             v = _expected_sum(ar, k) / _time_s(sr, a, c, lag, times, dmemo, tmp)
             if v > best:
                 best, j = v, a
+    return j
+
+
+@njit(cache=True)
+def _learn(ss, kind, ctx_id, j, k, d, reward, ten, accepted):
+    """The learners' update after a step of arm ``j`` (``k`` drafts of draft ``d``): UCB1's
+    reward in context ``ctx_id``, or the per-class acceptance counts, eq. (10)."""
+    if kind == SP_UCB:
+        ss.ucb_n[ctx_id, j] += 1
+        ss.ucb_s[ctx_id, j] += reward
+        return
+    ss.acc_steps[0] += 1
+    if k:
+        for q in range(accepted.shape[0]):
+            cl = ten[q] + 1
+            ss.acc_s[cl, d] += accepted[q]
+            ss.acc_n[cl, d] += accepted[q] + (1 if accepted[q] < k else 0)
+
+
+@njit(cache=True)
+def workspace(sr, n_dec):
+    """Scratch arrays for :func:`step` on a batch of ``n_dec``: ``(wi, times, dmemo,
+    cnt)``, reused by the steps of one run."""
+    ip = sr.ip
+    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
+    return (np.empty((W_ROWS, n_dec), np.int64), np.empty(n_arms),
+            np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))),
+            np.empty(ip[Q_CLASSES], np.int64))
+
+
+@njit(cache=True)
+def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
+    """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
+    each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`.
+    ``ws``: the :func:`workspace` of a batch of ``n_dec``."""
+    ip = sr.ip
+    bt = cfg[T.C_BT]
+    p = rep.pool
+    m = n_dec
+    wi, times, dmemo, cnt = ws
+    idx, c, lag, held0 = wi[W_IDX], wi[W_CTX], wi[W_LAG], wi[W_HELD]
+    ten, grow, accepted, tmp = wi[W_TEN], wi[W_GROW], wi[W_ACC], wi[W_TMP]
+    idx[:] = dec[:m]
+    for q in range(m):
+        i = idx[q]
+        c[q] = req.computed[i]
+        lag[q] = c[q] - req.dcomp[i]
+        held0[q] = req.anon[i] + req.nslots[i]
+        ten[q] = req.tenant[i]
+    times[:] = np.nan
+    dmemo[:] = np.nan
+    ctx_id = _context_id(sr, ten[:m], cnt)
+    kind = ip[Q_KIND]
+    j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp)
     k, d = arm_of(sr, j)
     d = max(d, 0)
     # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
@@ -274,20 +308,10 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
         P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW])
     if kind == SP_UCB or kind == SP_ACC:  # (10) normalized reward in [0, 1]
         bound = 0.0
-        for a in range(n_arms):
+        for a in range(1 + ip[Q_DRAFTS] * ip[Q_MAX_K]):
             ka, _ = arm_of(sr, a)
             bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo, tmp))
-        reward = min(1.0, emitted / dt / bound)
-        if kind == SP_UCB:
-            ss.ucb_n[ctx_id, j] += 1
-            ss.ucb_s[ctx_id, j] += reward
-        else:
-            ss.acc_steps[0] += 1
-            if k:
-                for q in range(m):
-                    cl = ten[q] + 1
-                    ss.acc_s[cl, d] += accepted[q]
-                    ss.acc_n[cl, d] += accepted[q] + (1 if accepted[q] < k else 0)
+        _learn(ss, kind, ctx_id, j, k, d, min(1.0, emitted / dt / bound), ten, accepted)
     cn = sr.counts
     cn[K_STEPS] += 1
     cn[K_SPEC_STEPS] += 1 if k > 0 else 0
