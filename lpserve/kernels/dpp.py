@@ -245,6 +245,30 @@ def dpp_observe(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens, gaps_s
     ``gaps_s`` are the token gaps (TBT samples) the iteration produced; ``q_tokens`` the
     prefill backlog when it was planned. Updates Z_TBT by eq. (5), Z_KV by eq. (6).
     """
+    _observe_slot(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens)
+    S = cp[CP_S_TBT]
+    for g in gaps_s:
+        st[ST_GAPS] += 1.0
+        if g > S:
+            st[ST_VIOL] += 1.0
+        _hist_add(st, g, 1.0)
+
+
+@njit(cache=True)
+def dpp_observe_equal(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens, gap_s):
+    """:func:`dpp_observe` of an iteration whose ``n_dec`` token gaps all equal ``gap_s``
+    (a decode run's iterations after its first): the counts grow by ``n_dec`` at once,
+    the same floats as one by one (whole numbers below 2**53)."""
+    _observe_slot(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens)
+    st[ST_GAPS] += float(n_dec)
+    if gap_s > cp[CP_S_TBT]:
+        st[ST_VIOL] += float(n_dec)
+    _hist_add(st, gap_s, float(n_dec))
+
+
+@njit(cache=True)
+def _observe_slot(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens):
+    """The per-iteration part of :func:`dpp_observe`: queues (5), (6) and slot counts."""
     S = cp[CP_S_TBT]
     viol = 1.0 if dt_s > S else 0.0
     st[ST_SLOTS] += 1.0
@@ -259,11 +283,6 @@ def dpp_observe(cp, st, dt_s, n_dec, used_blocks, total_blocks, q_tokens, gaps_s
     st[ST_ZM] = max(st[ST_ZM] + used_blocks / max(total_blocks, 1) - cp[CP_THETA], 0.0)
     st[ST_LAST_PEN] = 0.0
     st[ST_LAST_U] = 0.0
-    for g in gaps_s:
-        st[ST_GAPS] += 1.0
-        if g > S:
-            st[ST_VIOL] += 1.0
-        _hist_add(st, g, 1.0)
 
 
 def _hist_add_ref(st, gap_s, count):
@@ -344,7 +363,10 @@ def dpp_decode_run(params, cp, st, ctx0, held0, first_gap_s, used0, total_blocks
             gaps[j] = dt + (first_gap_s[j] if k == 0 else 0.0)
             ctx[j] += 1
         work[ST_LAST_PEN] = 0.0  # no prefill ran: a pure-decode iteration has no penalty
-        dpp_observe(cp, work, dt, m, used, total_blocks, q_tokens, gaps)
+        if k == 0:
+            dpp_observe(cp, work, dt, m, used, total_blocks, q_tokens, gaps)
+        else:  # every request's gap is this iteration's time
+            dpp_observe_equal(cp, work, dt, m, used, total_blocks, q_tokens, dt)
     return n_iters, now_s
 
 
