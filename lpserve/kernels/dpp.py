@@ -360,10 +360,11 @@ def dpp_decode_run(params, cp, st, ctx0, held0, first_gap_s, used0, total_blocks
         dt = iteration_time(params, empty, empty, ctx)
         now_s += dt
         for j in range(m):
-            gaps[j] = dt + (first_gap_s[j] if k == 0 else 0.0)
             ctx[j] += 1
         work[ST_LAST_PEN] = 0.0  # no prefill ran: a pure-decode iteration has no penalty
         if k == 0:
+            for j in range(m):
+                gaps[j] = dt + first_gap_s[j]
             dpp_observe(cp, work, dt, m, used, total_blocks, q_tokens, gaps)
         else:  # every request's gap is this iteration's time
             dpp_observe_equal(cp, work, dt, m, used, total_blocks, q_tokens, dt)
