@@ -377,16 +377,14 @@ class Replica(KVMoves):
         self._stalled, self._blocked = False, None
         if self.link is not None:
             if (self.waiting or self.running) and X.joins_by(self.link, self.now):
-                # a decision before a swapped-in request joins the batch, so the time
-                # it spent on the link is never credited as service (simulator.md (28))
+                # rank before a swapped-in request joins: link time is no service (28)
                 self._ranks = None
                 self.ranks()
             X.tick(self)  # copy ends (and the next starts) up to now
         if not self.running and not self.waiting:
             return False
         S, eng = self.S, self.eng
-        self._ranks = None
-        self._resumed = False
+        self._ranks, self._resumed = None, False
         self._ready = self.n_iters if self.running else _BIG  # nothing ran: admit all
         if self._eager_ranks:
             self.ranks()
