@@ -144,8 +144,9 @@ def dpp_decide(params, cp, st, q_class, w_class, plan_tokens, plan_cached, ctx, 
         q_tot += q_class[c]
     cap = min(float(cap_tokens), q_tot)
     cap_i = int(max(cap, 0.0))
-    t0 = iteration_time(params, empty, empty, ctx) if n_dec > 0 else 0.0
     ctx_sum, win_sum = decode_sums(params, ctx)
+    t0 = iteration_time_sums(params, empty, empty, n_dec, ctx_sum, win_sum) if n_dec > 0 \
+        else 0.0
     used = np.zeros(q_class.shape[0], np.bool_)
     V = cp[CP_V]
     S = cp[CP_S_TBT]

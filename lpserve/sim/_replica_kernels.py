@@ -115,7 +115,6 @@ def _decode_blocks(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, dec, n_d
     """Give each decode of ``dec[:n_dec]`` the block its next token needs, evicting cached
     blocks or preempting the worst-ranked running request (rule (10)) while the free list
     is short; returns ``(n_dec, preempted)``, ``dec`` compacted in place."""
-    bt = cfg[T.C_BT]
     p = rep.pool
     need = _token_blocks(req, cfg, dec, n_dec)
     preempted = False
@@ -132,14 +131,22 @@ def _decode_blocks(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, dec, n_d
         need = _token_blocks(req, cfg, dec, n_dec)
         preempted = True
     if need:
-        n_grow = 0
-        for k in range(n_dec):
-            i = dec[k]
-            if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-                req.anon[i] += 1
-                n_grow += 1
-        P.take_anon(p, n_grow)
+        _take_token_blocks(req, rep, cfg, dec, n_dec)
     return n_dec, preempted
+
+
+@njit(cache=True)
+def _take_token_blocks(req, rep, cfg, dec, n_dec):
+    """Each decode of ``dec[:n_dec]`` whose next token starts a block takes one from the
+    free list (the caller checked there are enough)."""
+    bt = cfg[T.C_BT]
+    n_grow = 0
+    for k in range(n_dec):
+        i = dec[k]
+        if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+            req.anon[i] += 1
+            n_grow += 1
+    P.take_anon(rep.pool, n_grow)
 
 
 @njit(cache=True)
@@ -276,31 +283,21 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
     q = cff[T.D_QUANTUM]
     if q > 0.0:  # the tick after the run's start, as a decode run's
         stop_s = min(stop_s, (RK.tick_index(fst[T.F_NOW], q) + 1.0) * q)
+    one = cfg[T.C_REFERENCE] != 0 or cfg[T.C_CTL] != S.CTL_NONE or ist[T.I_NRUN] != n_dec \
+        or (cfg[T.C_PRIO] != 0 and ist[T.I_NWAIT] > 0)
     ws = SP.workspace(sr, n_dec)
-    SP.step(req, rep, cfg, sr, ss, dec, n_dec, ws)
-    if cfg[T.C_REFERENCE] or cfg[T.C_CTL] != S.CTL_NONE or ist[T.I_NRUN] != n_dec or \
-            (cfg[T.C_PRIO] and ist[T.I_NWAIT] > 0):
-        return True
-    for k in range(n_dec):
-        if req.gen[dec[k]] >= req.out[dec[k]]:
-            return True
-    bt = cfg[T.C_BT]
-    while fst[T.F_NOW] < stop_s and ist[T.I_SWAP_BLOCKS] == 0 and fst[T.F_SWAP_S] == 0.0 \
-            and ist[T.I_PENDING] <= ist[T.I_ITERS]:
-        need = _token_blocks(req, cfg, dec, n_dec)  # as the planner takes them
-        if need > p.ist[P.P_PLAIN]:
-            break  # the planner makes room or preempts
-        if need:
-            for k in range(n_dec):
-                i = dec[k]
-                if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-                    req.anon[i] += 1
-            P.take_anon(p, need)
+    # the planner's other reasons for a single iteration (pending swaps, a deferred
+    # arrival) cannot arise within the run: a step neither preempts nor admits
+    while True:
         SP.step(req, rep, cfg, sr, ss, dec, n_dec, ws)
+        if one or fst[T.F_NOW] >= stop_s:
+            return True
         for k in range(n_dec):
             if req.gen[dec[k]] >= req.out[dec[k]]:
                 return True
-    return True
+        if _token_blocks(req, cfg, dec, n_dec) > p.ist[P.P_PLAIN]:
+            return True  # the planner makes room or preempts
+        _take_token_blocks(req, rep, cfg, dec, n_dec)  # as the planner takes them
 
 
 @njit(cache=True)

@@ -266,3 +266,20 @@ def test_invariants_under_memory_pressure(preemption):
     assert fast.digest() == ref.digest()
     assert fast.summary()["preemptions"] > 0
     assert pol.engine.budget_controller.report()["mean_z_kv"] > 0
+
+
+def test_observing_equal_gaps_at_once_is_observing_them_one_by_one():
+    """A decode run's later iterations are observed with one histogram add
+    (``dpp_observe_equal``): the state is bit for bit the one ``dpp_observe`` leaves with
+    the same gap given once per request, on both sides of the TBT target."""
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        m = int(rng.integers(1, 300))
+        cp = _cp(V=rng.uniform(0, 5), S=rng.uniform(0.01, 0.05))
+        gap = float(rng.choice([rng.uniform(0.001, 0.2), 0.0]))
+        st1 = _random_state(rng)
+        st2 = st1.copy()
+        args = (gap, m, float(rng.integers(0, 5000)), 20000.0, float(rng.integers(0, 4000)))
+        K.dpp_observe(cp, st1, *args, np.full(m, gap))
+        K.dpp_observe_equal(cp, st2, *args, gap)
+        assert np.array_equal(st1, st2)
