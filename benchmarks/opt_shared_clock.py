@@ -35,7 +35,7 @@ cost LP's value: the larger of its two terms per window does not charge the time
 wait outside the batch (iterations times requests waiting, a product that is not convex).
 
     python benchmarks/opt_shared_clock.py [--loads 0.5,1,2] [--upper 3.040,3.592,7.232] [--lp]
-        [--caps 10,20,30,45] [--windows 5,10]
+        [--caps 10,20,30,45] [--windows 5,10 [--per-window]]
 """
 from __future__ import annotations
 
@@ -95,9 +95,12 @@ def fluid_ps_latency_s(m: Minorant, arrival_s: np.ndarray, prompt: np.ndarray,
 
 def window_fluid_s(m: Minorant, arrival_s: np.ndarray, prompt: np.ndarray,
                    output: np.ndarray, uncached: np.ndarray, replicas: int, window_s: float,
-                   tail_s: float) -> tuple[float, str]:
+                   tail_s: float, detail: dict | None = None) -> tuple[float, str]:
     """Least total latency (s) of the window-fluid relaxation of the shared clock, and
-    the solver's status (a measurement: no proof in ``proofs/`` yet).
+    the solver's status (a measurement: no proof in ``proofs/`` yet). ``detail``, when
+    given, receives per window (arrays of the window count): ``start_s``, ``arrived`` (decode
+    tokens of the requests arriving in it), ``made`` (decode tokens the optimum produces
+    in it), ``batch_a_s`` / ``batch_b_s`` / ``present_s`` (its three latency terms, s).
 
     Time is cut into windows of ``window_s`` up to the last arrival plus ``tail_s``. A
     schedule's iterations overlap window ``w`` by fractions ``f_k`` (of ``K_w = sum f_k``
@@ -150,7 +153,29 @@ def window_fluid_s(m: Minorant, arrival_s: np.ndarray, prompt: np.ndarray,
     terms.append(cp.sum(cp.multiply(dur, rem), axis=0))
     prob = cp.Problem(cp.Minimize(cp.sum(cp.maximum(*terms))), cons)
     prob.solve(solver="CLARABEL")
+    if detail is not None:
+        w = np.minimum((arrival_s // window_s).astype(np.int64), n_win - 1)
+        detail.update(start_s=start, arrived=np.bincount(w, weights=od, minlength=n_win),
+                      made=np.asarray(x.value).sum(axis=0),
+                      batch_a_s=np.asarray(terms[0].value), batch_b_s=np.asarray(terms[1].value),
+                      present_s=np.asarray(terms[2].value))
     return float(prob.value), prob.status
+
+
+def print_per_window(d: dict, last_arrival_s: float) -> None:
+    """The window-fluid optimum window by window (``window_fluid_s``'s ``detail``), and
+    the share of the decode tokens it makes after the last arrival: work a schedule would
+    do while requests keep arriving, deferred to the drain, where iterations are cheap,
+    for the price of the deferred requests' *fraction* of the time they stay."""
+    print(f"{'start s':>8} {'arrived tok':>11} {'made tok':>9} {'batch A s':>9} "
+          f"{'batch B s':>9} {'present s':>9}")
+    for k in range(d["start_s"].size):
+        print(f"{d['start_s'][k]:8.0f} {d['arrived'][k]:11.0f} {d['made'][k]:9.0f} "
+              f"{d['batch_a_s'][k]:9.1f} {d['batch_b_s'][k]:9.1f} {d['present_s'][k]:9.1f}")
+    late = d["made"][d["start_s"] >= last_arrival_s].sum()
+    print(f"decode tokens made in windows starting after the last arrival "
+          f"({last_arrival_s:.1f} s): {late:.0f} of {d['made'].sum():.0f} "
+          f"({late / max(d['made'].sum(), 1.0):.1%})")
 
 
 def main() -> None:
@@ -167,6 +192,9 @@ def main() -> None:
     ap.add_argument("--windows", default="",
                     help="also the window-fluid relaxation at these window lengths (s), "
                          "e.g. 5,10 (a convex program per load: about a minute each)")
+    ap.add_argument("--per-window", action="store_true",
+                    help="with --windows: print each window's arrived and produced decode "
+                         "tokens and its three latency terms at the relaxation's optimum")
     args = ap.parse_args()
     tr = load_trace(DEFAULT_TRACE)
     t0 = float(tr.arrival_s[0])
@@ -198,9 +226,12 @@ def main() -> None:
             row += f" cap {cap}: {cap_total / a.size:.3f}"
         for win_s in (float(w) for w in args.windows.split(",") if w):
             cached, _ = prefix_sharing(inst.trace, cl.block_tokens)
+            detail: dict | None = {} if args.per_window else None
             val, status = window_fluid_s(m, a, p, o, np.maximum(p - cached, 1.0), REPLICAS,
-                                         win_s, tail_s=60.0)
+                                         win_s, tail_s=60.0, detail=detail)
             row += f" windows {win_s:g} s: {val / a.size:.3f} ({status})"
+            if detail:
+                print_per_window(detail, float(a.max()))
         if args.lp:
             base = build_cost_lp(inst)
             lat = np.asarray(lp.simulate(inst, "vllm").arrays["e2e_s"], np.float64)
