@@ -143,11 +143,12 @@ def _run_highs(model: CostLPModel, time_limit_s: float | None, solver: str, *,
 
 
 def solve_cost_lp(model: CostLPModel, solver: str = "highs",
-                  time_limit_s: float | None = None, *, window_rounds: int = 2,
+                  time_limit_s: float | None = None, *, window_rounds: int | None = None,
                   late_tol: float = 0.01) -> Solution:
     """Solve the LP; widen the windows of requests with late mass and solve again while
-    time remains (``window_rounds`` at most). The bound is the largest certified
-    Lagrangian value over the rounds (each round's LP is a relaxation).
+    time remains (``window_rounds`` at most; default the model's, 2 unless it was built
+    with another). The bound is the largest certified Lagrangian value over the rounds
+    (each round's LP is a relaxation).
 
     Status: OPTIMAL when the last round solved to optimality and left no late mass above
     ``late_tol`` of any request's tokens; FEASIBLE when it solved but a wider window might still raise the
@@ -166,6 +167,8 @@ def solve_cost_lp(model: CostLPModel, solver: str = "highs",
     rounds = []
     status = Status.ERROR
     text = ""
+    if window_rounds is None:
+        window_rounds = model.window_rounds
     for rnd in range(max(1, int(window_rounds))):
         left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
         if left is not None and left <= 0.05:
@@ -268,9 +271,16 @@ def certify_cost_lp(model: CostLPModel, solution: Solution) -> dict[str, float]:
             "certificate_gap": max(0.0, top - solution.bound)}
 
 
-def _build(instance: Any, **options: Any) -> CostLPModel:
+def _build(instance: Any, *, window_rounds: int = 2, **options: Any) -> CostLPModel:
+    """``build_cost_lp``'s model; ``window_rounds`` (>= 1) is kept for the solve
+    (``lp.solve("cost-lp", inst, window_rounds=1)``: one round, no widened windows)."""
+    if isinstance(window_rounds, bool) or not isinstance(window_rounds, (int, np.integer)) \
+            or window_rounds < 1:
+        raise ValueError(f"cost-lp: window_rounds must be an integer >= 1, got "
+                         f"{window_rounds!r}")
     model = build_cost_lp(instance, **options)
     model.options = dict(options)
+    model.window_rounds = int(window_rounds)
     return model
 
 

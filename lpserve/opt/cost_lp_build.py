@@ -142,6 +142,7 @@ class CostLPModel:
     info: dict = field(default_factory=dict)
     instance: Any = None
     options: dict = field(default_factory=dict)
+    window_rounds: int = 2   # solve_cost_lp's rounds unless it is given its own
 
     def columns(self, kind: str, request: int | None = None) -> np.ndarray:
         """Indices of the columns of ``kind`` (one of :data:`KIND_NAMES`), of one request."""
@@ -202,7 +203,7 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
                   level_ratio: float = 1.5, level_ratio_far: float = 3.0,
                   precedence: bool = True, chunk_edges: tuple | None = None,
                   regime_ratios: tuple = (1.3, 1.7, 2.5), upper_total_s: float | None = None,
-                  windows_s: np.ndarray | None = None) -> CostLPModel:
+                  windows_s: np.ndarray | None = None, dt_scale: float = 1.0) -> CostLPModel:
     """The LP of ``instance`` (``models/cost-lp.md``).
 
     Args:
@@ -221,6 +222,9 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
             which caps every request's latency in an optimal schedule; default: serving
             the requests one at a time (:func:`sequential_upper_s`).
         windows_s: explicit windows (s) per request, overriding ``window_*``.
+        dt_scale: multiplies the default ``dt_s`` (ignored when ``dt_s`` is given): a
+            coarser grid is a smaller LP, solved sooner; any grid gives a valid bound
+            (``models/cost-lp.md`` §5).
     """
     t0 = time.perf_counter()
     tr = instance.trace
@@ -246,8 +250,10 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     K_tok = float(cost.kv_capacity_tokens(cl.gpu_memory_fraction)) * R
     fl = request_floors(instance, cost)
     ell = fl.prefill_s + fl.decode_s
+    if not (dt_scale > 0 and math.isfinite(dt_scale)):
+        raise ValueError(f"cost-lp: dt_scale must be a positive number, got {dt_scale!r}")
     if dt_s is None:
-        dt_s = max(float(np.median(ell)) / 5.0, 1e-3) if n else 1.0
+        dt_s = dt_scale * (max(float(np.median(ell)) / 5.0, 1e-3) if n else 1.0)
     if not (dt_s > 0 and math.isfinite(dt_s)):
         raise ValueError(f"cost-lp: dt_s must be a positive number of seconds, got {dt_s!r}")
     W = (window_mult * ell + window_intervals * dt_s) if windows_s is None \

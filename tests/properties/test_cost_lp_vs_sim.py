@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.evaluate.interval import fitting_subset
 from lpserve.opt import solve
+from lpserve.opt.cost_lp_build import build_cost_lp
 from lpserve.registry import policy_names
 from tests.properties.cost_lp_embedding import embed, recording, violations
 from tests.strategies import ANALYTIC_SLO, fallback_predictor
@@ -63,9 +64,12 @@ def _plain(names):
     return [n for n in names if lp.make_policy(n).engine.speculation is None]
 
 
-def _check(inst, names):
+def _check(inst, names, dt_scale=1.0):
+    """Every policy of ``names`` that serves every request is above both bounds, and its
+    schedule satisfies every row of the LP built with ``dt_scale`` (``lpserve gap``
+    builds it on a grid four times coarser than the LP's default)."""
     sub, fits = fitting_subset(inst)
-    lb = solve("cost-lp", sub)
+    lb = solve("cost-lp", sub, dt_scale=dt_scale)
     sr = solve("srpt-bound", sub)
     assert lb.status.value in ("optimal", "feasible"), lb.message
     checked = 0
@@ -79,7 +83,7 @@ def _check(inst, names):
         total = float(res.arrays["e2e_s"].sum())
         for b in (lb, sr):
             assert b.bound <= total * (1 + 1e-7) + 1e-9, (name, b.formulation, b.bound, total)
-        model, x = embed(sub, res, log)
+        model, x = embed(sub, res, log, build_cost_lp(sub, dt_scale=dt_scale))
         bad = violations(model, x)
         assert not bad, (name, bad)
         checked += 1
@@ -87,13 +91,13 @@ def _check(inst, names):
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shared_prefix_instances())
-def test_cost_lp_below_policies_shared_prefix_tight_kv(inst):
-    _check(inst, _plain(FAST_POLICIES))
+@given(shared_prefix_instances(), st.sampled_from([1.0, 4.0]))
+def test_cost_lp_below_policies_shared_prefix_tight_kv(inst, dt_scale):
+    _check(inst, _plain(FAST_POLICIES), dt_scale)
 
 
 @pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shared_prefix_instances())
-def test_cost_lp_below_every_registered_policy(inst):
-    _check(inst, _plain(policy_names()))
+@given(shared_prefix_instances(), st.sampled_from([1.0, 4.0]))
+def test_cost_lp_below_every_registered_policy(inst, dt_scale):
+    _check(inst, _plain(policy_names()), dt_scale)

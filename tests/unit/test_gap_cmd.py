@@ -172,10 +172,11 @@ def test_gap_shows_the_optimality_interval(tmp_path, capsys):
     assert "## Optimality interval" in (tmp_path / "gap_table.md").read_text()
 
 
-def test_gap_interval_defaults_are_reproducible_and_say_what_is_left_out(tmp_path, capsys):
+def test_gap_interval_defaults_are_reproducible_and_include_the_coarse_lp(tmp_path, capsys):
     """By default the schedule search runs a fixed number of simulations (the same upper
-    end on every machine) and the cost-model LP is not computed; the report says how to
-    compute it. Twice the same command gives the same interval."""
+    end on every machine) and the cost-model LP runs on its coarse grid, in one round,
+    within its time limit; its certified bound is never above the cost bound's interval
+    partner and the run says which grid. Twice the same command gives the same interval."""
     args = ["gap", "--duration", "6", "--windows", "1", "--loads", "1.0", "--policies",
             "vllm", "--json"]
     runs = []
@@ -183,15 +184,17 @@ def test_gap_interval_defaults_are_reproducible_and_say_what_is_left_out(tmp_pat
         assert main(args + ["--out", str(tmp_path / str(k))]) == 0
         runs.append(json.loads(capsys.readouterr().out)["interval"])
     for r in runs[0]:
-        assert {b["name"] for b in r["bounds"]} == {"cost-bound", "srpt-bound"}
+        bounds = {b["name"]: b for b in r["bounds"]}
+        assert set(bounds) == {"cost-bound", "srpt-bound", "cost-lp"}
+        assert bounds["cost-lp"]["status"] in ("optimal", "feasible")
+        assert r["lower_s"] == max(b["total_s"] for b in r["bounds"])
         assert r["search"]["evaluations"] == 16
         for q in r["quantiles"].values():  # tails: cost bound's p99 below, vllm's above
             assert q["lower_s"] <= q["upper_s"] and q["upper_name"] == "vllm"
     assert [(r["lower_s"], r["upper_s"]) for r in runs[0]] == \
         [(r["lower_s"], r["upper_s"]) for r in runs[1]]
-    assert "--bound-time-limit 20 computes it" in (tmp_path / "0" / "gap_table.md").read_text()
-    assert main(["gap", "--duration", "6", "--windows", "1", "--loads", "1.0", "--policies",
-                 "vllm", "--out", str(tmp_path / "x")]) == 0
-    assert "cost-lp (the time-indexed LP bound" in capsys.readouterr().out
+    assert "certified no bound" not in (tmp_path / "0" / "gap_table.md").read_text()
+    assert main(args + ["--out", str(tmp_path / "z"), "--lp-grid-scale", "0"]) == 2
+    assert "--lp-grid-scale must be > 0" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "y"), "--search-evaluations", "0"]) == 2
     assert "--search-evaluations must be an integer >= 1" in capsys.readouterr().err

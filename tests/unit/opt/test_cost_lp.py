@@ -211,3 +211,21 @@ def test_unsupported_instances_say_why():
 def test_bad_interval_is_a_clear_error():
     with pytest.raises(ValueError, match="dt_s"):
         solve("cost-lp", _tiny(3), dt_s=-1.0)
+    with pytest.raises(ValueError, match="dt_scale"):
+        solve("cost-lp", _tiny(3), dt_scale=0.0)
+    with pytest.raises(ValueError, match="window_rounds"):
+        solve("cost-lp", _tiny(3), window_rounds=0)
+
+
+def test_a_coarser_grid_in_one_round_is_still_below_the_optimum():
+    """``lpserve gap``'s default LP (a grid four times coarser, one round): its step is
+    four times the default's, it solves in one round and its bound stays below the exact
+    optimum of the simulator's schedules."""
+    inst = _tiny(4, n=5)
+    fine = solve("cost-lp", inst)
+    coarse = solve("cost-lp", inst, dt_scale=4.0, window_rounds=1)
+    assert coarse.solved and len(coarse.info["rounds"]) == 1
+    assert coarse.info["dt_s"] == pytest.approx(4.0 * fine.info["dt_s"])
+    exact = solve("schedule-exact", inst)
+    assert exact.status == Status.OPTIMAL
+    assert coarse.bound <= exact.objective * (1 + 1e-9)
