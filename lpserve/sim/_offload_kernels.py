@@ -74,13 +74,15 @@ def offload_struct(gib: float, cost: Any, block_tokens: int, kv_scale: float,
     return a, new_off(*a)
 
 
-def for_replica(ctx: Any, req: Any) -> tuple[Any, "CompiledOffload | None"]:
+def for_replica(ctx: Any, req: Any, cost: Any = None) -> tuple[Any, "CompiledOffload | None"]:
     """``(struct, counters)`` of the offload of a compiled replica of run context ``ctx``
-    over the run's request arrays ``req`` (``counters`` None without offload)."""
+    over the run's request arrays ``req`` (``counters`` None without offload), its loads
+    priced by ``cost`` (the replica's cost model; default the run's)."""
     gib = ctx.policy.engine.kv_offload_gib
     bt, max_keys = ctx.block_tokens, int(req.keybuf.shape[0])
     bound = int(np.minimum(req.prompt // bt, max_keys).sum()) if gib else 0
-    a, s = offload_struct(gib, ctx.cost, bt, ctx.kv_scale, int(req.prompt.shape[0]),
+    a, s = offload_struct(gib, ctx.cost if cost is None else cost, bt, ctx.kv_scale,
+                          int(req.prompt.shape[0]),
                           max_keys, bound)
     return s, (CompiledOffload(a) if gib else None)
 

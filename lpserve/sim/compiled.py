@@ -32,14 +32,17 @@ from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as SK
 from lpserve.sim import _structs as ST
 from lpserve.sim import _vtc_kernels as V
+from lpserve.sim._compiled_setup import (
+    engine_config,
+    request_arrays,
+    spec_run,
+    transfer_coefficients,
+)
 from lpserve.sim.state import RunContext, State
 from lpserve.sim.twins import rank_spec, twin_spec
 
 __all__ = ["CompiledReplica", "CompiledRun", "enqueue_all_cluster", "finalize_reasons"]
 
-_BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
-          "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}
-_PREEMPT = {"recompute": T.PRE_RECOMPUTE, "swap": T.PRE_SWAP, "compress-swap": T.PRE_COMPRESS}
 _ROLE = {"colocated": T.ROLE_COLOCATED, "prefill": T.ROLE_PREFILL, "decode": T.ROLE_DECODE}
 _CTL = {"dpp": SK.CTL_DPP, "tbt-recorder": SK.CTL_RECORDER,
         "vtc": SK.CTL_NONE}  # VTC's meter: its twin reads the engine's arrays instead
@@ -76,13 +79,14 @@ class CompiledRun:
             predictors, routers that read completions).
     """
 
-    def __init__(self, ctx: RunContext, cluster: Any, track_finished: bool) -> None:
+    def __init__(self, ctx: RunContext, cluster: Any, track_finished: bool,
+                 max_total_blocks: int | None = None) -> None:
         self.ctx = ctx
         S: State = ctx.state
         pol = ctx.policy
         eng = pol.engine
         n, bt = S.n, ctx.block_tokens
-        self.req_a, n_known = _request_arrays(ctx)
+        self.req_a, n_known = request_arrays(ctx, max_total_blocks or ctx.total_blocks)
         self.plo, self.phi = self.req_a.plo, self.req_a.phi
         self.req = ST.new_req(*self.req_a)
         kind, fp, ip = rank_spec(pol.scheduler)
@@ -118,25 +122,11 @@ class CompiledRun:
         cost = ctx.cost
         total = ctx.total_blocks
         ratio = float(eng.compression_ratio)
-        # swap seconds by blocks moved since the last iteration; one request holds at
-        # most ``total`` blocks, so the preemption decider's lookups stay in the table
-        counts = np.arange(3 * total + 2)
-        self.swap_tab = np.asarray(cost.swap_times_s(counts, bt), np.float64)
-        # a step swaps each running request out at most once, swapped ones in, and
-        # admitted ones out again: at most 3 * total blocks without shared prefix blocks
-        # (each block has one holder), 3 * total per admitted request with them (every
-        # holder counts a shared block), and never more than the host holds each way; the
-        # table is grown before a step that could need more, so every swap is priced with
-        # the cost model's own float (a fitted line past the table was off by an ulp)
-        holders = eng.max_num_seqs if eng.prefix_caching else 1
-        self.swap_step = 3 * min(int(ctx.host_blocks), total * holders)
-        if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
-            self.cswap_tab = (np.asarray(cost.swap_times_s(counts, bt), np.float64) / ratio
-                              + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
-                                           np.float64))
-        else:
-            self.cswap_tab = np.zeros(counts.size)
-        a, d = _transfer_coefficients(cost, ctx.link_gbps)
+        # the swap price tables of each cost model a replica runs (one in a homogeneous
+        # cluster), shared by its replicas: swap_tables
+        self._tables: dict[int, list[np.ndarray]] = {}
+        self.swap_step = self.swap_step_of(total)
+        a, d = transfer_coefficients(cost, ctx.link_gbps)
         dec = twin_spec(eng.preemption_decider)
         self.cff = np.zeros(T.N_CFF)
         self.cff[T.D_RATIO] = ratio
@@ -147,9 +137,9 @@ class CompiledRun:
         self.cff[T.D_HORIZON] = ctx.horizon_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
-        self.cfg = _engine_config(ctx, kind, dec is not None, self.ctl_kind, self.swap_step,
+        self.cfg = engine_config(ctx, kind, dec is not None, self.ctl_kind, self.swap_step,
                                   track_finished)
-        self.sr_a = _spec_run(ctx, n)
+        self.sr_a = spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = twin_spec(pol.evictor) if eng.prefix_caching else None
         if ev is None:
@@ -158,20 +148,63 @@ class CompiledRun:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
 
-    def grow_swap_table(self, need: int) -> None:
-        """Extend ``swap_tab`` (seconds to swap ``k`` blocks, float64 ``(K,)``) to at
-        least ``need`` entries: swaps of several steps without an iteration between them
-        are priced together in the next iteration, as the Python replica does."""
-        n0 = self.swap_tab.size
+    def swap_step_of(self, total: int) -> int:
+        """Most blocks one planning step of a replica with ``total`` KV blocks can swap:
+        each running request out at most once, swapped ones in, and admitted ones out
+        again: at most 3 * total blocks without shared prefix blocks (each block has one
+        holder), 3 * total per admitted request with them (every holder counts a shared
+        block), and never more than the host holds each way. The swap table is grown
+        before a step that could need more, so every swap is priced with the cost model's
+        own float (a fitted line past the table was off by an ulp)."""
+        eng = self.ctx.policy.engine
+        holders = eng.max_num_seqs if eng.prefix_caching else 1
+        return 3 * min(int(self.ctx.host_blocks), int(total) * holders)
+
+    def swap_tables(self, cost: Any, total: int) -> list[Any]:
+        """``[swap_tab, cswap_tab, cost]`` of ``cost``: seconds to swap ``k`` blocks out
+        (and, with compress-and-swap or a preemption decider, to compress and swap them),
+        float64 ``(K,)``, at least ``3 * total + 2`` entries so that the preemption
+        decider's lookups of one request's blocks stay in the table. One list per cost
+        model, shared by its replicas and grown in place (:meth:`grow_swap_table`)."""
+        tabs = self._tables.get(id(cost))
+        if tabs is None:
+            eng, bt = self.ctx.policy.engine, self.ctx.block_tokens
+            ratio = float(eng.compression_ratio)
+            counts = np.arange(3 * int(total) + 2)
+            swap = np.asarray(cost.swap_times_s(counts, bt), np.float64)
+            if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
+                cswap = (np.asarray(cost.swap_times_s(counts, bt), np.float64) / ratio
+                         + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
+                                      np.float64))
+            else:
+                cswap = np.zeros(counts.size)
+            tabs = self._tables[id(cost)] = [swap, cswap, cost]
+        return tabs
+
+    @property
+    def swap_tab(self) -> np.ndarray:
+        """The swap table of the run's (first replica's) cost model."""
+        return self.swap_tables(self.ctx.cost, self.ctx.total_blocks)[0]
+
+    @property
+    def cswap_tab(self) -> np.ndarray:
+        """The compress-and-swap table of the run's (first replica's) cost model."""
+        return self.swap_tables(self.ctx.cost, self.ctx.total_blocks)[1]
+
+    def grow_swap_table(self, tabs: list[Any], need: int) -> None:
+        """Extend the swap table of ``tabs`` (:meth:`swap_tables`) to at least ``need``
+        entries: swaps of several steps without an iteration between them are priced
+        together in the next iteration, as the Python replica does."""
+        n0 = tabs[0].size
         if need <= n0:
             return
-        cost, bt = self.ctx.cost, self.ctx.block_tokens
-        more = cost.swap_times_s(np.arange(n0, max(need, 2 * n0)), bt)
-        self.swap_tab = np.concatenate([self.swap_tab, np.asarray(more, np.float64)])
+        more = tabs[2].swap_times_s(np.arange(n0, max(need, 2 * n0)), self.ctx.block_tokens)
+        tabs[0] = np.concatenate([tabs[0], np.asarray(more, np.float64)])
 
-    def replica(self, index: int, role: str) -> "CompiledReplica":
-        """A fresh compiled replica ``index`` with ``role``."""
-        return CompiledReplica(self, index, role)
+    def replica(self, index: int, role: str, **own: Any) -> "CompiledReplica":
+        """A fresh compiled replica ``index`` with ``role``; ``own``: its ``cost``,
+        ``params`` and ``total_blocks`` in a heterogeneous cluster."""
+        return CompiledReplica(self, index, role, **own)
 
     def sync_policy_state(self, replicas: list["CompiledReplica"]) -> None:
         """Copy the compiled twins' state back where the policy objects report it (the
@@ -195,128 +228,17 @@ class CompiledRun:
                     self.ctl_obj.restore(r.key, r.r.ctl_st)
 
 
-def _request_arrays(ctx: RunContext) -> tuple[Any, int]:
-    """The compiled engine's per-request arrays (``T.Req``) over the run's state, and the
-    number of agentic programs in the trace (requests of no program get one each)."""
-    S: State = ctx.state
-    n, bt = S.n, ctx.block_tokens
-    tr = S.trace
-    # full prompt blocks a request may hold: none beyond a replica's pool (a longer
-    # prompt is rejected as prompt_exceeds_kv before it holds any), so the slot buffers
-    # stay bounded by what the run can hold, not by the longest prompt of the trace
-    n_full = np.minimum(S.prompt // bt, ctx.total_blocks)
-    slot_off = np.zeros(n + 1, np.int64)
-    np.cumsum(n_full, out=slot_off[1:])
-    if tr.block_flat is not None:
-        chain = T.trace_chain(np.asarray(tr.block_flat, np.int64),
-                              np.asarray(tr.block_offsets, np.int64))
-        chain_off = np.asarray(tr.block_offsets, np.int64)
-    else:
-        chain, chain_off = np.zeros(0, np.int64), np.zeros(n + 1, np.int64)
-    pid = np.full(n, -1, np.int64) if tr.program_id is None else \
-        np.asarray(tr.program_id, np.int64)
-    known = np.unique(pid[pid >= 0])
-    prog = np.where(pid >= 0, np.searchsorted(known, pid), known.size + np.arange(n))
-    has_pred = ctx.pred_lo is not None
-    plo = _mutable(ctx.pred_lo if has_pred else np.ones(n, np.int64))
-    phi = _mutable(ctx.pred_hi if has_pred else np.ones(n, np.int64))
-    req = T.Req(
-        prompt=S.prompt, out=S.out, arrival=S.arrival, computed=S.computed,
-        dcomp=S.draft_computed, gen=S.gen, anon=S.anon, nslots=S.nslots,
-        host_blocks=S.host_blocks, swap_gpu=S.swap_gpu_blocks, swapped=S.swapped,
-        compressed=S.compressed, kv_remote=S.kv_remote, status=S.status,
-        first_sched=S.first_sched, first_token=S.first_token, finish=S.finish,
-        preempt=S.preempt, cached_tok=S.cached_tok, seen_tok=S.seen_tok,
-        replica=S.replica, decode_replica=S.decode_replica, reason=S.reason_code,
-        tenant=S.tenant, plo=plo, phi=phi, prog=prog.astype(np.int64),
-        wnext=np.full(n, -1, np.int64), wprev=np.full(n, -1, np.int64),
-        slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
-        turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
-        keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
-        ready=S.ready_iter, link_wait=S.link_wait)
-    return req, int(known.size)
-
-
-def _engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
-                   swap_step: int, track_finished: bool) -> np.ndarray:
-    """The int64 engine configuration (layout ``T.C_*``) of the run's replicas (each
-    replica's copy then takes its role and index)."""
-    eng, tr = ctx.policy.engine, ctx.state.trace
-    bt, total = ctx.block_tokens, ctx.total_blocks
-    has_pred = ctx.pred_lo is not None
-    cfg = np.zeros(T.N_CFG, np.int64)
-    cfg[T.C_BATCH] = _BATCH[eng.batching]
-    cfg[T.C_MAX_SEQS] = eng.max_num_seqs
-    cfg[T.C_BUDGET] = eng.max_num_batched_tokens
-    cfg[T.C_CHUNKED] = int(eng.chunked_prefill)
-    cfg[T.C_RESERVE] = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // bt)
-    cfg[T.C_WM] = int(eng.watermark * total)
-    cfg[T.C_BT] = bt
-    cfg[T.C_TOTAL] = total
-    cfg[T.C_CACHING] = int(eng.prefix_caching)
-    cfg[T.C_PREEMPT] = _PREEMPT[eng.preemption]
-    cfg[T.C_PRIO] = int(eng.priority_preemption)
-    cfg[T.C_EVICT_BATCH] = eng.evict_batch_blocks
-    cfg[T.C_REFERENCE] = int(ctx.reference)
-    cfg[T.C_TRACK_FIN] = int(track_finished)
-    cfg[T.C_RANK_KIND] = kind
-    cfg[T.C_DECIDER] = int(has_decider)
-    cfg[T.C_CTL] = ctl_kind
-    cfg[T.C_TRACE_BT] = int(tr.block_tokens) if tr.block_flat is not None else 0
-    cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len
-    cfg[T.C_HAS_PRED] = int(has_pred)
-    cfg[T.C_SPEC] = int(ctx.spec is not None)
-    cfg[T.C_SWAP_STEP] = swap_step
-    cfg[T.C_AHEAD] = int(eng.schedule_ahead)
-    return cfg
-
-
-def _mutable(a: Any) -> np.ndarray:
-    """``a`` as a writable int64 array (the trace's read-only columns are copied)."""
-    arr = np.asarray(a, np.int64)
-    return arr if arr.flags.writeable and arr.flags.c_contiguous else arr.copy()
-
-
-def _spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
-    """The speculation arrays of a run (off: placeholders)."""
-    ip = np.zeros(SP.N_Q, np.int64)
-    runner = ctx.spec
-    if runner is None:
-        return SP.SpecRun(ip=ip, tparams=np.zeros(1), dparams=np.zeros((1, 1)),
-                          rates=np.zeros((1, 1)), edges=np.ones(1, np.int64),
-                          counts=np.zeros(6, np.int64))
-    dec = runner.decider
-    kind, params = twin_spec(dec)
-    ip[SP.Q_KIND] = SP.SPEC_KINDS[kind]
-    ip[SP.Q_MAX_K] = dec.max_k
-    ip[SP.Q_DRAFTS] = len(dec.drafts)
-    ip[SP.Q_FIXED_K], ip[SP.Q_FIXED_D] = params
-    ip[SP.Q_EAGER] = int(runner.eager)
-    ip[SP.Q_CLASSES] = int(ctx.state.tenant.max(initial=-1)) + 2
-    ip[SP.Q_BUCKETS] = len(dec.bucket_edges) + 1
-    return SP.SpecRun(ip=ip, tparams=np.array(runner.target_params, np.float64),
-                      dparams=np.stack(runner.draft_params),
-                      rates=np.ascontiguousarray(runner.rates, np.float64),
-                      edges=np.asarray(dec.bucket_edges, np.int64),
-                      counts=np.zeros(6, np.int64))
-
-
-def _transfer_coefficients(cost: Any, link_gbps: float) -> tuple[float, float]:
-    """``(a, d)`` with ``cost.transfer_time_s(n, link) == n * a / d`` exactly."""
-    sizes = getattr(cost, "sizes", cost)
-    if cost.transfer_time_s(1, link_gbps) == 0.0:
-        return 0.0, 1.0
-    bw = sizes.default_link_gbps() if link_gbps is None else float(link_gbps)
-    return float(sizes.kv_bytes_per_token), bw * 1e9
-
-
 class CompiledReplica:
     """One replica driven by :mod:`lpserve.sim._replica_kernels` (see the module
     docstring); ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
 
     compiled = True
 
-    def __init__(self, run: CompiledRun, index: int, role: str) -> None:
+    def __init__(self, run: CompiledRun, index: int, role: str, *, cost: Any = None,
+                 params: np.ndarray | None = None, total_blocks: int | None = None) -> None:
+        """Replica ``index`` of ``role``; ``cost``, ``params`` and ``total_blocks`` (its own
+        cost model, its float64 parameters and its KV blocks, in a heterogeneous cluster)
+        default to the run's, as :class:`lpserve.sim.replica.Replica`'s."""
         self.runset = run
         ctx = run.ctx
         self.ctx = ctx
@@ -326,10 +248,15 @@ class CompiledReplica:
         self.key = (role, index)
         self.eng = ctx.policy.engine
         self.bt = ctx.block_tokens
-        total = ctx.total_blocks
+        self.cost = ctx.cost if cost is None else cost
+        total = ctx.total_blocks if total_blocks is None else int(total_blocks)
         self.cfg = run.cfg.copy()
         self.cfg[T.C_ROLE] = _ROLE[role]
         self.cfg[T.C_INDEX] = index
+        self.cfg[T.C_TOTAL] = total
+        self.cfg[T.C_WM] = int(self.eng.watermark * total)
+        self.cfg[T.C_SWAP_STEP] = self.swap_step = run.swap_step_of(total)
+        self._tabs = run.swap_tables(self.cost, total)
         self.wm_blocks = int(self.cfg[T.C_WM])
         self.reserve_blocks = int(self.cfg[T.C_RESERVE])
         pool = P.new_pool_arrays(total, self.eng.prefix_caching, run.ev_kind, run.ev_params)
@@ -340,7 +267,7 @@ class CompiledReplica:
         n_ev = 4 * (self.eng.max_num_seqs + 1)
         n_rel = total + 2
         ctl_q = np.zeros(run.ctl_a.w.shape[0])
-        off, self.offload = O.for_replica(ctx, run.req_a)  # CPU KV offload (35)
+        off, self.offload = O.for_replica(ctx, run.req_a, self.cost)  # CPU KV offload (35)
         self.r = T.Rep(
             ist=ist, fst=np.zeros(T.N_FST), run=np.zeros(self.eng.max_num_seqs + 2, np.int64),
             pool=P.pool_struct(pool), rel_t=np.zeros(n_rel), rel_i=np.zeros(n_rel, np.int64),
@@ -366,7 +293,7 @@ class CompiledReplica:
                                  np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
                                  np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64), rng)
         self.inbound: dict[int, int] = {}
-        self.params = ctx.params
+        self.params = ctx.params if params is None else params
 
     # ------------------------------------------------------------------ state
     now = property(lambda self: float(self.r.fst[T.F_NOW]),
@@ -412,8 +339,8 @@ class CompiledReplica:
         elif code == SK.NEED_ROOM:
             self._drain()
             self._grow_arena()
-            run = self.runset
-            run.grow_swap_table(int(self.r.ist[T.I_SWAP_BLOCKS]) + run.swap_step + 2)
+            self.runset.grow_swap_table(self._tabs, int(self.r.ist[T.I_SWAP_BLOCKS])
+                                        + self.swap_step + 2)
         else:
             return False
         return True
@@ -421,8 +348,8 @@ class CompiledReplica:
     def _call(self, t: float, max_steps: int) -> int:
         run = self.runset
         while True:
-            code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, run.swap_tab,
-                              run.cswap_tab, run.rk, run.ctl, run.sr, self.ss, t, max_steps)
+            code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, self._tabs[0],
+                              self._tabs[1], run.rk, run.ctl, run.sr, self.ss, t, max_steps)
             if not self._serve(code):
                 self._drain()
                 return code
@@ -465,7 +392,7 @@ class CompiledReplica:
         run, k = self.runset, 0
         while True:
             k, code = RX.enqueue_all(run.req, self.rep, self.cfg, run.cff, self.params,
-                                     run.swap_tab, run.cswap_tab, run.rk, run.ctl, run.sr,
+                                     self._tabs[0], self._tabs[1], run.rk, run.ctl, run.sr,
                                      self.ss, ids, times_s, k)
             if not self._serve(code):
                 break
@@ -572,6 +499,8 @@ def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_
     if not reached:
         return
     run = replicas[0].runset
+    if any(r.cost is not run.ctx.cost for r in replicas[:reached]):
+        raise ValueError("internal: enqueue_all_cluster needs replicas of one cost model")
     pairs = ST.new_replica_list(replicas[0].rep, replicas[0].ss)
     for r in replicas[1:reached]:
         ST.push_replica(pairs, r.rep, r.ss)
@@ -581,7 +510,7 @@ def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_
     k = m = 0
     while True:
         k, m, code = RX.enqueue_all_cluster(
-            run.req, pairs, cfgs, run.cff, replicas[0].params, run.swap_tab, run.cswap_tab,
+            run.req, pairs, cfgs, run.cff, replicas[0].params, *replicas[0]._tabs[:2],
             run.rk, run.ctl, run.sr, n_route, ids, times_s, k, m, *history, *pending)
         if not replicas[m]._serve(code):
             break

@@ -179,18 +179,21 @@ class Simulation:
         decode pool of a disaggregated cluster, else empty), built when first reached
         where ``lazy_ok``."""
         policy, cl = self.policy, self.cluster
+        self.heterogeneous = replica_kw is not None
         self.compiled = twins.eligible(policy, self.reference,
-                                       heterogeneous=replica_kw is not None,
                                        disaggregated=cl.disaggregated)
         self.engine_name = "python"
         self.runset = None
         if self.compiled:
             external = twins.rank_spec(policy.scheduler)[0] == twins.RANK_EXTERNAL
             self.engine_name = "compiled+python-ranks" if external else "compiled"
-            self.runset = compiled.CompiledRun(self.ctx, cl, self.deps is not None
-                                               or self.predictor is not None
-                                               or bool(self._done_roles))
-            make = self.runset.replica
+            self.runset = compiled.CompiledRun(
+                self.ctx, cl, self.deps is not None or self.predictor is not None
+                or bool(self._done_roles),
+                max(kw["total_blocks"] for kw in replica_kw) if replica_kw else None)
+
+            def make(k: int, role: str) -> Any:
+                return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))
         else:
             def make(k: int, role: str) -> Replica:
                 return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
@@ -550,11 +553,14 @@ class Simulation:
         no state, with a scheduler that shares no state across them:
         ``twins.independent_replicas``), no dependencies, decode pool or rebalancer, no
         invariant checks, and no predictor or one with a compiled twin (History: the kernel
-        asks it at each arrival, after every replica advanced to that time)."""
+        asks it at each arrival, after every replica advanced to that time) on a
+        homogeneous cluster."""
         if not (self.compiled and not self.check and self.deps is None and not self.back
                 and self.migrator is None):
             return False
-        return (self.predictor is None or self._history_twin() is not None) and (
+        # the one-call History path prices every replica with the run's cost model
+        history = self._history_twin() is not None and not self.heterogeneous
+        return (self.predictor is None or history) and (
             len(self.front) == 1 or twins.independent_replicas(self.policy))
 
     def _history_twin(self) -> tuple | None:

@@ -44,18 +44,18 @@ def independent_replicas(policy: Any) -> bool:
         kind not in (T.RANK_EXTERNAL, RK.R_PROG)
 
 
-def eligible(policy: Any, reference: bool, heterogeneous: bool = False,
-             disaggregated: bool = False) -> bool:
-    """Whether a run of ``policy`` can use compiled replicas: not the reference mode, not a
-    heterogeneous cluster (whose replicas have their own cost parameters and KV blocks),
-    and compiled twins for its evictor (when prefix caching is on), its preemption
+def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
+    """Whether a run of ``policy`` can use compiled replicas (on any cluster: in a
+    heterogeneous one each compiled replica has its own cost parameters, swap prices and
+    KV blocks): not the reference mode, and compiled twins for its evictor (when prefix
+    caching is on), its preemption
     decider, its budget controller and its speculation decider, VTC only as its own meter
     (the budget controller) on a colocated cluster without a rebalancer, and no swap on
     the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
     preemption, or ``proactive_swap``). Completions reach a router that reads them
     through the event loop as with Python replicas."""
     eng = policy.engine
-    if reference or heterogeneous or (eng.speculation is not None
+    if reference or (eng.speculation is not None
                                       and twin_spec(eng.speculation) is None):
         return False
     vtc = twin_spec(policy.scheduler)

@@ -4,7 +4,8 @@ policy under every engine option.
 A case draws a registered policy, an engine configuration (batching, chunked prefill,
 preemption mode, priority preemption, prefix caching, batch caps, scheduling one
 iteration ahead), a small trace (shared
-prefix blocks, bursts, agentic parents for some) and a cluster with a tight KV pool, then
+prefix blocks, bursts, agentic parents for some) and a cluster with a tight KV pool (for
+some two-replica cases a mixed A100 + H100 one), then
 compares the fast run (compiled replicas where the policy has twins) with the reference
 mode (Python replicas, the scheduler consulted every iteration) under ``check=True`` (the
 block, host-memory and timing invariants at every event) by ``Result.digest()``; a
@@ -78,6 +79,11 @@ def _case(seed: int, name: str) -> tuple[lp.Instance, lp.Policy]:
         engine = dataclasses.replace(pol.engine, **eng)
     except ValueError:  # an option this policy's engine rejects: keep its own
         engine = pol.engine
+    if cl.replicas == 2 and not cl.disaggregated and rng.random() < 0.3:
+        # a mixed cluster (drawn last, so every other draw of the seed stays): each
+        # replica with its own cost model, swap prices and KV blocks
+        cl = lp.Cluster.mixed(llm="llama-2-7b", groups=[("a100-80gb", 1), ("h100-sxm", 1)],
+                              gpu_memory_fraction=frac)
     return lp.Instance(trace=tr, cluster=cl), dataclasses.replace(pol, engine=engine)
 
 

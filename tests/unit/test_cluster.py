@@ -8,7 +8,6 @@ import pytest
 import lpserve as lp
 from lpserve.cost import cost_models_for
 from lpserve.policy import Router
-from lpserve.sim import twins
 
 
 def _mixed(**kw):
@@ -106,13 +105,30 @@ def test_each_replica_priced_by_its_own_model_and_kv():
 def test_heterogeneous_runs_refuse_what_they_cannot_simulate():
     tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[10], output_tokens=[2])
     inst = lp.Instance(trace=tr, cluster=_mixed())
-    assert not twins.eligible(lp.make_policy("vllm", prefix_caching=False), False,
-                                 heterogeneous=True)
     with pytest.raises(ValueError, match="rebalancer is not simulated on a heterogeneous"):
         lp.simulate(inst, "rebalance-llumnix")
-    # the compiled engine's twin (prefix caching off) still runs: Python replicas
     res = lp.simulate(inst, lp.make_policy("vllm", prefix_caching=False))
     assert res.summary()["n_finished"] == 1
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm+least-outstanding", "vllm+dynamo-kv",
+                                  "sarathi", "mlfq", "vllm-compress-swap", "fastserve"])
+def test_a_mixed_cluster_runs_compiled_replicas_equal_to_the_reference(name):
+    """Each compiled replica of a mixed cluster is priced by its own cost model, swap
+    prices and KV blocks: the same requests' times as the Python replicas, per request
+    (fastserve's overlapped host link still runs in Python: both modes agree trivially)."""
+    rng = np.random.default_rng(5)
+    n = 120
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 6, n)),
+                              prompt_tokens=rng.integers(100, 3000, n),
+                              output_tokens=rng.integers(1, 300, n))
+    inst = lp.Instance(trace=tr, cluster=_mixed(gpu_memory_fraction=0.45))
+    fast = lp.simulate(inst, name, seed=1, check=True)
+    ref = lp.simulate(inst, name, seed=1, reference=True, check=True)
+    assert fast.stats["engine"] == ("python" if name == "fastserve" else "compiled")
+    assert fast.digest() == ref.digest()
+    assert fast.stats["replica_total_blocks"] == ref.stats["replica_total_blocks"]
+    assert len(set(fast.stats["replica_total_blocks"])) == 3
 
 
 def test_cost_bound_on_a_mixed_cluster_is_below_the_simulation():
