@@ -40,15 +40,18 @@ def _has_work(r: Any) -> bool:
     return bool(r.running or r.waiting or r.releases or getattr(r, "loading", None))
 
 
-def _pool(make: Any, role: str, count: int, lazy_up_to: int | None) -> list[Any]:
+def _pool(make: Any, role: str, count: int, lazy_up_to: int | None,
+          scale: float = 1.0) -> list[Any]:
     """``count`` replicas of ``role``, refused up front (:mod:`lpserve.sim.memory`) when
     the machine cannot hold them. With ``lazy_up_to`` (the most replicas requests can
     reach: the run's request count) every replica but the first is built when a request
-    first reaches it (:mod:`lpserve.sim.vacant`), and the check counts at most that many."""
+    first reaches it (:mod:`lpserve.sim.vacant`), and the check counts at most that many.
+    ``scale``: the largest replica's KV blocks over the first's (a heterogeneous cluster)."""
     if count < 1:
         return []
     first = make(0, role)
-    check_replicas(first, count if lazy_up_to is None else min(count, lazy_up_to), role)
+    check_replicas(first, count if lazy_up_to is None else min(count, lazy_up_to), role,
+                   scale=scale)
     if lazy_up_to is not None:
         return vacant_pool(first, make, role, count)
     return [first] + [make(k, role) for k in range(1, count)]
@@ -202,7 +205,9 @@ class Simulation:
             self.front = _pool(make, "prefill", cl.prefill_replicas, lazy)
             self.back = _pool(make, "decode", cl.decode_replicas, lazy)
         else:
-            self.front = _pool(make, "colocated", cl.replicas, lazy)
+            scale = (max(kw["total_blocks"] for kw in replica_kw)
+                     / replica_kw[0]["total_blocks"]) if replica_kw else 1.0
+            self.front = _pool(make, "colocated", cl.replicas, lazy, scale)
             self.back = []
 
     # ------------------------------------------------------------------ routing

@@ -44,10 +44,13 @@ def available_bytes() -> int | None:
     return None
 
 
-def check_replicas(first: Any, count: int, role: str, available: int | None = None) -> None:
+def check_replicas(first: Any, count: int, role: str, available: int | None = None,
+                   scale: float = 1.0) -> None:
     """Refuse (``MemoryError`` with the estimate) a pool of ``count`` replicas like
-    ``first`` that would take more than :data:`MAX_SHARE` of the available memory."""
-    per = replica_bytes(first)
+    ``first`` that would take more than :data:`MAX_SHARE` of the available memory;
+    ``scale`` (>= 1) sizes each as the largest pool of a heterogeneous cluster (its KV
+    blocks over the first replica's: an over-estimate of the per-request part)."""
+    per = int(replica_bytes(first) * scale)
     avail = available_bytes() if available is None else available
     if not per or avail is None or count * per <= MAX_SHARE * avail:
         return

@@ -39,6 +39,22 @@ def test_check_refuses_with_the_estimate_and_passes_what_fits():
         memory.check_replicas(first, 1000, "colocated", available=20 * per)
 
 
+def test_a_mixed_pool_is_sized_by_its_largest_replica():
+    """A heterogeneous cluster's compiled replicas hold pools of different sizes: the check
+    sizes each as the largest (the first replica here is the smaller A100-40GB one)."""
+    tr = lp.Trace.from_arrays(arrival_s=[0.0], prompt_tokens=[10], output_tokens=[2])
+    cl = lp.Cluster.mixed(llm="llama-3-8b", groups=[("a100-40gb", 1), ("h100-sxm", 1)])
+    sim = Simulation(lp.Instance(trace=tr, cluster=cl), lp.make_policy("vllm"))
+    small, big = (memory.replica_bytes(r) for r in sim.front)
+    assert big > 1.5 * small
+    blocks = [r.bm.total for r in sim.front]
+    scale = blocks[1] / blocks[0]
+    with pytest.raises(MemoryError, match="simulate at most 1 replicas here"):
+        memory.check_replicas(sim.front[0], 2, "colocated", available=int(2 * small / 0.5),
+                              scale=scale)
+    memory.check_replicas(sim.front[0], 2, "colocated", available=int(2 * small / 0.5))
+
+
 def test_a_pool_is_refused_for_the_replicas_its_requests_can_reach(monkeypatch):
     """Replicas are built when a request first reaches them (lpserve.sim.vacant): the check
     counts at most requests + 1 of them, and refuses those when they do not fit."""
