@@ -63,11 +63,12 @@ def request_arrays(ctx: RunContext, max_total_blocks: int) -> tuple[Any, int]:
 
 
 def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
-                   swap_step: int, track_finished: bool) -> np.ndarray:
-    """The int64 engine configuration (layout ``T.C_*``) of the run's replicas (each
-    replica's copy then takes its role and index)."""
+                  track_finished: bool) -> np.ndarray:
+    """The int64 engine configuration (layout ``T.C_*``) of the run's replicas; each
+    replica's copy then takes its role, index and what follows its own KV pool
+    (``C_TOTAL``, ``C_WM``, ``C_SWAP_STEP``: :class:`lpserve.sim.compiled.CompiledReplica`)."""
     eng, tr = ctx.policy.engine, ctx.state.trace
-    bt, total = ctx.block_tokens, ctx.total_blocks
+    bt = ctx.block_tokens
     has_pred = ctx.pred_lo is not None
     cfg = np.zeros(T.N_CFG, np.int64)
     cfg[T.C_BATCH] = _BATCH[eng.batching]
@@ -75,9 +76,7 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     cfg[T.C_BUDGET] = eng.max_num_batched_tokens
     cfg[T.C_CHUNKED] = int(eng.chunked_prefill)
     cfg[T.C_RESERVE] = 0 if eng.reserve_tokens is None else -(-eng.reserve_tokens // bt)
-    cfg[T.C_WM] = int(eng.watermark * total)
     cfg[T.C_BT] = bt
-    cfg[T.C_TOTAL] = total
     cfg[T.C_CACHING] = int(eng.prefix_caching)
     cfg[T.C_PREEMPT] = _PREEMPT[eng.preemption]
     cfg[T.C_PRIO] = int(eng.priority_preemption)
@@ -91,7 +90,6 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len
     cfg[T.C_HAS_PRED] = int(has_pred)
     cfg[T.C_SPEC] = int(ctx.spec is not None)
-    cfg[T.C_SWAP_STEP] = swap_step
     cfg[T.C_AHEAD] = int(eng.schedule_ahead)
     return cfg
 

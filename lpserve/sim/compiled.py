@@ -17,6 +17,7 @@ step continues in numba.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,18 @@ class _Blocks:
             raise RuntimeError(f"take_anon({n}) with only {self.plain_free} plain free blocks")
 
 
+@dataclass(eq=False)
+class SwapTables:
+    """Swap prices of one cost model, shared by the replicas it prices: ``swap[k]`` the
+    seconds to swap ``k`` blocks out, ``cswap[k]`` to compress and swap them (zeros
+    unless compress-and-swap or a preemption decider needs them), float64 ``(K,)``;
+    ``cost`` the model (it also keeps ``id(cost)``, the run's key, unique)."""
+
+    swap: np.ndarray
+    cswap: np.ndarray
+    cost: Any
+
+
 class CompiledRun:
     """The arrays every compiled replica of one run shares.
 
@@ -119,14 +132,11 @@ class CompiledRun:
             self.ctl_a = SK.Ctl(cp=np.asarray(c.cparams(block_tokens=bt), np.float64),
                                 w=np.asarray(cs[1], np.float64))
         self.ctl = ST.new_ctl(*self.ctl_a)
-        cost = ctx.cost
-        total = ctx.total_blocks
         ratio = float(eng.compression_ratio)
         # the swap price tables of each cost model a replica runs (one in a homogeneous
         # cluster), shared by its replicas: swap_tables
-        self._tables: dict[int, list[np.ndarray]] = {}
-        self.swap_step = self.swap_step_of(total)
-        a, d = transfer_coefficients(cost, ctx.link_gbps)
+        self._tables: dict[int, SwapTables] = {}
+        a, d = transfer_coefficients(ctx.cost, ctx.link_gbps)
         dec = twin_spec(eng.preemption_decider)
         self.cff = np.zeros(T.N_CFF)
         self.cff[T.D_RATIO] = ratio
@@ -137,8 +147,7 @@ class CompiledRun:
         self.cff[T.D_HORIZON] = ctx.horizon_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
-        self.cfg = engine_config(ctx, kind, dec is not None, self.ctl_kind, self.swap_step,
-                                  track_finished)
+        self.cfg = engine_config(ctx, kind, dec is not None, self.ctl_kind, track_finished)
         self.sr_a = spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = twin_spec(pol.evictor) if eng.prefix_caching else None
@@ -160,12 +169,11 @@ class CompiledRun:
         holders = eng.max_num_seqs if eng.prefix_caching else 1
         return 3 * min(int(self.ctx.host_blocks), int(total) * holders)
 
-    def swap_tables(self, cost: Any, total: int) -> list[Any]:
-        """``[swap_tab, cswap_tab, cost]`` of ``cost``: seconds to swap ``k`` blocks out
-        (and, with compress-and-swap or a preemption decider, to compress and swap them),
-        float64 ``(K,)``, at least ``3 * total + 2`` entries so that the preemption
-        decider's lookups of one request's blocks stay in the table. One list per cost
-        model, shared by its replicas and grown in place (:meth:`grow_swap_table`)."""
+    def swap_tables(self, cost: Any, total: int) -> SwapTables:
+        """The :class:`SwapTables` of ``cost``, made on first use with ``3 * total + 2``
+        entries (``total``: the KV blocks of a replica priced by ``cost``, so that the
+        preemption decider's lookups of one request's blocks stay in the table); one per
+        cost model, shared by its replicas and grown in place (:meth:`grow_swap_table`)."""
         tabs = self._tables.get(id(cost))
         if tabs is None:
             eng, bt = self.ctx.policy.engine, self.ctx.block_tokens
@@ -173,33 +181,22 @@ class CompiledRun:
             counts = np.arange(3 * int(total) + 2)
             swap = np.asarray(cost.swap_times_s(counts, bt), np.float64)
             if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
-                cswap = (np.asarray(cost.swap_times_s(counts, bt), np.float64) / ratio
-                         + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
-                                      np.float64))
+                cswap = swap / ratio + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
+                                                  np.float64)
             else:
                 cswap = np.zeros(counts.size)
-            tabs = self._tables[id(cost)] = [swap, cswap, cost]
+            tabs = self._tables[id(cost)] = SwapTables(swap, cswap, cost)
         return tabs
 
-    @property
-    def swap_tab(self) -> np.ndarray:
-        """The swap table of the run's (first replica's) cost model."""
-        return self.swap_tables(self.ctx.cost, self.ctx.total_blocks)[0]
-
-    @property
-    def cswap_tab(self) -> np.ndarray:
-        """The compress-and-swap table of the run's (first replica's) cost model."""
-        return self.swap_tables(self.ctx.cost, self.ctx.total_blocks)[1]
-
-    def grow_swap_table(self, tabs: list[Any], need: int) -> None:
-        """Extend the swap table of ``tabs`` (:meth:`swap_tables`) to at least ``need``
-        entries: swaps of several steps without an iteration between them are priced
-        together in the next iteration, as the Python replica does."""
-        n0 = tabs[0].size
+    def grow_swap_table(self, tabs: SwapTables, need: int) -> None:
+        """Extend ``tabs.swap`` to at least ``need`` entries: swaps of several steps without
+        an iteration between them are priced together in the next iteration, as the Python
+        replica does."""
+        n0 = tabs.swap.size
         if need <= n0:
             return
-        more = tabs[2].swap_times_s(np.arange(n0, max(need, 2 * n0)), self.ctx.block_tokens)
-        tabs[0] = np.concatenate([tabs[0], np.asarray(more, np.float64)])
+        more = tabs.cost.swap_times_s(np.arange(n0, max(need, 2 * n0)), self.ctx.block_tokens)
+        tabs.swap = np.concatenate([tabs.swap, np.asarray(more, np.float64)])
 
     def replica(self, index: int, role: str, **own: Any) -> "CompiledReplica":
         """A fresh compiled replica ``index`` with ``role``; ``own``: its ``cost``,
@@ -253,6 +250,7 @@ class CompiledReplica:
         self.cfg = run.cfg.copy()
         self.cfg[T.C_ROLE] = _ROLE[role]
         self.cfg[T.C_INDEX] = index
+        # what follows the replica's own pool (the run's configuration leaves it out)
         self.cfg[T.C_TOTAL] = total
         self.cfg[T.C_WM] = int(self.eng.watermark * total)
         self.cfg[T.C_SWAP_STEP] = self.swap_step = run.swap_step_of(total)
@@ -348,8 +346,8 @@ class CompiledReplica:
     def _call(self, t: float, max_steps: int) -> int:
         run = self.runset
         while True:
-            code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params, self._tabs[0],
-                              self._tabs[1], run.rk, run.ctl, run.sr, self.ss, t, max_steps)
+            code = RX.advance(run.req, self.rep, self.cfg, run.cff, self.params,
+                              self._tabs.swap, self._tabs.cswap, run.rk, run.ctl, run.sr, self.ss, t, max_steps)
             if not self._serve(code):
                 self._drain()
                 return code
@@ -392,7 +390,7 @@ class CompiledReplica:
         run, k = self.runset, 0
         while True:
             k, code = RX.enqueue_all(run.req, self.rep, self.cfg, run.cff, self.params,
-                                     self._tabs[0], self._tabs[1], run.rk, run.ctl, run.sr,
+                                     self._tabs.swap, self._tabs.cswap, run.rk, run.ctl, run.sr,
                                      self.ss, ids, times_s, k)
             if not self._serve(code):
                 break
@@ -510,7 +508,8 @@ def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_
     k = m = 0
     while True:
         k, m, code = RX.enqueue_all_cluster(
-            run.req, pairs, cfgs, run.cff, replicas[0].params, *replicas[0]._tabs[:2],
+            run.req, pairs, cfgs, run.cff, replicas[0].params, replicas[0]._tabs.swap,
+            replicas[0]._tabs.cswap,
             run.rk, run.ctl, run.sr, n_route, ids, times_s, k, m, *history, *pending)
         if not replicas[m]._serve(code):
             break

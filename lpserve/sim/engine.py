@@ -183,6 +183,8 @@ class Simulation:
         where ``lazy_ok``."""
         policy, cl = self.policy, self.cluster
         self.heterogeneous = replica_kw is not None
+        # a heterogeneous cluster's largest KV pool, over the first replica's
+        largest = max(kw["total_blocks"] for kw in replica_kw) if replica_kw else None
         self.compiled = twins.eligible(policy, self.reference,
                                        disaggregated=cl.disaggregated)
         self.engine_name = "python"
@@ -192,8 +194,7 @@ class Simulation:
             self.engine_name = "compiled+python-ranks" if external else "compiled"
             self.runset = compiled.CompiledRun(
                 self.ctx, cl, self.deps is not None or self.predictor is not None
-                or bool(self._done_roles),
-                max(kw["total_blocks"] for kw in replica_kw) if replica_kw else None)
+                or bool(self._done_roles), largest)
 
             def make(k: int, role: str) -> Any:
                 return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))
@@ -205,8 +206,7 @@ class Simulation:
             self.front = _pool(make, "prefill", cl.prefill_replicas, lazy)
             self.back = _pool(make, "decode", cl.decode_replicas, lazy)
         else:
-            scale = (max(kw["total_blocks"] for kw in replica_kw)
-                     / replica_kw[0]["total_blocks"]) if replica_kw else 1.0
+            scale = largest / replica_kw[0]["total_blocks"] if replica_kw else 1.0
             self.front = _pool(make, "colocated", cl.replicas, lazy, scale)
             self.back = []
 

@@ -131,6 +131,30 @@ def test_a_mixed_cluster_runs_compiled_replicas_equal_to_the_reference(name):
     assert len(set(fast.stats["replica_total_blocks"])) == 3
 
 
+@pytest.mark.parametrize("case", ["offload", "history"])
+def test_a_mixed_cluster_prices_offload_and_predicts_per_replica(case):
+    """The CPU offload's loads are priced by each replica's own cost model, and with the
+    History predictor a mixed cluster takes its arrivals one at a time (the one-call path
+    prices every replica with one model): both equal the Python replicas per request."""
+    rng = np.random.default_rng(7)
+    n = 150
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 8, n)),
+                              prompt_tokens=rng.integers(100, 3000, n),
+                              output_tokens=rng.integers(1, 300, n),
+                              session_id=rng.integers(0, 12, n))
+    inst = lp.Instance(trace=tr, cluster=_mixed(gpu_memory_fraction=0.45))
+    if case == "offload":
+        pol, kw = lp.make_policy("vllm", kv_offload_gib=16.0), {}
+    else:
+        pol, kw = "sjf-predicted", {"predictor": "history"}
+    fast = lp.simulate(inst, pol, seed=1, **kw)
+    ref = lp.simulate(inst, pol, seed=1, reference=True, **kw)
+    assert fast.stats["engine"] == "compiled"
+    assert fast.digest() == ref.digest()
+    if case == "offload":
+        assert fast.stats["offload"] == ref.stats["offload"]
+
+
 def test_cost_bound_on_a_mixed_cluster_is_below_the_simulation():
     rng = np.random.default_rng(3)
     n = 40

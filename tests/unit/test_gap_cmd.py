@@ -194,6 +194,10 @@ def test_gap_interval_defaults_are_reproducible_and_include_the_coarse_lp(tmp_pa
     assert [(r["lower_s"], r["upper_s"]) for r in runs[0]] == \
         [(r["lower_s"], r["upper_s"]) for r in runs[1]]
     assert "certified no bound" not in (tmp_path / "0" / "gap_table.md").read_text()
+    # a limit too short to certify anything: the interval keeps the other bounds and the
+    # report says what to change
+    assert main(args[:-1] + ["--out", str(tmp_path / "t"), "--bound-time-limit", "0.001"]) == 0
+    assert "certified no bound within --bound-time-limit" in capsys.readouterr().out
     assert main(args + ["--out", str(tmp_path / "z"), "--lp-grid-scale", "0"]) == 2
     assert "--lp-grid-scale must be > 0" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "y"), "--search-evaluations", "0"]) == 2
