@@ -268,8 +268,10 @@ def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,
         "wall_s": wall_s,
-        # which engine ran: "compiled" (numba replicas), "compiled+python-ranks" (a
-        # scheduler written in Python, asked at planning steps) or "python" (reference)
+        # which engine ran: "compiled" (numba replicas), with "+python-ranks" (a
+        # scheduler written in Python, asked at planning steps) and "+python-evictor" (an
+        # evictor written in Python, asked at evictions and told of arrivals and
+        # finishes), or "python" (reference)
         "engine": sim.engine_name,
     }
     # the host link (models/simulator.md (26)-(31)): seconds the finished requests waited

@@ -58,7 +58,8 @@ def request_arrays(ctx: RunContext, max_total_blocks: int) -> tuple[Any, int]:
         slot_off=slot_off, slot_buf=np.zeros(max(int(slot_off[-1]), 1), np.int64),
         turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
         keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
-        ready=S.ready_iter, link_wait=S.link_wait)
+        ready=S.ready_iter, link_wait=S.link_wait, thread=_mutable(S.thread),
+        wait=_mutable(S.wait))
     return req, int(known.size)
 
 
@@ -91,6 +92,9 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     cfg[T.C_HAS_PRED] = int(has_pred)
     cfg[T.C_SPEC] = int(ctx.spec is not None)
     cfg[T.C_AHEAD] = int(eng.schedule_ahead)
+    ev = ctx.policy.evictor
+    cfg[T.C_OBSERVE] = int(bool(getattr(ev, "observes_requests", False)))
+    cfg[T.C_EV_QUEUE] = int(bool(getattr(ev, "reads_queue", False)))
     return cfg
 
 

@@ -23,12 +23,15 @@ knapsack   ``k1 = last + credit * p(c)`` with the reuse class ``c = min(hits, 3)
            ``p(c) = (#hits > c + 1) / (#hits >= c + 2)`` over the evictable blocks,
            fixed for one eviction batch (one heap per class, ordered by last access)
 lookahead  ``k1 = last + 1e12 * queued`` (blocks the first waiting requests would hit)
+external   no heap: an evictor written in Python chooses from an ``EvictorView``
 =========  =========================================================================
 
 "Radix leaves first": only blocks without a cached child are taken while there are
 such leaves (evicting a leaf can make its parent one, within the same batch); then the
 rest by key (SGLang's radix cache). Heaps: 0 holds every evictable block (k2 = 0 unless
-lfu); 1 holds leaves (leaf kinds); knapsack uses heaps 0-3, one per class.
+lfu); 1 holds leaves (leaf kinds); knapsack uses heaps 0-3, one per class. Taking
+blocks off the heaps in that order, and the Python evictor's pause, are
+:mod:`lpserve.sim._evict_kernels`.
 """
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ from numba import njit
 from lpserve.sim._structs import POOL_FIELDS, new_pool
 
 # evictor kinds
-EV_LRU, EV_PREFIX, EV_SESSION, EV_GDSF, EV_RADIX, EV_LFU, EV_KNAPSACK, EV_LOOKAHEAD = range(8)
+EV_LRU, EV_PREFIX, EV_SESSION, EV_GDSF, EV_RADIX, EV_LFU, EV_KNAPSACK, EV_LOOKAHEAD, \
+    EV_EXTERNAL = range(9)
 EVICTOR_KINDS = {"lru": EV_LRU, "prefix-lru": EV_PREFIX, "session": EV_SESSION,
                  "gdsf": EV_GDSF, "radix-lru": EV_RADIX, "lfu": EV_LFU,
                  "knapsack": EV_KNAPSACK, "lookahead": EV_LOOKAHEAD}
@@ -53,8 +57,8 @@ P_TOTAL, P_PLAIN, P_ANON, P_HASHED, P_EVICTABLE, P_FSP, P_MASK, P_KIND, P_CACHIN
 P_KNAP = 10  # five counts: evictable blocks with hits 0, 1, 2, 3 and > 3
 N_PIST = 15
 # si rows (int64 per slot)
-S_REF, S_DEPTH, S_HITS, S_HASKEY, S_KEY, S_PKEY, S_STAMP = range(7)
-N_SI = 7
+S_REF, S_DEPTH, S_HITS, S_HASKEY, S_KEY, S_PKEY, S_STAMP, S_THREAD, S_WAIT = range(9)
+N_SI = 9
 # sf rows (float64 per slot)
 F_LAST, F_CREATED, F_GAP = range(3)
 N_SF = 3
@@ -87,7 +91,7 @@ def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
     ist[P_KIND] = kind
     ist[P_CACHING] = int(bool(prefix_caching))
     si = np.zeros((N_SI, total), np.int64)
-    si[S_STAMP] = -1
+    si[S_STAMP] = si[S_THREAD] = si[S_WAIT] = -1
     si[S_PKEY] = NOKEY
     return PoolArrays(ist=ist, si=si, sf=np.zeros((N_SF, total)),
                 fstack=np.arange(total - 1, -1, -1, dtype=np.int64),
@@ -263,7 +267,8 @@ def _compact(p, h):
 
 
 @njit(cache=True)
-def _push(p, h, k1, k2, s):
+def heap_push(p, h, k1, k2, s):
+    """Push slot ``s`` on heap ``h`` with keys ``(k1, k2)`` (its depth and stamp now)."""
     if p.hsize[h] >= p.hk1.shape[1]:
         _compact(p, h)
     i = p.hsize[h]
@@ -277,7 +282,8 @@ def _push(p, h, k1, k2, s):
 
 
 @njit(cache=True)
-def _pop_top(p, h):
+def heap_pop(p, h):
+    """Drop the entry at the top of heap ``h`` (valid or stale)."""
     n = p.hsize[h] - 1
     _swap_rows(p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h], np.int64(0), n)
     p.hsize[h] = n
@@ -286,12 +292,12 @@ def _pop_top(p, h):
 
 
 @njit(cache=True)
-def _top(p, h):
+def heap_top(p, h):
     """Position 0 after discarding stale entries, or -1 when the heap is empty."""
     while p.hsize[h] > 0:
         if _valid(p, h, np.int64(0)):
             return 0
-        _pop_top(p, h)
+        heap_pop(p, h)
     return -1
 
 
@@ -326,16 +332,18 @@ def _became_evictable(p, s):
     p.ist[P_STAMP] += 1
     p.si[S_STAMP, s] = p.ist[P_STAMP]
     kind = p.ist[P_KIND]
+    if kind == EV_EXTERNAL:  # an evictor written in Python chooses from a view
+        return
     if kind == EV_KNAPSACK:
         h = p.si[S_HITS, s]
         p.ist[P_KNAP + _hits_bucket(h)] += 1
-        _push(p, h if h < 3 else 3, p.sf[F_LAST, s], 0.0, s)
+        heap_push(p, h if h < 3 else 3, p.sf[F_LAST, s], 0.0, s)
         return
     k2 = p.sf[F_LAST, s] if kind == EV_LFU else 0.0
     k1 = _score(p, s)
-    _push(p, np.int64(0), k1, k2, s)
+    heap_push(p, np.int64(0), k1, k2, s)
     if (kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU) and n_children(p, s) == 0:
-        _push(p, np.int64(1), k1, k2, s)
+        heap_push(p, np.int64(1), k1, k2, s)
 
 
 @njit(cache=True)
@@ -353,7 +361,7 @@ def _became_leaf(p, s):
     if (kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU) and \
             p.si[S_HASKEY, s] and p.si[S_REF, s] == 0:
         k2 = p.sf[F_LAST, s] if kind == EV_LFU else 0.0
-        _push(p, np.int64(1), _score(p, s), k2, s)
+        heap_push(p, np.int64(1), _score(p, s), k2, s)
 
 
 # ===================================================================================== pool ops
@@ -463,8 +471,10 @@ def _drop(p, s):
 
 
 @njit(cache=True)
-def release(p, slots, n, n_anon, now_s):
-    """Drop one request's references: its hashed ``slots[:n]`` and ``n_anon`` blocks."""
+def release(p, slots, n, n_anon, now_s, thread, wait_kind):
+    """Drop one request's references: its hashed ``slots[:n]`` and ``n_anon`` blocks; the
+    request's ``thread`` and ``wait_kind`` (-1: none) label the blocks it leaves
+    evictable (``EvictorView.thread``, ``wait_kind``)."""
     p.ist[P_ANON] -= n_anon
     p.ist[P_PLAIN] += n_anon
     for k in range(n):
@@ -473,6 +483,8 @@ def release(p, slots, n, n_anon, now_s):
         if p.si[S_REF, s] == 0:
             p.ist[P_HASHED] -= 1
             p.sf[F_LAST, s] = now_s
+            p.si[S_THREAD, s] = thread
+            p.si[S_WAIT, s] = wait_kind
             if p.ist[P_CACHING]:
                 p.ist[P_EVICTABLE] += 1
                 _became_evictable(p, s)
@@ -482,117 +494,8 @@ def release(p, slots, n, n_anon, now_s):
 
 
 @njit(cache=True)
-def _evict_one(p, s):
+def evict_one(p, s):
+    """Evictable slot ``s`` loses its key and becomes plain free."""
     _drop(p, s)
     p.ist[P_EVICTABLE] -= 1
     p.ist[P_PLAIN] += 1
-
-
-@njit(cache=True)
-def _knap_p(p, c):
-    above = 0
-    at_least = 0
-    for b in range(5):
-        cnt = p.ist[P_KNAP + b]
-        if b > c:
-            above += cnt
-        if b >= c:
-            at_least += cnt
-    return (above + 1.0) / (at_least + 2.0)
-
-
-@njit(cache=True)
-def _pick_knapsack(p, probs):
-    """Heap (class) whose head has the lowest ``(last + credit p, -depth, slot)``."""
-    best = -1
-    bk = 0.0
-    bn = 0
-    bs = 0
-    for h in range(4):
-        if _top(p, h) < 0:
-            continue
-        k = p.hk1[h, 0] + p.kp[K_CREDIT] * probs[h]
-        ng = p.hneg[h, 0]
-        s = p.hslot[h, 0]
-        if best < 0 or k < bk or (k == bk and (ng < bn or (ng == bn and s < bs))):
-            best, bk, bn, bs = h, k, ng, s
-    return best
-
-
-@njit(cache=True)
-def evict(p, n, queued, n_queued):
-    """Evict ``n`` evictable blocks in the evictor's order (``n <= evictable``).
-
-    ``queued[:n_queued]`` are the slots the first waiting requests would hit (used by
-    ``lookahead`` only)."""
-    kind = p.ist[P_KIND]
-    if kind == EV_KNAPSACK:
-        probs = np.empty(4)
-        for c in range(4):
-            probs[c] = _knap_p(p, c)
-        for _ in range(n):
-            h = _pick_knapsack(p, probs)
-            s = p.hslot[h, 0]
-            _pop_top(p, h)
-            _evict_one(p, s)
-        return
-    if kind == EV_LOOKAHEAD:
-        _evict_lookahead(p, n, queued, n_queued)
-        return
-    leafy = kind == EV_GDSF or kind == EV_RADIX or kind == EV_LFU
-    done = 0
-    if leafy:
-        while done < n and _top(p, np.int64(1)) >= 0:
-            s = p.hslot[1, 0]
-            _pop_top(p, np.int64(1))
-            _evict_one(p, s)
-            done += 1
-    while done < n:
-        _top(p, np.int64(0))
-        s = p.hslot[0, 0]
-        _pop_top(p, np.int64(0))
-        _evict_one(p, s)
-        done += 1
-
-
-@njit(cache=True)
-def _evict_lookahead(p, n, queued, n_queued):
-    mark = p.mark
-    for k in range(n_queued):
-        mark[queued[k]] = 1
-    aside = np.empty(p.ist[P_EVICTABLE], np.int64)
-    n_aside = 0
-    done = 0
-    while done < n and _top(p, np.int64(0)) >= 0:
-        s = p.hslot[0, 0]
-        _pop_top(p, np.int64(0))
-        if mark[s]:
-            aside[n_aside] = s
-            n_aside += 1
-            continue
-        _evict_one(p, s)
-        done += 1
-    if done < n:  # only queued blocks are left: by (last + 1e12, -depth, slot)
-        key = np.empty(n_aside)
-        neg = np.empty(n_aside, np.int64)
-        for k in range(n_aside):
-            key[k] = p.sf[F_LAST, aside[k]] + 1e12
-            neg[k] = -p.si[S_DEPTH, aside[k]]
-        o1 = np.argsort(aside[:n_aside], kind="mergesort")
-        o2 = np.argsort(neg[o1], kind="mergesort")
-        o12 = o1[o2]
-        o3 = np.argsort(key[o12], kind="mergesort")
-        order = o12[o3]
-        for k in range(n_aside):
-            s = aside[order[k]]
-            if done < n:
-                _evict_one(p, s)
-                done += 1
-            else:
-                _push(p, np.int64(0), p.sf[F_LAST, s], 0.0, s)
-    else:
-        for k in range(n_aside):
-            s = aside[k]
-            _push(p, np.int64(0), p.sf[F_LAST, s], 0.0, s)
-    for k in range(n_queued):
-        mark[queued[k]] = 0

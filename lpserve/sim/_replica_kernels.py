@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from lpserve.kernels import history as H
+from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _ranks as RK
@@ -56,6 +57,8 @@ def enqueue(req, rep, cfg, i, t):
         req.decode_replica[i] = cfg[T.C_INDEX]
     else:
         req.replica[i] = cfg[T.C_INDEX]
+    if cfg[T.C_OBSERVE]:
+        E.observe(cfg[T.C_HOOK], 0, i, rep.fst[T.F_NOW], req.keybuf[:0])
     return 0
 
 

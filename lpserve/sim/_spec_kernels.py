@@ -305,7 +305,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
             req.anon[i] -= trim
             n_trim += trim
     if n_trim:
-        P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW])
+        P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW], -1, -1)
     if kind == SP_UCB or kind == SP_ACC:  # (10) normalized reward in [0, 1]
         bound = 0.0
         for a in range(1 + ip[Q_DRAFTS] * ip[Q_MAX_K]):

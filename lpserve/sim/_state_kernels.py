@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from lpserve.cost import iteration_time
+from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _pool as P
 from lpserve.sim._structs import REP_FIELDS, REQ_FIELDS
 
@@ -41,8 +42,10 @@ EV_FINISH, EV_KV_READY = 0, 1
 (C_BATCH, C_MAX_SEQS, C_BUDGET, C_CHUNKED, C_RESERVE, C_WM, C_BT, C_TOTAL, C_CACHING,
  C_PREEMPT, C_PRIO, C_EVICT_BATCH, C_ROLE, C_REFERENCE, C_TRACK_FIN, C_RANK_KIND,
  C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC,
- C_SWAP_STEP, C_AHEAD) = range(25)
-N_CFG = 25
+ C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE) = range(28)
+N_CFG = 28
+# C_HOOK: the replica's key in lpserve.sim.hooks (0: none); C_OBSERVE: its evictor observes
+# requests (written in Python); C_EV_QUEUE: that evictor reads the queued blocks
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
@@ -239,11 +242,15 @@ def make_room(req, rep, cfg, need):
     if need > P.available(p):
         return False
     n = min(p.ist[P.P_EVICTABLE], max(need - plain, cfg[C_EVICT_BATCH]))
-    if p.ist[P.P_KIND] == P.EV_LOOKAHEAD:
+    kind = p.ist[P.P_KIND]
+    if kind == P.EV_EXTERNAL:  # the evictor is written in Python: ask it (a pause)
+        q = queued_slots(req, rep, cfg) if cfg[C_EV_QUEUE] else rep.hold[:0]
+        E.evict_external(p, n, rep.fst[F_NOW], cfg[C_HOOK], q, q.shape[0])
+    elif kind == P.EV_LOOKAHEAD:
         q = queued_slots(req, rep, cfg)
-        P.evict(p, n, q, q.shape[0])
+        E.evict(p, n, q, q.shape[0])
     else:
-        P.evict(p, n, rep.hold, np.int64(0))
+        E.evict(p, n, rep.hold, np.int64(0))
     return True
 
 
@@ -288,7 +295,7 @@ def release_request(req, rep, i, now):
     req.turn_gap[i] = np.nan
     off = req.slot_off[i]
     P.release(rep.pool, req.slot_buf[off:off + req.nslots[i]], req.nslots[i], req.anon[i],
-              now)
+              now, req.thread[i], req.wait[i] if req.status[i] == ST_FINISHED else -1)
     req.nslots[i] = 0
     req.anon[i] = 0
 
@@ -405,7 +412,7 @@ def apply_releases(rep):
     now = rep.fst[F_NOW]
     while ist[I_NREL] > 0 and rep.rel_t[0] <= now:
         o, m = rep.rel_off[0], rep.rel_n[0]
-        P.release(rep.pool, rep.arena[o:o + m], m, rep.rel_anon[0], now)
+        P.release(rep.pool, rep.arena[o:o + m], m, rep.rel_anon[0], now, -1, -1)
         n = ist[I_NREL] - 1
         _rel_swap(rep, np.int64(0), n)
         ist[I_NREL] = n
@@ -453,6 +460,9 @@ def finish(req, rep, cfg, i):
     req.status[i] = ST_FINISHED
     r_remove(rep, i)
     release_request(req, rep, i, now)
+    if cfg[C_OBSERVE]:
+        n = block_keys(req, cfg, i)
+        E.observe(cfg[C_HOOK], 1, i, now, req.keybuf[:n])
     if cfg[C_TRACK_FIN]:
         emit(rep, np.int64(EV_FINISH), i, now)
 

@@ -110,7 +110,7 @@ REQ_FIELDS = (
     'swap_gpu', 'swapped', 'compressed', 'kv_remote', 'status', 'first_sched', 'first_token',
     'finish', 'preempt', 'cached_tok', 'seen_tok', 'replica', 'decode_replica', 'reason',
     'tenant', 'plo', 'phi', 'prog', 'wnext', 'wprev', 'slot_off', 'slot_buf', 'turn_gap', 'rk',
-    'chain', 'chain_off', 'keybuf', 'ready', 'link_wait',
+    'chain', 'chain_off', 'keybuf', 'ready', 'link_wait', 'thread', 'wait',
 )
 REQ_T = ReqType([
     ("prompt", types.int64[::1]),
@@ -151,6 +151,8 @@ REQ_T = ReqType([
     ("keybuf", types.int64[::1]),
     ("ready", types.int64[::1]),
     ("link_wait", types.float64[::1]),
+    ("thread", types.int64[::1]),
+    ("wait", types.int64[::1]),
 ])
 
 
@@ -159,7 +161,7 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
             swapped, compressed, kv_remote, status, first_sched, first_token, finish, preempt,
             cached_tok, seen_tok, replica, decode_replica, reason, tenant, plo, phi, prog,
             wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf, ready,
-            link_wait):
+            link_wait, thread, wait):
     """A Req over these arrays (see ``REQ_FIELDS``)."""
     s = structref.new(REQ_T)
     s.prompt = prompt
@@ -200,6 +202,8 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
     s.keybuf = keybuf
     s.ready = ready
     s.link_wait = link_wait
+    s.thread = thread
+    s.wait = wait
     return s
 
 RepType, Rep = struct_type("Rep", __name__)

@@ -33,6 +33,7 @@ from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as SK
 from lpserve.sim import _structs as ST
 from lpserve.sim import _vtc_kernels as V
+from lpserve.sim import hooks as H
 from lpserve.sim._compiled_setup import (
     engine_config,
     request_arrays,
@@ -151,8 +152,13 @@ class CompiledRun:
         self.sr_a = spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = twin_spec(pol.evictor) if eng.prefix_caching else None
+        # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), as is
+        # one that observes requests
+        self.hooked = getattr(pol.evictor, "observes_requests", False) or (
+            eng.prefix_caching and ev is None)
         if ev is None:
-            self.ev_kind, self.ev_params = P.EV_LRU, (0.0, 0.0, 1.0, 1.0)
+            self.ev_kind = P.EV_EXTERNAL if eng.prefix_caching else P.EV_LRU
+            self.ev_params = (0.0, 0.0, 1.0, 1.0)
         else:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
@@ -279,6 +285,8 @@ class CompiledReplica:
             hold=np.zeros(run.req_a.keybuf.shape[0] + 1, np.int64), off=off)
         self.rep = ST.new_rep(*self.r)
         self.pool = pool
+        if run.hooked:
+            self.cfg[T.C_HOOK] = H.register(self)
         self.bm = _Blocks(self)
         sip = run.sr_a.ip
         n_arms = 1 + int(sip[SP.Q_DRAFTS]) * int(sip[SP.Q_MAX_K])

@@ -191,10 +191,11 @@ class Simulation:
         self.runset = None
         if self.compiled:
             external = twins.rank_spec(policy.scheduler)[0] == twins.RANK_EXTERNAL
-            self.engine_name = "compiled+python-ranks" if external else "compiled"
             self.runset = compiled.CompiledRun(
                 self.ctx, cl, self.deps is not None or self.predictor is not None
                 or bool(self._done_roles), largest)
+            self.engine_name = "+".join(["compiled"] + ["python-ranks"] * external
+                                        + ["python-evictor"] * self.runset.hooked)
 
             def make(k: int, role: str) -> Any:
                 return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))

@@ -16,7 +16,7 @@ from lpserve.sim.blocks import BlockManager
 from lpserve.sim.state import State
 
 __all__ = ["PREFIX_ESTIMATE_MAX", "SESSION_MIN_HIT_TOKENS", "alloc_prompt_blocks",
-           "choose_evictions", "freed_blocks", "queued_slots"]
+           "ask_evictor", "choose_evictions", "freed_blocks", "queued_slots"]
 
 PREFIX_ESTIMATE_MAX = 256  # waiting requests whose cached prefix is estimated or matched
 SESSION_MIN_HIT_TOKENS = 1024  # a request hitting this many cached tokens is a returning
@@ -44,8 +44,15 @@ def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
                        wait_kind=readonly(bm.wait_kind[slots]), block_tokens=bm.block_tokens,
                        key=_slot_keys(bm, slots) if getattr(evictor, "reads_keys", False)
                        else None)
-    pos = check_evictions(evictor.evict(view, int(need)), int(need), int(slots.size), who)
-    return slots[pos].tolist()
+    return slots[ask_evictor(evictor, view, need, who)].tolist()
+
+
+def ask_evictor(evictor: Any, view: EvictorView, need: int, who: str) -> np.ndarray:
+    """Positions into ``view.block`` of the ``need`` blocks ``evictor`` gives up, checked
+    (distinct, in range, exactly ``need``: a :class:`~lpserve.policy.PolicyError` naming
+    ``who`` otherwise); int64 ``(need,)``."""
+    return check_evictions(evictor.evict(view, int(need)), int(need), int(view.block.size),
+                           who)
 
 
 def _parent_positions(bm: BlockManager, slots: np.ndarray) -> np.ndarray:

@@ -47,9 +47,9 @@ def independent_replicas(policy: Any) -> bool:
 def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     """Whether a run of ``policy`` can use compiled replicas (on any cluster: in a
     heterogeneous one each compiled replica has its own cost parameters, swap prices and
-    KV blocks): not the reference mode, and compiled twins for its evictor (when prefix
-    caching is on), its preemption
-    decider, its budget controller and its speculation decider, VTC only as its own meter
+    KV blocks; an evictor written in Python is asked in a pause, :mod:`lpserve.sim.hooks`):
+    not the reference mode, compiled twins for its preemption decider, its budget
+    controller and its speculation decider, VTC only as its own meter
     (the budget controller) on a colocated cluster without a rebalancer, and no swap on
     the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
     preemption, or ``proactive_swap``). Completions reach a router that reads them
@@ -68,8 +68,6 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
     if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
         return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only
-    if eng.prefix_caching and twin_spec(policy.evictor) is None:
-        return False
     if eng.preemption_decider is not None and twin_spec(eng.preemption_decider) is None:
         return False
     return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None

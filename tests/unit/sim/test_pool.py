@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from lpserve.policies.evictors_kv import make_evictor
 from lpserve.policy import LRU
+from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _pool as P
 from lpserve.sim.blocks import BlockManager
 from lpserve.sim.eviction import choose_evictions
@@ -70,7 +71,7 @@ def _run(name, seed, total, steps):
                 bm.evict(sl)
                 evicted_py.extend(sl)
                 before = arrs.fstack.copy(), int(arrs.ist[P.P_FSP])
-                P.evict(pool, k, queued, queued.size)
+                E.evict(pool, k, queued, queued.size)
                 fsp = int(arrs.ist[P.P_FSP])
                 evicted_nb.extend(arrs.fstack[before[1]:fsp].tolist())
             slots = list(hits)
@@ -89,7 +90,7 @@ def _run(name, seed, total, steps):
             k = int(rng.integers(0, len(holders)))
             slots, anon = holders.pop(k)
             bm.release(slots, anon, now)
-            P.release(pool, np.asarray(slots, np.int64), len(slots), anon, now)
+            P.release(pool, np.asarray(slots, np.int64), len(slots), anon, now, -1, -1)
         bm.check()
         ist = arrs.ist
         assert (bm.plain_free, bm.anon_used, bm.hashed_used, bm.evictable) == (

@@ -1,0 +1,78 @@
+"""The Python side of the compiled replica's pauses for an evictor written in Python
+(:mod:`lpserve.sim._evict_kernels`).
+
+A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy's evictor has no compiled
+twin registers itself here (:func:`register`) and stores the key it gets in its
+configuration (``C_HOOK``). Its kernels then call :func:`evict` where the Python replica
+calls ``Evictor.evict`` and :func:`observe` where it calls ``Evictor.observe``, with the
+replica's arrays; the view each builds is the one the Python replica builds
+(:func:`lpserve.sim.eviction.choose_evictions`, :func:`lpserve.sim.views.request_event`),
+with the compiled pool's int64 prefix keys in place of the Python ones (equal where the
+Python keys are equal). A replica is held weakly: it leaves the registry with its run.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+import numpy as np
+
+from lpserve.arrays import readonly
+from lpserve.policy import EvictorView, RequestEvent
+from lpserve.sim import _pool as P
+from lpserve.sim.eviction import ask_evictor
+
+__all__ = ["evict", "observe", "register"]
+
+_REPLICAS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+_KEYS = itertools.count(1)
+
+
+def register(replica: Any) -> int:
+    """A new key (> 0) under which the kernels find ``replica`` (a ``CompiledReplica``)."""
+    key = next(_KEYS)
+    _REPLICAS[key] = replica
+    return key
+
+
+def evict(key: int, need: int, now_s: float, slots: np.ndarray, parent: np.ndarray,
+          children: np.ndarray, queued: np.ndarray) -> np.ndarray:
+    """Slots (int64 ``(need,)``) of the ``need`` evictable blocks that the evictor of
+    replica ``key`` gives up at ``now_s`` (s).
+
+    ``slots``: the evictable blocks in ascending slot order; ``parent``: each one's
+    position among them of its cached parent (-1: none evictable); ``children``: its cached
+    children; ``queued``: slots the first waiting requests would hit (read only when the
+    evictor ``reads_queue``). A wrong answer raises the contract's
+    :class:`~lpserve.policy.PolicyError`."""
+    rep = _REPLICAS[key]
+    ev = rep.ctx.policy.evictor
+    pool = rep.pool
+    si, sf = pool.si, pool.sf
+    view = EvictorView(
+        now_s=float(now_s), replica=rep.index, block=readonly(slots),
+        last_access_s=readonly(sf[P.F_LAST, slots]), hits=readonly(si[P.S_HITS, slots]),
+        depth=readonly(si[P.S_DEPTH, slots]), created_s=readonly(sf[P.F_CREATED, slots]),
+        children=readonly(children),
+        parent=readonly(parent) if getattr(ev, "reads_tree", True) else None,
+        turn_gap_s=readonly(sf[P.F_GAP, slots]),
+        queued=(readonly(np.isin(slots, queued)) if getattr(ev, "reads_queue", False)
+                else None),
+        thread=readonly(si[P.S_THREAD, slots]), wait_kind=readonly(si[P.S_WAIT, slots]),
+        block_tokens=rep.bt,
+        key=tuple(si[P.S_KEY, slots].tolist()) if getattr(ev, "reads_keys", False) else None)
+    return slots[ask_evictor(ev, view, need, rep.ctx.who("evictor"))]
+
+
+def observe(key: int, kind: int, i: int, now_s: float, keys: np.ndarray) -> None:
+    """Tell the evictor of replica ``key`` that request ``i`` arrived there (``kind`` 0)
+    or finished (1) at ``now_s`` (s); ``keys``: at a finish, its full prompt blocks'
+    content keys."""
+    rep = _REPLICAS[key]
+    S, fin = rep.S, kind == 1
+    p = int(S.prompt[i])
+    rep.ctx.policy.evictor.observe(RequestEvent(
+        "finish" if fin else "arrive", float(now_s), rep.index, int(i), int(S.thread[i]),
+        int(S.wait[i]) if fin else -1, p, p + int(S.gen[i]) if fin else p, rep.bt,
+        int(rep.pool.ist[P.P_TOTAL]), tuple(keys.tolist()) if fin else ()))
