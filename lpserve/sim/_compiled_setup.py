@@ -111,7 +111,7 @@ def spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
     if runner is None:
         return SP.SpecRun(ip=ip, tparams=np.zeros(1), dparams=np.zeros((1, 1)),
                           rates=np.zeros((1, 1)), edges=np.ones(1, np.int64),
-                          counts=np.zeros(6, np.int64))
+                          counts=np.zeros(6, np.int64), eterm=np.zeros((1, 1, 1)))
     dec = runner.decider
     kind, params = twin_spec(dec)
     ip[SP.Q_KIND] = SP.SPEC_KINDS[kind]
@@ -121,11 +121,14 @@ def spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
     ip[SP.Q_EAGER] = int(runner.eager)
     ip[SP.Q_CLASSES] = int(ctx.state.tenant.max(initial=-1)) + 2
     ip[SP.Q_BUCKETS] = len(dec.bucket_edges) + 1
+    rates = np.ascontiguousarray(runner.rates, np.float64)
+    # the oracle's expected tokens per request, draft and k, made once (eq. (11))
+    eterm = (SP.expected_terms(rates, int(dec.max_k)) if kind == "oracle"
+             else np.zeros((1, 1, 1)))
     return SP.SpecRun(ip=ip, tparams=np.array(runner.target_params, np.float64),
-                      dparams=np.stack(runner.draft_params),
-                      rates=np.ascontiguousarray(runner.rates, np.float64),
+                      dparams=np.stack(runner.draft_params), rates=rates,
                       edges=np.asarray(dec.bucket_edges, np.int64),
-                      counts=np.zeros(6, np.int64))
+                      counts=np.zeros(6, np.int64), eterm=eterm)
 
 
 def transfer_coefficients(cost: Any, link_gbps: float) -> tuple[float, float]:

@@ -121,12 +121,23 @@ def _time_s(sr, j, c, lag, times, dmemo, tmp):
 
 
 @njit(cache=True)
-def _expected_sum(rates, k):
-    """``sum_i E[tokens](a_i, k)`` left to right, E = (1 - a^(k+1)) / (1 - a)."""
-    v = 0.0
-    for a in rates:
-        v += (1.0 - math.pow(a, k + 1.0)) / (1.0 - a)
-    return v
+def _expected(a, k):
+    """E[tokens] of one step with ``k`` drafts at acceptance rate ``a``: (1 - a^(k+1)) /
+    (1 - a), eq. (8)."""
+    return (1.0 - math.pow(a, k + 1.0)) / (1.0 - a)
+
+
+@njit(cache=True)
+def expected_terms(rates, max_k):
+    """:func:`_expected` of every request's rate ``rates (n, n_drafts)`` for ``k = 0 ..
+    max_k``: float64 ``(n, n_drafts, max_k + 1)`` (the oracle's, made once per run)."""
+    n, nd = rates.shape
+    out = np.empty((n, nd, max_k + 1))
+    for i in range(n):
+        for d in range(nd):
+            for k in range(max_k + 1):
+                out[i, d, k] = _expected(rates[i, d], k)
+    return out
 
 
 @njit(cache=True)
@@ -159,7 +170,7 @@ def _context_id(sr, ten, cnt):
 
 
 @njit(cache=True)
-def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp):
+def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm):
     """The decider's arm for this step, eq. (10)-(11): fixed, UCB1 in context ``ctx_id``,
     or the best expected tokens per second under optimistic or true acceptance rates."""
     ip = sr.ip
@@ -186,14 +197,25 @@ def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp):
                 if v > best:
                     best, j = v, a
     elif kind == SP_ACC or kind == SP_ORACLE:
+        # sum_i E[tokens](a_i, k) left to right; each term is a function of (request,
+        # draft, k) for the oracle (its table) and of (class, draft, k) within a step for
+        # the optimistic rates (made once per class and arm): the same floats as per term
         best = -np.inf
-        ar = np.empty(m)
         for a in range(n_arms):
             k, d = arm_of(sr, a)
             dd = max(d, 0)
-            for q in range(m):
-                ar[q] = _acc_rate(ss, ten[q] + 1, dd) if kind == SP_ACC else sr.rates[idx[q], dd]
-            v = _expected_sum(ar, k) / _time_s(sr, a, c, lag, times, dmemo, tmp)
+            v = 0.0
+            if kind == SP_ORACLE:
+                for q in range(m):
+                    v += sr.eterm[idx[q], dd, k]
+            else:
+                cterm[:] = np.nan
+                for q in range(m):
+                    cl = ten[q] + 1
+                    if math.isnan(cterm[cl]):
+                        cterm[cl] = _expected(_acc_rate(ss, cl, dd), k)
+                    v += cterm[cl]
+            v = v / _time_s(sr, a, c, lag, times, dmemo, tmp)
             if v > best:
                 best, j = v, a
     return j
@@ -218,12 +240,12 @@ def _learn(ss, kind, ctx_id, j, k, d, reward, ten, accepted):
 @njit(cache=True)
 def workspace(sr, n_dec):
     """Scratch arrays for :func:`step` on a batch of ``n_dec``: ``(wi, times, dmemo,
-    cnt)``, reused by the steps of one run."""
+    cnt, cterm)``, reused by the steps of one run."""
     ip = sr.ip
     n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
     return (np.empty((W_ROWS, n_dec), np.int64), np.empty(n_arms),
             np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))),
-            np.empty(ip[Q_CLASSES], np.int64))
+            np.empty(ip[Q_CLASSES], np.int64), np.empty(max(ip[Q_CLASSES], 1)))
 
 
 @njit(cache=True)
@@ -235,7 +257,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     bt = cfg[T.C_BT]
     p = rep.pool
     m = n_dec
-    wi, times, dmemo, cnt = ws
+    wi, times, dmemo, cnt, cterm = ws
     idx, c, lag, held0 = wi[W_IDX], wi[W_CTX], wi[W_LAG], wi[W_HELD]
     ten, grow, accepted, tmp = wi[W_TEN], wi[W_GROW], wi[W_ACC], wi[W_TMP]
     idx[:] = dec[:m]
@@ -249,7 +271,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     dmemo[:] = np.nan
     ctx_id = _context_id(sr, ten[:m], cnt)
     kind = ip[Q_KIND]
-    j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp)
+    j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm)
     k, d = arm_of(sr, j)
     d = max(d, 0)
     # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short

@@ -318,7 +318,7 @@ def new_ctl(cp, w):
 
 SpecRunType, SpecRun = struct_type("SpecRun", __name__)
 SPECRUN_FIELDS = (
-    'ip', 'tparams', 'dparams', 'rates', 'edges', 'counts',
+    'ip', 'tparams', 'dparams', 'rates', 'edges', 'counts', 'eterm',
 )
 SPECRUN_T = SpecRunType([
     ("ip", types.int64[::1]),
@@ -327,11 +327,12 @@ SPECRUN_T = SpecRunType([
     ("rates", types.float64[:, ::1]),
     ("edges", types.int64[::1]),
     ("counts", types.int64[::1]),
+    ("eterm", types.float64[:, :, ::1]),
 ])
 
 
 @njit(cache=True)
-def new_specrun(ip, tparams, dparams, rates, edges, counts):
+def new_specrun(ip, tparams, dparams, rates, edges, counts, eterm):
     """A SpecRun over these arrays (see ``SPECRUN_FIELDS``)."""
     s = structref.new(SPECRUN_T)
     s.ip = ip
@@ -340,6 +341,7 @@ def new_specrun(ip, tparams, dparams, rates, edges, counts):
     s.rates = rates
     s.edges = edges
     s.counts = counts
+    s.eterm = eterm
     return s
 
 SpecRepType, SpecRep = struct_type("SpecRep", __name__)
