@@ -33,11 +33,12 @@ def test_every_run_has_the_same_stats_keys():
         "rebalancer": lp.simulate(two, "rebalance-llumnix"),
         "offload": lp.simulate(one, lp.make_policy("vllm", kv_offload_gib=4)),
         "predictor": lp.simulate(one, "mcsf", predictor="history"),
+        "python evictor": lp.simulate(one, "vllm-chunked+ttl-pin"),
     }
     keys = {name: sorted(r.stats) for name, r in runs.items()}
     assert all(k == keys["compiled"] for k in keys.values()), keys
     engines = {r.stats["engine"] for r in runs.values()}
-    assert {"compiled", "python", "compiled+python-ranks"} <= engines
+    assert {"compiled", "python", "compiled+python-ranks", "compiled+python-evictor"} <= engines
     assert runs["compiled"].stats["speculation"] is None
     assert runs["compiled"].stats["offload"] is None
     assert runs["compiled"].stats["migrations"] == 0
