@@ -26,6 +26,8 @@ __all__ = ["evict", "evict_external", "observe"]
 
 @njit(cache=True)
 def _knap_p(p, c):
+    """Reuse probability of knapsack class ``c`` over the evictable blocks: (blocks with
+    more than ``c`` hits + 1) / (blocks with at least ``c`` hits + 2)."""
     above = 0
     at_least = 0
     for b in range(5):
@@ -93,6 +95,8 @@ def evict(p, n, queued, n_queued):
 
 @njit(cache=True)
 def _evict_lookahead(p, n, queued, n_queued):
+    """Evict ``n`` blocks by last access, the blocks ``queued[:n_queued]`` (hits of the
+    first waiting requests) last, by ``(last + 1e12, -depth, slot)``; the rest go back."""
     mark = p.mark
     for k in range(n_queued):
         mark[queued[k]] = 1

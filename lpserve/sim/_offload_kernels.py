@@ -137,6 +137,7 @@ def _delete(off, j):
 
 @njit(cache=True)
 def _unlink(off, x):
+    """Remove host-tier entry ``x`` from the tier's recency list."""
     oi, pv, nx = off.oi, off.nprev, off.nnext
     if pv[x] >= 0:
         nx[pv[x]] = nx[x]
@@ -150,6 +151,7 @@ def _unlink(off, x):
 
 @njit(cache=True)
 def _append(off, x):
+    """Append host-tier entry ``x`` at the recent end of the tier's recency list."""
     oi = off.oi
     off.nprev[x] = oi[O_TAIL]
     off.nnext[x] = -1

@@ -136,6 +136,7 @@ def _slot_of_table(p, key):
 
 @njit(cache=True)
 def _table_get_or_add(p, key):
+    """Table entry of ``key``, inserted (no slot, no cached child) when absent."""
     j = _probe(p, key)  # inserted (no slot, no children) when absent
     if not p.hu[j]:
         p.hu[j] = 1
@@ -200,6 +201,7 @@ def _less(k1, k2, neg, slot, a, b):
 
 @njit(cache=True)
 def _swap_rows(k1, k2, neg, slot, stamp, a, b):
+    """Swap entries ``a`` and ``b`` of one heap's rows."""
     k1[a], k1[b] = k1[b], k1[a]
     k2[a], k2[b] = k2[b], k2[a]
     neg[a], neg[b] = neg[b], neg[a]
@@ -209,6 +211,7 @@ def _swap_rows(k1, k2, neg, slot, stamp, a, b):
 
 @njit(cache=True)
 def _sift_up(p, h, i):
+    """Move entry ``i`` of heap ``h`` up to its place."""
     k1, k2, neg, slot, stamp = p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h]
     while i > 0:
         par = (i - 1) >> 1
@@ -221,6 +224,7 @@ def _sift_up(p, h, i):
 
 @njit(cache=True)
 def _sift_down(p, h, i):
+    """Move entry ``i`` of heap ``h`` down to its place."""
     n = p.hsize[h]
     k1, k2, neg, slot, stamp = p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h]
     while True:
@@ -239,6 +243,8 @@ def _sift_down(p, h, i):
 
 @njit(cache=True)
 def _valid(p, h, pos):
+    """Whether entry ``pos`` of heap ``h`` is current: its slot still evictable with the
+    same stamp, and (heap 1, leaf kinds) still without a cached child."""
     s = p.hslot[h, pos]
     si = p.si
     if si[S_HASKEY, s] == 0 or si[S_REF, s] != 0 or si[S_STAMP, s] != p.hstamp[h, pos]:
@@ -304,6 +310,8 @@ def heap_top(p, h):
 # ===================================================================================== keys of an evictor
 @njit(cache=True)
 def _score(p, s):
+    """The first key ``k1`` of evictable slot ``s`` under the pool's evictor kind (the
+    module's table; knapsack and lookahead order by last access)."""
     kind = p.ist[P_KIND]
     last = p.sf[F_LAST, s]
     kp = p.kp
@@ -323,6 +331,7 @@ def _score(p, s):
 
 @njit(cache=True)
 def _hits_bucket(hits):
+    """Knapsack count bucket of a block with ``hits`` hits: 0, 1, 2, 3, or 4 for more."""
     return hits if hits < 4 else 4
 
 

@@ -73,6 +73,8 @@ def tick_of(now_s, quantum_s):
 
 @njit(cache=True)
 def _entry_level(service_s, base_s):
+    """MLFQ's entry level of a request of ``service_s`` (s) of first service
+    (``lpserve.policies.mlfq.entry_level``)."""
     if service_s <= base_s:
         return 0
     return int(math.ceil(math.log2(service_s / base_s) - 1e-12))
@@ -80,6 +82,8 @@ def _entry_level(service_s, base_s):
 
 @njit(cache=True)
 def _queue_of(priority_s, base_s):
+    """The queue of program priority ``priority_s`` (s) with base ``base_s``
+    (``lpserve.policies.programs.queue_of``)."""
     return int(math.floor(math.log2(priority_s / base_s + 1.0) + 1e-12))
 
 
@@ -101,6 +105,9 @@ def _fits(base, rem, m, cap, slack):
 
 @njit(cache=True)
 def _planned(assume, k, out, plo, phi, has_pred, default_tokens, gen):
+    """Output tokens MCSF plans for a request: the true ``out`` (oracle, ``assume`` 0),
+    else the predicted upper (1) or lower (2; at least its generated tokens plus one)
+    bound, or ``default_tokens`` without predictions."""
     if assume == 0:  # oracle
         return float(out)
     if has_pred:
@@ -264,6 +271,10 @@ def _stable_by(w, key):
 @njit(cache=True)
 def _mcsf(fp, ip, cand, run, m, arrival, prompt, gen, out, plo, phi, has_pred,
           total_blocks, block_tokens, res):
+    """MCSF's ranks of ``cand[:m]`` into ``res`` (``lpserve.policies.schedulers``): the
+    running keep their seats; waiting candidates, by (planned length, arrival, position),
+    join while seats are left and the batch's future memory fits
+    (``models/schedule-ip.md`` (10)); the rest are held back (``+inf``)."""
     assume, default_tokens, max_batch = ip[0], ip[1], ip[2]
     cap = float(total_blocks * block_tokens)
     slack = float(block_tokens - 1)
@@ -320,6 +331,11 @@ def _mcsf(fp, ip, cand, run, m, arrival, prompt, gen, out, plo, phi, has_pred,
 @njit(cache=True)
 def _mlfq(fp, ip, cand, run, m, now, rep, arrival, prompt, phi, has_pred, rf, ri, xf, xi, g,
           res):
+    """The MLFQ family's ranks of ``cand[:m]`` into ``res`` at ``now`` (s) on replica
+    ``rep`` (``lpserve.policies.mlfq``): a request enters at the level of its estimated
+    first service, drops one level each time its service there reaches the level's
+    quantum (``base * 2**level``) and returns to level 0 after waiting the starvation
+    threshold; ranked by level, then by when it entered the level."""
     base, pf_s, dec_s, thr0, period, dflt = fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]
     entry, adaptive, strict = ip[0], ip[1], ip[2]  # entry 0 first, 1 prefill, 2 predicted
     last = xf[rep, X_LAST_NOW]
@@ -377,6 +393,11 @@ def _mlfq(fp, ip, cand, run, m, now, rep, arrival, prompt, phi, has_pred, rf, ri
 
 @njit(cache=True)
 def _program(fp, ip, cand, run, m, now, rep, arrival, prog_id, rf, ri, pf, xf, xi, g, res):
+    """Ranks of the program-level schedulers (PLAS, ATLAS, PLAS x MLFQ;
+    ``lpserve.policies.programs``, Autellix's discretized queues) of ``cand[:m]`` into
+    ``res`` at ``now`` (s): a call enters the queue of its inherited program priority,
+    runs FCFS within it, drops a queue per quantum of service and returns to queue 0 by
+    the anti-starvation rule."""
     base, beta = fp[1], fp[2]
     atlas, two_level = ip[0], ip[1]
     last = xf[rep, X_LAST_NOW]

@@ -72,6 +72,8 @@ def prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch):
 
 @njit(cache=True)
 def _draft_iter_s(sr, d, i, c, lag, tmp):
+    """Seconds of draft ``d``'s ``i``-th iteration of a step at contexts ``c``; the first
+    also catches up each request's ``lag`` tokens, eq. (5)."""
     D = sr.dparams[d]
     m = c.shape[0]
     n_late = 0
@@ -142,6 +144,8 @@ def expected_terms(rates, max_k):
 
 @njit(cache=True)
 def _acc_rate(ss, cls, d):
+    """Optimistic acceptance rate of (class ``cls``, draft ``d``): the mean accepted
+    share plus ``sqrt(2 ln t / n)``, at most ``A_MAX`` (``A_MAX`` before any trial), eq. (12)."""
     n = ss.acc_n[cls, d]
     if n == 0:
         return A_MAX

@@ -333,6 +333,7 @@ def freed_blocks(req, rep, v, taken):
 # ===================================================================================== releases
 @njit(cache=True)
 def _rel_less(rep, a, b):
+    """Whether pending release ``a`` comes before ``b`` (by end time, then request)."""
     if rep.rel_t[a] != rep.rel_t[b]:
         return rep.rel_t[a] < rep.rel_t[b]
     return rep.rel_i[a] < rep.rel_i[b]
@@ -340,6 +341,7 @@ def _rel_less(rep, a, b):
 
 @njit(cache=True)
 def _rel_swap(rep, a, b):
+    """Swap pending releases ``a`` and ``b`` of the release heap."""
     t = rep.rel_t[a]
     rep.rel_t[a] = rep.rel_t[b]
     rep.rel_t[b] = t
@@ -484,6 +486,7 @@ def handoff(req, rep, cfg, cff, i):
 # ===================================================================================== preemption
 @njit(cache=True)
 def _compressed_host(held, ratio):
+    """Host blocks a compressed swap of ``held`` GPU blocks takes at ``ratio``."""
     return int(math.ceil(held / ratio - 1e-12))
 
 

@@ -401,6 +401,9 @@ def ctl_observe(req, rep, cfg, ctl, params, dt, ch_c, ch_h, n_ch, dctx, n_dec, d
 
 @njit(cache=True)
 def ctl_first_gaps(rep, idx, now):
+    """``first_gap_s`` of :func:`lpserve.kernels.dpp.dpp_decode_run` for a run starting at
+    ``now`` (s): seconds since each of requests ``idx`` last produced a token (0 before its
+    first token)."""
     lt = rep.ctl_lt
     first = np.empty(idx.shape[0])
     for k in range(idx.shape[0]):
