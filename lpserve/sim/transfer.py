@@ -341,11 +341,7 @@ def admit_swapped(rep: Any, i: int) -> int:
         S.status[i] = RUNNING
         return 1
     n = int(S.swap_gpu_blocks[i])
-    # the running decodes keep the blocks their next tokens need (vLLM swaps in after the
-    # running requests have their slots): else a swap-in takes the blocks a swap-out just
-    # freed, a decode lacks one, the newcomer is preempted, and so on without an iteration
-    keep = S.decode_need(S.phases(rep.running)[0], rep.bt)
-    if st != XF_IN and bm.available - rep.link.promised - n - keep < rep.wm_blocks:
+    if st != XF_IN and bm.available - rep.link.promised - n < rep.wm_blocks:
         return -1
     rep.waiting.remove(i)
     rep.loading.append(i)

@@ -86,7 +86,7 @@ def _spy_ticks(monkeypatch):
             seen.append(dict(c=c, held_before=held,
                              held_after=int(S.anon[i] + S.nslots[i]),
                              was_running=was_running, running=i in rep.running,
-                             active=active, end=end if active else math.nan, now=rep.now))
+                             end=end if active else math.nan, now=rep.now))
     monkeypatch.setattr(X, "tick", tick)
     return seen
 
@@ -101,11 +101,9 @@ def test_swap_out_frees_blocks_only_at_its_end_and_swap_in_waits_for_residency(m
     assert outs and ins and r.stats["link_copies"] == len(seen)
     for e in outs:  # held its whole context until the copy ended, nothing after
         assert e["held_before"] == e["c"].blocks > 0 and e["held_after"] == 0
-    for e in ins:  # not running before its KV is resident, running right after; its
-        # blocks taken when it started (in an earlier tick, or queued and started in this one)
+    for e in ins:  # not running before its KV is resident, running right after
         assert not e["was_running"] and e["running"]
-        assert e["held_after"] == e["c"].blocks
-        assert e["held_before"] == e["c"].blocks or (e["held_before"] == 0 and not e["active"])
+        assert e["held_before"] == e["held_after"] == e["c"].blocks
     # copy ends are events: one is applied no later than the planning step it ends in
     assert r.stats["link_wait_s"] > 0.0
 
