@@ -95,6 +95,7 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     ev = ctx.policy.evictor
     cfg[T.C_OBSERVE] = int(bool(getattr(ev, "observes_requests", False)))
     cfg[T.C_EV_QUEUE] = int(bool(getattr(ev, "reads_queue", False)))
+    cfg[T.C_EV_TREE] = int(bool(getattr(ev, "reads_tree", True)))
     return cfg
 
 

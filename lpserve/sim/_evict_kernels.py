@@ -140,10 +140,11 @@ def _evict_lookahead(p, n, queued, n_queued):
 
 # ===================================================================================== Python evictors
 @njit(cache=True)
-def evictable_view(p):
+def evictable_view(p, tree):
     """The evictable blocks of pool ``p`` in ascending slot order, each one's position
     among them of its cached parent block (-1 where the parent is not evictable or not
-    cached) and its cached children: three int64 arrays of shape ``(n,)``."""
+    cached; all -1 unless ``tree``) and its cached children: three int64 arrays of shape
+    ``(n,)``."""
     n = p.ist[P.P_EVICTABLE]
     slots = np.empty(n, np.int64)
     pos = p.mark  # slot -> position + 1 among the evictable blocks (0: not one)
@@ -159,7 +160,7 @@ def evictable_view(p):
         s = slots[k]
         children[k] = P.n_children(p, s)
         pk = p.si[P.S_PKEY, s]
-        if pk != P.NOKEY:
+        if tree and pk != P.NOKEY:
             ps = P.cached_slot(p, pk)
             if ps >= 0 and pos[ps] > 0:
                 parent[k] = pos[ps] - 1
@@ -169,11 +170,12 @@ def evictable_view(p):
 
 
 @njit(cache=True)
-def evict_external(p, n, now_s, handle, queued, n_queued):
+def evict_external(p, n, now_s, handle, queued, n_queued, tree):
     """Evict the ``n`` blocks that the Python evictor of replica ``handle`` (a key of
     :func:`lpserve.sim.hooks.register`) chooses at ``now_s`` (s); ``queued[:n_queued]``:
-    the slots the first waiting requests would hit (its ``reads_queue``)."""
-    slots, parent, children = evictable_view(p)
+    the slots the first waiting requests would hit (its ``reads_queue``); ``tree``: it
+    reads the blocks' parents (its ``reads_tree``)."""
+    slots, parent, children = evictable_view(p, tree)
     q = queued[:n_queued]
     with objmode(chosen="int64[:]"):
         chosen = H.evict(handle, n, now_s, slots, parent, children, q)

@@ -42,10 +42,11 @@ EV_FINISH, EV_KV_READY = 0, 1
 (C_BATCH, C_MAX_SEQS, C_BUDGET, C_CHUNKED, C_RESERVE, C_WM, C_BT, C_TOTAL, C_CACHING,
  C_PREEMPT, C_PRIO, C_EVICT_BATCH, C_ROLE, C_REFERENCE, C_TRACK_FIN, C_RANK_KIND,
  C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC,
- C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE) = range(28)
-N_CFG = 28
+ C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE, C_EV_TREE) = range(29)
+N_CFG = 29
 # C_HOOK: the replica's key in lpserve.sim.hooks (0: none); C_OBSERVE: its evictor observes
-# requests (written in Python); C_EV_QUEUE: that evictor reads the queued blocks
+# requests (written in Python); C_EV_QUEUE, C_EV_TREE: that evictor reads the queued
+# blocks, the blocks' parents
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
@@ -245,7 +246,7 @@ def make_room(req, rep, cfg, need):
     kind = p.ist[P.P_KIND]
     if kind == P.EV_EXTERNAL:  # the evictor is written in Python: ask it (a pause)
         q = queued_slots(req, rep, cfg) if cfg[C_EV_QUEUE] else rep.hold[:0]
-        E.evict_external(p, n, rep.fst[F_NOW], cfg[C_HOOK], q, q.shape[0])
+        E.evict_external(p, n, rep.fst[F_NOW], cfg[C_HOOK], q, q.shape[0], cfg[C_EV_TREE])
     elif kind == P.EV_LOOKAHEAD:
         q = queued_slots(req, rep, cfg)
         E.evict(p, n, q, q.shape[0])

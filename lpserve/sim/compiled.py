@@ -152,16 +152,15 @@ class CompiledRun:
         self.sr_a = spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = twin_spec(pol.evictor) if eng.prefix_caching else None
-        # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), as is
-        # one that observes requests
-        self.hooked = getattr(pol.evictor, "observes_requests", False) or (
-            eng.prefix_caching and ev is None)
         if ev is None:
             self.ev_kind = P.EV_EXTERNAL if eng.prefix_caching else P.EV_LRU
             self.ev_params = (0.0, 0.0, 1.0, 1.0)
         else:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
+        # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), as is
+        # one that observes requests
+        self.hooked = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
 
     def swap_step_of(self, total: int) -> int:
         """Most blocks one planning step of a replica with ``total`` KV blocks can swap:

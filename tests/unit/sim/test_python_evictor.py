@@ -11,11 +11,10 @@ import pytest
 
 import lpserve as lp
 from lpserve.policy import Evictor, PolicyError
+from tests.strategies import RESULT_FIELDS, same_array
 
 FIELDS = ("block", "last_access_s", "hits", "depth", "created_s", "children", "parent",
           "turn_gap_s", "queued", "thread", "wait_kind")
-OUTCOMES = ("first_token_s", "finish_s", "cached_prompt_tokens", "preemptions", "replica",
-            "status")
 
 
 class Recorder(Evictor):
@@ -67,10 +66,8 @@ def _instance(seed: int, replicas: int, frac: float) -> lp.Instance:
 
 
 def _same_outcomes(a, b):
-    for col in OUTCOMES:
-        x, y = a.arrays[col], b.arrays[col]
-        assert (np.array_equal(x, y) if x.dtype == object
-                else np.array_equal(x, y, equal_nan=True)), col
+    for col in RESULT_FIELDS:
+        assert same_array(a.arrays[col], b.arrays[col]), col
 
 
 @pytest.mark.parametrize("seed,replicas,frac,preemption", [
