@@ -13,20 +13,21 @@ machine and its load.
     python benchmarks/opt_interval_default.py [--loads 0.5,1,2] [--lp-time 20] [--search-time 15]
         [--lp-grid-scale 4] [--case default|mooncake|sharegpt|all]
 
-Where the width is (seed 0): ``cost-lp`` gives the same certified bound at 20 s as at 40 s
-at every load (x0.5 2.7622, x1 2.9169, x2 3.4958 s per request). Solved in both of its
-window rounds without a time limit, the LP is 2.9350 s at x1 (101 s, 0.6 % above) and
-3.7226 s at x2 (127 s, 6.5 % above: ratio 1.94 instead of 2.06); more solver time does
-not close the gap.
+Where the width is (seed 0): with the fine grid and 20 s, ``cost-lp`` certifies x0.5
+2.7905, x1 3.0358, x2 3.5027 s per request (ratios 1.090 / 1.183 / 2.057); the coarse grid
+of ``--lp-grid-scale 4`` certifies 2.7753 / 3.0341 / 3.5754 s in 3-7 s. Wider windows on
+the coarse grid (``build_cost_lp(window_mult=...)``, no time limit) raise x1 to 3.0523 s
+(3x, 6 s), 3.0631 s (4x, 8 s) and 3.0814 s (8x, 16 s): the LP's own value, not its time
+limit, holds the ratio above 1.15 at x1 (3.5925 / 3.0814 = 1.166).
 On the upper side, 636 simulations at x1 (35 s of search) find no order better than the
 220 of 15 s (3.5925 s); the best token budget is the crossover n* = 75, and the budgets
 below it are worse for every seed order (48 tokens: 4.03-4.18 s; 16 tokens: 35-58 s). The
 ratio is held up by the LP relaxation's value, not by its time limit or the search.
 
 ``--lp-grid-scale 4`` runs the LP as ``lpserve gap``'s default does (a grid four times
-coarser, one round). On the default workload that lifts x2 to 3.568 s within the limit; on
-the Mooncake slice it certifies 2.075 / 2.247 s at utilisations 0.5 / 0.8 in 6-7 s, below
-the cost bound (2.790 s): its long prompts lose more to the coarser step.
+coarser, one round). On the default workload that lifts x2 to 3.575 s within the limit; on
+the Mooncake slice it certifies 2.825 / 2.942 s at utilisations 0.5 / 0.8 in 6 s, above
+the cost bound (2.790 s), against uppers of 5.716 / 9.239 s (intervals 2.02 / 3.14).
 
 ``--case`` adds the issue's other two workloads (``all`` runs the three):
 

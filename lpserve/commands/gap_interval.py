@@ -22,9 +22,9 @@ EXIT_BOUND_VIOLATED = 3  # exit code of lpserve gap when a policy beats a lower 
 SEARCH_EVALUATIONS = 16
 #: cost-lp's default time limit per load (s) and time step (a multiple of the LP's own
 #: default), solved in one round (no widened windows): on the bundled default workload
-#: the coarse LP takes 4-9 s per load (build included) and certifies 2.715 / 2.694 /
-#: 3.568 s mean at x0.5 / x1 / x2 in `lpserve gap`, where the fine grid certifies 2.762 /
-#: 2.917 / 3.155 s in 20 s
+#: the coarse LP takes 3-7 s per load (build included) and certifies 2.775 / 3.034 /
+#: 3.575 s mean at x0.5 / x1 / x2 in `lpserve gap`, where the fine grid certifies 2.791 /
+#: 3.036 / 3.503 s in 20 s
 LP_TIME_LIMIT_S = 10.0
 LP_GRID_SCALE = 4.0
 

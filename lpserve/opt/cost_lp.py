@@ -36,28 +36,50 @@ from lpserve.opt.cost_lp_build import (
 from lpserve.opt.solution import Formulation, Solution, SolutionError, Status
 
 __all__ = ["CostLPModel", "Floors", "KIND_NAMES", "build_cost_lp", "solve_cost_lp",
-           "certify_cost_lp", "COST_LP", "request_floors", "lagrangian_bound"]
+           "certify_cost_lp", "COST_LP", "request_floors", "lagrangian_bound",
+           "mass_capped_hi"]
 
 
 # ====================================================================== solving
-def lagrangian_bound(model: CostLPModel, row_dual: np.ndarray) -> float:
-    """Weak-duality bound ``min_x c'x + y'(b - Ax)`` over the column box, for the row duals
-    ``row_dual`` projected onto the signs the row bounds allow; valid for any vector (the
-    columns' boxes are finite). Returns the bound on the LP's objective plus ``const`` (s)."""
+def mass_capped_hi(model: CostLPModel) -> np.ndarray:
+    """Each column's upper bound, lowered to what its request's mass rows (18) allow: a
+    token column holds at most the request's decode-phase (``mass``) or prompt (``pmass``)
+    tokens. The LP is the same (the mass rows imply it); the certificate of
+    :func:`lagrangian_bound` is tighter (``models/cost-lp.md`` §4). Shape (n_cols,)."""
     from scipy.sparse import csc_matrix
 
+    A = csc_matrix((model.a_value, model.a_index, model.a_start),
+                   shape=(model.row_lo.size, model.c.size)).tocoo()
+    mass = np.isin(model.row_group, ("mass", "pmass"))
+    take = mass[A.row]
+    if np.any((A.data[take] <= 0) | (model.col_lo[A.col[take]] < 0)):
+        raise ValueError("cost-lp: a mass row with a negative entry or column implies no bound")
+    hi = model.col_hi.copy()
+    np.minimum.at(hi, A.col[take], model.row_hi[A.row[take]] / A.data[take])
+    return hi
+
+
+def lagrangian_bound(model: CostLPModel, row_dual: np.ndarray,
+                     col_hi: np.ndarray | None = None) -> float:
+    """Weak-duality bound ``min_x c'x + y'(b - Ax)`` over the column box, for the row duals
+    ``row_dual`` projected onto the signs the row bounds allow; valid for any vector (the
+    columns' boxes are finite). ``col_hi``: upper bounds the LP's rows imply (default the
+    model's own, ``mass_capped_hi`` is tighter). Returns the bound on the LP's objective
+    plus ``const`` (s)."""
+    from scipy.sparse import csc_matrix
+
+    hi = model.col_hi if col_hi is None else col_hi
     y = np.asarray(row_dual, np.float64).copy()
     y[(y > 0) & ~np.isfinite(model.row_lo)] = 0.0
     y[(y < 0) & ~np.isfinite(model.row_hi)] = 0.0
     A = csc_matrix((model.a_value, model.a_index, model.a_start),
                    shape=(model.row_lo.size, model.c.size))
     d = model.c - A.T @ y
-    if np.any(~np.isfinite(model.col_hi[d < 0])) or np.any(~np.isfinite(model.col_lo[d > 0])):
+    if np.any(~np.isfinite(hi[d < 0])) or np.any(~np.isfinite(model.col_lo[d > 0])):
         return -math.inf
     rows = np.where(y > 0, y * np.where(np.isfinite(model.row_lo), model.row_lo, 0.0),
                     y * np.where(np.isfinite(model.row_hi), model.row_hi, 0.0))
-    cols = np.where(d > 0, d * model.col_lo, d * np.where(np.isfinite(model.col_hi),
-                                                        model.col_hi, 0.0))
+    cols = np.where(d > 0, d * model.col_lo, d * np.where(np.isfinite(hi), hi, 0.0))
     return float(rows.sum() + cols.sum() + model.const)
 
 
@@ -82,6 +104,7 @@ def _run_highs(model: CostLPModel, time_limit_s: float | None, solver: str, *,
         else np.ones(model.c.size, bool)
     idx = np.flatnonzero(active)
     sub = A[:, idx]
+    cap = mass_capped_hi(model)
     h = highs_model(col_cost=model.c[idx], col_lower=model.col_lo[idx],
                     col_upper=model.col_hi[idx], row_lower=model.row_lo,
                     row_upper=model.row_hi, a_start=sub.indptr, a_index=sub.indices,
@@ -115,7 +138,7 @@ def _run_highs(model: CostLPModel, time_limit_s: float | None, solver: str, *,
             status = st if st != Status.OPTIMAL else Status.ERROR
             break
         y = np.asarray(sol.row_dual, np.float64)
-        lb = lagrangian_bound(model, y)
+        lb = lagrangian_bound(model, y, cap)
         if lb > best:
             best, best_y = lb, y
         if sol.value_valid:
@@ -125,8 +148,9 @@ def _run_highs(model: CostLPModel, time_limit_s: float | None, solver: str, *,
             status = Status.LIMIT if st in (Status.LIMIT, Status.FEASIBLE) else st
             break
         d = model.c - A.T @ y
-        scale = max(1.0, abs(obj))
-        cand = np.flatnonzero(~active & (d < -1e-9 * scale))
+        # a column prices out when it could lower the bound by more than 1 us of latency
+        # over its whole box (its reduced cost times its implied upper bound)
+        cand = np.flatnonzero(~active & (d * cap < -1e-6))
         if cand.size == 0:
             status = Status.OPTIMAL
             break
