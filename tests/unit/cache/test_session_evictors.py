@@ -281,3 +281,25 @@ def test_group_keys_kernel_equals_twin_and_scalar_key(mode):
         p, s, _ = G.group_key(mode, cls[k], t_g[k], 80.0, expiry[k], 0, 0, value[k], NE, pi,
                               mu, G.AGE_EDGES_S, params)
         assert (prim[k], sec[k]) == (p, s)
+
+
+def test_the_packed_selection_is_the_stable_lexsort():
+    """The evictors take their blocks through one packed int64 key and a partition; the
+    first k rows must be those of the stable lexsort by (kept, before, group rank, deepest
+    first), ties included (equal depths in one group), for every k."""
+    from lpserve.policies.evictors_sessions import _smallest
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        late = rng.random(n) < 0.3
+        before = rng.random(n) < 0.5
+        grank = rng.integers(0, 4, n)
+        depth = rng.integers(0, 5, n)
+        want = np.lexsort((-depth, grank, before, late))
+        for k in (0, 1, 3, n // 2, n, n + 2):
+            got = _smallest(k, late, before, grank, depth)
+            assert got.dtype == np.int64 and np.array_equal(got, want[:k])
+    wide = np.arange(5, dtype=np.int64) * (1 << 17)  # depths past the packed key: lexsort
+    z = np.zeros(5, bool)
+    assert np.array_equal(_smallest(2, z, z, np.zeros(5, np.int64), wide), [4, 3])
