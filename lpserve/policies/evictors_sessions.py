@@ -462,13 +462,13 @@ class SessionEvictor(Evictor):
         prim, sec = G.group_keys(sp.mode, c_g, t_g, now, expiry,
                                  ret if sp.mode == G.MODE_TTL else gval, st.NE, pi, mu,
                                  G.AGE_EDGES_S, params)
-        # order of the groups by their keys (ties: group order); tail-lru first takes the
-        # blocks past the prefix the thread's next turn needs
+        # order of the groups by their keys (ties: group order); tail-lru keeps the
+        # blocks of the prefix the thread's next turn needs for last
         g = np.arange(first.size)
         if sp.mode == G.MODE_TAIL:
-            before, grank = depth < gneed[gid], _ranks(np.lexsort((g, sec)))
+            needed, grank = depth < gneed[gid], _ranks(np.lexsort((g, sec)))
         else:
-            before, grank = np.zeros(n, bool), _ranks(np.lexsort((g, sec, prim)))
+            needed, grank = np.zeros(n, bool), _ranks(np.lexsort((g, sec, prim)))
         kept = np.ones(n, bool)  # (4c): blocks the leading shadow dropped go first
         sh = self._shadows.get(view.replica) if view.key is not None else None
         if self.reads_keys and sh is not None:
@@ -478,7 +478,7 @@ class SessionEvictor(Evictor):
             if seen.size:
                 kept[seen] = np.fromiter(map(lead.inc.__getitem__, i[seen].tolist()), bool,
                                          count=seen.size)
-        return _smallest(int(need_blocks), kept, before, grank[gid], depth)
+        return _smallest(int(need_blocks), kept, needed, grank[gid], depth)
 
 
 def _ranks(order: np.ndarray) -> np.ndarray:
@@ -488,18 +488,18 @@ def _ranks(order: np.ndarray) -> np.ndarray:
     return r
 
 
-def _smallest(k: int, late: np.ndarray, p: np.ndarray, grank: np.ndarray,
+def _smallest(k: int, kept: np.ndarray, needed: np.ndarray, grank: np.ndarray,
               depth: np.ndarray) -> np.ndarray:
-    """The first ``k`` rows of the stable order by (``late``, ``p``, ``grank``, deepest
-    first), False before True: ``np.lexsort((-depth, grank, p, late))[:k]``, in O(n) by one
-    packed int64 key (row index in the lowest bits, so ties fall as in the stable sort) when
-    the fields fit in its bits, else by that lexsort. ``late``/``p`` bool, ``grank``/``depth``
-    int64, all shape (n,). Returns int64 (min(k, n),)."""
+    """The first ``k`` rows of the stable order by (``kept``, ``needed``, ``grank``, deepest
+    first), False before True: ``np.lexsort((-depth, grank, needed, kept))[:k]``, in O(n)
+    by one packed int64 key (row index in the lowest bits, so ties fall as in the stable
+    sort) when the fields fit in its bits, else by that lexsort. ``kept``/``needed`` bool,
+    ``grank``/``depth`` int64, all shape (n,). Returns int64 (min(k, n),)."""
     n = depth.size
     dmax = int(depth.max(initial=0))
     if n == 0 or n >= 1 << 24 or dmax >= 1 << 16 or int(grank.max(initial=0)) >= 1 << 16:
-        return np.lexsort((-depth, grank, p, late))[:k].astype(np.int64)
-    key = ((late.astype(np.int64) << 57) | (p.astype(np.int64) << 56) | (grank << 40)
+        return np.lexsort((-depth, grank, needed, kept))[:k].astype(np.int64)
+    key = ((kept.astype(np.int64) << 57) | (needed.astype(np.int64) << 56) | (grank << 40)
            | ((dmax - depth) << 24) | np.arange(n, dtype=np.int64))
     k = min(k, n)
     if k < n:
