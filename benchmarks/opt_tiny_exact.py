@@ -7,7 +7,7 @@ router: ``schedule-exact``); the script prints, per instance and on average, the
 bound (``cost-lp``, ``srpt-bound``) over that optimum and whether ``schedule-search`` (its
 usual seeds and local search, at most 150 simulations, no enumeration) finds it.
 
-Targets (issue "how far from optimal"): lower bound >= 0.85 x OPT on average, search = OPT
+Targets (issue "how far from optimal"): lower bound >= 0.9 x OPT on average, search = OPT
 on at least 90 % of the instances. Exit status 1 when a target is missed.
 
     python benchmarks/opt_tiny_exact.py [--n-instances 50] [--max-requests 6]
@@ -22,6 +22,9 @@ import numpy as np
 
 import lpserve as lp
 from lpserve.opt import solve
+
+#: the issue's target for the best lower bound over OPT, on average
+TARGET_LB = 0.9
 
 
 def tiny_instance(seed: int, max_requests: int) -> lp.Instance:
@@ -71,9 +74,9 @@ def main() -> int:
               f"{'yes' if found else 'no':>7}{te:>9.1f}", flush=True)
     r = np.array([x for x, _ in rows])
     hit = np.mean([f for _, f in rows])
-    ok = r.mean() >= 0.85 and hit >= 0.9
+    ok = r.mean() >= TARGET_LB and hit >= 0.9
     print(f"FIGURE tiny GPU-model instances ({len(rows)}): lower bound / OPT mean "
-          f"{r.mean():.3f} (min {r.min():.3f}, max {r.max():.3f}), target >= 0.85; "
+          f"{r.mean():.3f} (min {r.min():.3f}, max {r.max():.3f}), target >= {TARGET_LB}; "
           f"schedule search = OPT on {100 * hit:.0f} %, target >= 90 %: "
           f"{'met' if ok else 'MISSED'} ({time.perf_counter() - t0:.0f} s)")
     return 0 if ok else 1
