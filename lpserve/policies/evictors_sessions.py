@@ -462,13 +462,12 @@ class SessionEvictor(Evictor):
         prim, sec = G.group_keys(sp.mode, c_g, t_g, now, expiry,
                                  ret if sp.mode == G.MODE_TTL else gval, st.NE, pi, mu,
                                  G.AGE_EDGES_S, params)
-        # order of the groups by their keys (ties: group order); tail-lru keeps the
-        # blocks of the prefix the thread's next turn needs for last
-        g = np.arange(first.size)
+        # order of the groups by their keys (stable: ties in group order); tail-lru keeps
+        # the blocks of the prefix the thread's next turn needs for last
         if sp.mode == G.MODE_TAIL:
-            needed, grank = depth < gneed[gid], _ranks(np.lexsort((g, sec)))
+            needed, grank = depth < gneed[gid], _ranks(np.argsort(sec, kind="stable"))
         else:
-            needed, grank = np.zeros(n, bool), _ranks(np.lexsort((g, sec, prim)))
+            needed, grank = np.zeros(n, bool), _ranks(np.lexsort((sec, prim)))
         kept = np.ones(n, bool)  # (4c): blocks the leading shadow dropped go first
         sh = self._shadows.get(view.replica) if view.key is not None else None
         if self.reads_keys and sh is not None:

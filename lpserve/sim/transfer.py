@@ -340,11 +340,10 @@ def admit_swapped(rep: Any, i: int) -> int:
         rep.running.append(i)
         S.status[i] = RUNNING
         return 1
-    n = int(S.swap_gpu_blocks[i])
-    # the running decodes keep the blocks their next tokens need (models/simulator.md (28))
-    keep = S.decode_need(S.phases(rep.running)[0], rep.bt)
-    if st != XF_IN and bm.available - rep.link.promised - n - keep < rep.wm_blocks:
-        return -1
+    if st != XF_IN:  # the running decodes keep the blocks their next tokens need (28)
+        keep = S.decode_need(S.phases(rep.running)[0], rep.bt)
+        if bm.available - rep.link.promised - int(S.swap_gpu_blocks[i]) - keep < rep.wm_blocks:
+            return -1
     rep.waiting.remove(i)
     rep.loading.append(i)
     S.status[i] = TRANSFER
@@ -354,6 +353,7 @@ def admit_swapped(rep: Any, i: int) -> int:
         c.issued_s = rep.now
         return 1
     S.xfer[i] = XF_IN
+    n = int(S.swap_gpu_blocks[i])
     _issue(rep, "in", i, n, _copy_s(rep, n, bool(S.compressed[i])), True)
     return 1
 

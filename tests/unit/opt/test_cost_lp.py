@@ -238,7 +238,7 @@ def test_certificate_uses_the_bounds_the_mass_rows_imply():
     a relative pricing tolerance lets columns through) once cost the certificate 4 %
     (150 requests: 2.447 s certified against the LP's 2.550 s); now it is the LP's own."""
     from lpserve.opt.cost_lp import _run_highs, lagrangian_bound, mass_capped_hi
-    from lpserve.opt.cost_lp_build import KIND_NAMES, build_cost_lp
+    from lpserve.opt.cost_lp_build import build_cost_lp
 
     rng = np.random.default_rng(5)
     n = 150
@@ -263,4 +263,3 @@ def test_certificate_uses_the_bounds_the_mass_rows_imply():
     assert lb <= lp_value + 1e-6 * abs(lp_value)
     assert lb >= lp_value - 1e-6 * abs(lp_value)
     assert lagrangian_bound(model, y) <= lb + 1e-9   # the interval's time is a looser box
-    assert KIND_NAMES.index("decode") in set(model.col_kind.tolist())
