@@ -29,12 +29,17 @@ from lpserve.opt.cost_lp_terms import (
 from lpserve.opt.lower_bounds import prefix_sharing
 
 __all__ = ["Floors", "request_floors", "CostLPModel", "build_cost_lp", "KIND_NAMES",
-           "sequential_upper_s"]
+           "sequential_upper_s", "default_dt_s", "GRID_FULL_REQUESTS", "GRID_MAX_REFINE"]
 
 #: column kinds (``CostLPModel.col_kind``)
 KIND_NAMES = ("first-token", "completion", "decode", "prefill", "late-decode", "late-prefill",
               "precedence", "work")
 _T1, _C, _DEC, _PRE, _LDEC, _LPRE, _PREC, _WORK = range(8)
+#: the default grid is the median least latency over 5 from this many requests up; a
+#: smaller instance gets a finer one (its LP keeps about this many requests' intervals),
+#: at most :data:`GRID_MAX_REFINE` times finer
+GRID_FULL_REQUESTS = 200
+GRID_MAX_REFINE = 4.0
 
 
 # ====================================================================== per-request floors
@@ -198,6 +203,18 @@ class _Blocks:
         return idx
 
 
+def default_dt_s(least_latency_s: np.ndarray) -> float:
+    """The default interval (s) for requests of least latencies ``least_latency_s`` (n,):
+    the median over 5, divided by ``min(GRID_MAX_REFINE, GRID_FULL_REQUESTS / n)`` when
+    that is above 1 (a small LP affords a finer grid: the bound loses about one interval
+    per request in (15), (16)), at least 1 ms; 1 s without requests."""
+    n = least_latency_s.size
+    if n == 0:
+        return 1.0
+    refine = min(GRID_MAX_REFINE, max(1.0, GRID_FULL_REQUESTS / n))
+    return max(float(np.median(least_latency_s)) / 5.0 / refine, 1e-3)
+
+
 def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: float = 2.0,
                   window_intervals: float = 4.0, prefill_window: float = 0.25,
                   level_ratio: float = 1.5, level_ratio_far: float = 3.0,
@@ -207,8 +224,10 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     """The LP of ``instance`` (``models/cost-lp.md``).
 
     Args:
-        dt_s: interval length (s); default: the median least latency over 5, at least 1 ms
-            (the grid's effect on the bound is discussed in ``models/cost-lp.md`` §5).
+        dt_s: interval length (s); default: the median least latency over 5, at least 1 ms,
+            refined for instances of fewer than :data:`GRID_FULL_REQUESTS` requests
+            (:func:`default_dt_s`; the grid's effect on the bound is discussed in
+            ``models/cost-lp.md`` §5).
         window_mult, window_intervals: request ``i`` has columns in the intervals of
             ``[a_i, a_i + W_i]``, ``W_i = window_mult * l_i + window_intervals * dt_s``
             (``l_i`` its least latency); mass after ``W_i`` goes to late columns, charged
@@ -253,7 +272,7 @@ def build_cost_lp(instance: Any, *, dt_s: float | None = None, window_mult: floa
     if not (dt_scale > 0 and math.isfinite(dt_scale)):
         raise ValueError(f"cost-lp: dt_scale must be a positive number, got {dt_scale!r}")
     if dt_s is None:
-        dt_s = dt_scale * (max(float(np.median(ell)) / 5.0, 1e-3) if n else 1.0)
+        dt_s = dt_scale * default_dt_s(ell)
     if not (dt_s > 0 and math.isfinite(dt_s)):
         raise ValueError(f"cost-lp: dt_s must be a positive number of seconds, got {dt_s!r}")
     W = (window_mult * ell + window_intervals * dt_s) if windows_s is None \

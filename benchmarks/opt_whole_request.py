@@ -1,0 +1,167 @@
+"""What whole requests add to the cost-model LP: its bound with completion and prefill-done
+binaries (a mixed-integer program), on the tiny instances of ``opt_tiny_exact.py``.
+
+The LP of ``models/cost-lp.md`` counts a request's completion at the mean of its tokens'
+times ((15), (16)) and lets its decode start as its prefill progresses ((8), fractionally).
+This script adds, for every request ``i`` and interval ``k`` of its window, two binaries:
+``z_ik`` = all of ``i``'s decode-phase tokens are produced by the interval's end ``e_k``,
+``w_ik`` = all of its prompt tokens are computed by ``e_k``; with ``X_ik``, ``P_ik`` its
+decode and prompt tokens in intervals up to ``k`` (columns of the LP) and ``D_ik`` the part
+of interval ``k`` after ``a_i``:
+
+    z_ik <= z_i,k+1,  w_ik <= w_i,k+1                         (monotone)
+    (o_i - 1) z_ik <= X_ik,  u_i w_ik <= P_ik,  X_ik <= (o_i - 1) w_ik
+    C_i >= a_i + sum_k D_ik (1 - z_ik),   t_i >= a_i + sum_k D_ik (1 - w_ik)
+
+Every schedule satisfies them with its own indicators (a request not done by ``e_k``
+finishes after it; no decode-phase token precedes the last prompt token), so the program's
+optimum is still a lower bound on every simulated schedule; its bound here is HiGHS' dual
+bound of the branch and bound (solver tolerances, not a certificate as the LP's). It is a
+measurement of what the LP's relaxation of whole requests costs, not a registered bound:
+on 613 requests the program does not solve in minutes.
+
+It prints, per instance, OPT of the schedule space (``schedule-exact``), the best bound
+``lpserve`` reports (``cost-lp``, ``srpt-bound``), the LP with every column and the program
+on the grid of ``--dt-scale`` (times the default grid), their ratios to OPT (each at least
+the reported bound), and the means.
+
+    python benchmarks/opt_whole_request.py [--n-instances 12] [--dt-scale 1]
+        [--time-limit 45]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse import coo_matrix, csc_matrix
+
+from lpserve.opt import solve
+from lpserve.opt.cost_lp import _build
+from lpserve.opt.cost_lp_build import KIND_NAMES, CostLPModel
+from lpserve.opt.solution import highs_model
+
+_spec = importlib.util.spec_from_file_location(
+    "opt_tiny_exact", Path(__file__).with_name("opt_tiny_exact.py"))
+_tiny = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tiny)
+
+
+def _kind(model: CostLPModel, i: int, name: str) -> np.ndarray:
+    return np.flatnonzero((model.col_req == i) & (model.col_kind == KIND_NAMES.index(name)))
+
+
+def whole_request_program(model: CostLPModel, arrival_s: np.ndarray, output_tokens: np.ndarray,
+                          integer: bool = True) -> dict:
+    """The LP of ``model`` (every column) with the binaries above; arrays of the model
+    plus ``integer`` (bool per column) for :func:`lpserve.opt.solution.highs_model`."""
+    A = csc_matrix((model.a_value, model.a_index, model.a_start),
+                   shape=(model.row_lo.size, model.c.size)).tocoo()
+    rows, cols, vals = [A.row], [A.col], [A.data]
+    n_col, n_row = model.c.size, model.row_lo.size
+    rlo, rhi, new = [model.row_lo], [model.row_hi], []
+    pmass = np.flatnonzero(model.row_group == "pmass")
+    dt = model.dt_s
+
+    def add_rows(entries: list, lo: float, hi: float) -> None:
+        nonlocal n_row
+        for c, v in entries:
+            rows.append(np.array([n_row]))
+            cols.append(np.array([c]))
+            vals.append(np.array([v]))
+        rlo.append(np.array([lo]))
+        rhi.append(np.array([hi]))
+        n_row += 1
+
+    for i in range(arrival_s.size):
+        nd, a = int(output_tokens[i]) - 1, float(arrival_s[i])
+        pre, dec = _kind(model, i, "prefill"), _kind(model, i, "decode")
+        ks = np.unique(model.col_k[np.concatenate([pre, dec])])
+        if ks.size == 0:
+            continue
+        span = (ks + 1) * dt - np.maximum(ks * dt, a)
+        u = float(model.row_lo[np.intersect1d(pmass, A.row[np.isin(A.col, pre[:1])])][0]) \
+            if pre.size else 0.0
+        binaries = []
+        for tag, toks, mass, done in (("w", pre, u, _kind(model, i, "first-token")),
+                                      ("z", dec, float(nd), _kind(model, i, "completion"))):
+            if mass <= 0 or done.size == 0:
+                binaries.append(None)
+                continue
+            b = np.arange(n_col, n_col + ks.size)
+            n_col += ks.size
+            new.append(b)
+            for j in range(ks.size - 1):
+                add_rows([(b[j], 1.0), (b[j + 1], -1.0)], -np.inf, 0.0)
+            for j, k in enumerate(ks):
+                upto = toks[model.col_k[toks] <= k]
+                add_rows([(b[j], mass)] + [(c, -1.0) for c in upto.tolist()], -np.inf, 0.0)
+            add_rows([(int(done[0]), 1.0)] + list(zip(b.tolist(), span.tolist())),
+                     a + float(span.sum()), np.inf)
+            binaries.append(b)
+        w, z = binaries
+        if w is not None and nd:
+            for j, k in enumerate(ks):  # no decode-phase token before the prefill is done
+                upto = dec[model.col_k[dec] <= k]
+                add_rows([(w[j], -float(nd))] + [(c, 1.0) for c in upto.tolist()], -np.inf, 0.0)
+    extra = n_col - model.c.size
+    M = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                   shape=(n_row, n_col)).tocsc()
+    return {"col_cost": np.concatenate([model.c, np.zeros(extra)]),
+            "col_lower": np.concatenate([model.col_lo, np.zeros(extra)]),
+            "col_upper": np.concatenate([model.col_hi, np.ones(extra)]),
+            "row_lower": np.concatenate(rlo), "row_upper": np.concatenate(rhi),
+            "a_start": M.indptr, "a_index": M.indices, "a_value": M.data,
+            "integer": np.concatenate([np.zeros(model.c.size, bool),
+                                       np.full(extra, integer)])}
+
+
+def solve_program(model: CostLPModel, arrays: dict, time_limit_s: float) -> tuple:
+    """(bound on the total latency (s), status text, wall s): the LP's optimum or the
+    branch and bound's dual bound."""
+    h = highs_model(**arrays, time_limit_s=time_limit_s)
+    t0 = time.perf_counter()
+    h.run()
+    info = h.getInfo()
+    mip = bool(arrays["integer"].any())
+    bound = info.mip_dual_bound if mip else info.objective_function_value
+    return (float(bound) + model.const, h.modelStatusToString(h.getModelStatus()),
+            time.perf_counter() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n-instances", type=int, default=12)
+    ap.add_argument("--max-requests", type=int, default=6)
+    ap.add_argument("--dt-scale", type=float, default=1.0)
+    ap.add_argument("--time-limit", type=float, default=45.0)
+    args = ap.parse_args()
+    print(f"{'seed':>4}{'n':>3}{'R':>3}{'OPT s':>9}{'lpserve':>9}{'LP':>9}{'whole':>9}"
+          f"{'LP/OPT':>8}{'whole/OPT':>10}  status")
+    r_lp, r_whole = [], []
+    for seed in range(args.n_instances):
+        inst = _tiny.tiny_instance(seed, args.max_requests)
+        opt = solve("schedule-exact", inst).objective
+        reported = max(solve("cost-lp", inst).bound, solve("srpt-bound", inst).bound)
+        model = _build(inst, dt_scale=args.dt_scale)
+        tr = inst.trace
+        a, o = np.asarray(tr.arrival_s, np.float64), np.asarray(tr.output_tokens)
+        lp_s, _, _ = solve_program(model, whole_request_program(model, a, o, False),
+                                   args.time_limit)
+        whole_s, status, wall = solve_program(model, whole_request_program(model, a, o),
+                                              args.time_limit)
+        r_lp.append(max(lp_s, reported) / opt)
+        r_whole.append(max(whole_s, reported) / opt)
+        print(f"{seed:>4}{len(tr):>3}{inst.cluster.n_replicas:>3}{opt:>9.4f}{reported:>9.4f}"
+              f"{lp_s:>9.4f}{whole_s:>9.4f}{r_lp[-1]:>8.3f}{r_whole[-1]:>10.3f}  {status} "
+              f"{wall:.0f} s", flush=True)
+    print(f"FIGURE {len(r_lp)} tiny instances, grid x{args.dt_scale}: best bound / OPT mean "
+          f"{np.mean(r_lp):.3f} with the LP, {np.mean(r_whole):.3f} with whole requests "
+          f"({args.time_limit:.0f} s per program)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
