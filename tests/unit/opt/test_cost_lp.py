@@ -20,6 +20,7 @@ from lpserve.opt.cost_lp_terms import (
     regime_shares,
     share_levels,
 )
+from lpserve.opt.cost_lp_build import request_floors
 from lpserve.opt.srpt_bound import srpt_flow_time
 
 MODELS = [("a100-80gb", "llama-2-7b", 1), ("a100-80gb", "llama-2-70b", 4),
@@ -215,6 +216,24 @@ def test_bad_interval_is_a_clear_error():
         solve("cost-lp", _tiny(3), dt_scale=0.0)
     with pytest.raises(ValueError, match="window_rounds"):
         solve("cost-lp", _tiny(3), window_rounds=0)
+
+
+def test_the_default_grid_is_finer_for_small_instances():
+    """models/cost-lp.md §3: the median least latency over 5, divided by min(4, 200 / n)
+    below 200 requests, at least 1 ms."""
+    from lpserve.opt.cost_lp_build import default_dt_s
+
+    ell = np.array([0.5, 1.0, 3.0])
+    assert default_dt_s(np.repeat(ell, 400)) == pytest.approx(1.0 / 5.0)    # 1,200 requests
+    assert default_dt_s(np.repeat(ell, 50)) == pytest.approx(1.0 / 5.0 / (200 / 150))
+    assert default_dt_s(ell) == pytest.approx(1.0 / 20.0)                   # 4x finer at most
+    assert default_dt_s(np.full(3, 1e-3)) == 1e-3
+    assert default_dt_s(np.zeros(0)) == 1.0
+    inst = _tiny(4, n=5)
+    fl = solve("cost-lp", inst)
+    assert fl.info["dt_s"] == pytest.approx(default_dt_s(
+        request_floors(inst, inst.cost_model()).prefill_s
+        + request_floors(inst, inst.cost_model()).decode_s))
 
 
 def test_a_coarser_grid_in_one_round_is_still_below_the_optimum():
