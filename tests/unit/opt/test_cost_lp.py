@@ -10,6 +10,7 @@ import pytest
 
 import lpserve as lp
 from lpserve.opt import Status, solve
+from lpserve.opt.cost_lp_build import request_floors
 from lpserve.opt.cost_lp_terms import (
     counted_prompt_tokens,
     decode_floor,
@@ -20,7 +21,6 @@ from lpserve.opt.cost_lp_terms import (
     regime_shares,
     share_levels,
 )
-from lpserve.opt.cost_lp_build import request_floors
 from lpserve.opt.srpt_bound import srpt_flow_time
 
 MODELS = [("a100-80gb", "llama-2-7b", 1), ("a100-80gb", "llama-2-70b", 4),
