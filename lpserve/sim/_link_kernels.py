@@ -21,16 +21,14 @@ from numba import njit, types
 from numba.experimental import structref
 
 from lpserve.kernels.structs import struct_type
+from lpserve.sim.transfer import RMLQ_BASE_S, RMLQ_LEVELS
 
-__all__ = ["Link", "LinkArrays", "ORDER_CODES", "new_link", "link_struct", "enqueue",
-           "next_end_s", "pop_end", "start_order", "start", "key"]
+__all__ = ["Link", "LinkArrays", "ORDER_CODES", "RMLQ_BASE_S", "RMLQ_LEVELS", "new_link",
+           "link_struct", "enqueue", "next_end_s", "pop_end", "start_order", "start", "key"]
 
 #: ``EngineConfig.link_order`` -> code
 ORDER_CODES = {"fifo": 0, "priority": 1, "llf": 2, "rmlq": 3}
 ORDER_FIFO, ORDER_PRIORITY, ORDER_LLF, ORDER_RMLQ = range(4)
-#: the reverse multi-level queue's base laxity (s) and levels (``transfer.RMLQ_*``)
-RMLQ_BASE_S = 0.01
-RMLQ_LEVELS = 8
 #: copy kinds and states
 KIND_OUT, KIND_IN = 0, 1
 NONE, QUEUED, ACTIVE = 0, 1, 2
