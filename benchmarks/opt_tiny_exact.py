@@ -11,6 +11,9 @@ Targets (issue "how far from optimal"): lower bound >= 0.9 x OPT on average, sea
 on at least 90 % of the instances. Exit status 1 when a target is missed.
 
     python benchmarks/opt_tiny_exact.py [--n-instances 50] [--max-requests 6]
+        [--dt-scale 1]
+
+``--dt-scale`` multiplies the cost LP's default grid (``models/cost-lp.md`` §3).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ def main() -> int:
     ap.add_argument("--n-instances", type=int, default=50)
     ap.add_argument("--max-requests", type=int, default=6)
     ap.add_argument("--search-evaluations", type=int, default=150)
+    ap.add_argument("--dt-scale", type=float, default=1.0)
     args = ap.parse_args()
     rows = []
     t0 = time.perf_counter()
@@ -61,7 +65,7 @@ def main() -> int:
             return 1
         se = solve("schedule-search", inst, time_limit_s=None,
                    max_evaluations=args.search_evaluations, seed=seed)
-        cl = solve("cost-lp", inst)
+        cl = solve("cost-lp", inst, dt_scale=args.dt_scale)
         sr = solve("srpt-bound", inst)
         lb = max(cl.bound if np.isfinite(cl.bound) else 0.0, sr.bound)
         if lb > ex.objective * (1 + 1e-9):
