@@ -42,7 +42,7 @@ def add_interval_args(p: argparse.ArgumentParser) -> None:
                    "is kept and its status says limit)")
     p.add_argument("--lp-grid-scale", type=float, default=LP_GRID_SCALE, metavar="K",
                    help="cost-lp's time step as a multiple of its default (the median "
-                   f"least latency / 5); default {LP_GRID_SCALE:g}: a smaller LP that "
+                   f"least latency / 5, up to 4x finer below 200 requests); default {LP_GRID_SCALE:g}: a smaller LP that "
                    "certifies within the limit on ~600 requests, solved in one round. 1 is the fine "
                    "grid with two rounds (slower; with --bound-time-limit 20 it certifies more "
                    "at light load). Every grid "
