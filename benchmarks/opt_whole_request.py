@@ -44,8 +44,7 @@ import numpy as np
 from scipy.sparse import coo_matrix, csc_matrix
 
 from lpserve.opt import solve
-from lpserve.opt.cost_lp import _build
-from lpserve.opt.cost_lp_build import KIND_NAMES, CostLPModel
+from lpserve.opt.cost_lp_build import KIND_NAMES, CostLPModel, build_cost_lp
 from lpserve.opt.solution import highs_model
 
 _spec = importlib.util.spec_from_file_location(
@@ -148,7 +147,7 @@ def default_workload(load: float, time_limit_s: float) -> int:
                        cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2))
     n = len(inst.trace)
     upper = float(np.sum(lp.simulate(inst, "vllm").arrays["e2e_s"]))
-    model = _build(inst, dt_scale=4.0, upper_total_s=upper)
+    model = build_cost_lp(inst, dt_scale=4.0, upper_total_s=upper)
     a = np.asarray(inst.trace.arrival_s, np.float64)
     o = np.asarray(inst.trace.output_tokens)
     for name, integer in (("LP", False), ("whole requests", True)):
@@ -176,7 +175,7 @@ def main() -> int:
         inst = _tiny.tiny_instance(seed, args.max_requests)
         opt = solve("schedule-exact", inst).objective
         reported = max(solve("cost-lp", inst).bound, solve("srpt-bound", inst).bound)
-        model = _build(inst, dt_scale=args.dt_scale)
+        model = build_cost_lp(inst, dt_scale=args.dt_scale)
         tr = inst.trace
         a, o = np.asarray(tr.arrival_s, np.float64), np.asarray(tr.output_tokens)
         lp_s, _, _ = solve_program(model, whole_request_program(model, a, o, False),
