@@ -4,34 +4,40 @@
 One copy runs at a time; a free link starts the queued copy that comes first in the link
 order (``fifo``, ``priority``, ``llf``, ``rmlq``) among those that can start. A request has
 at most one copy on its replica's link, so copies are indexed by request: ``q_*[i]`` hold
-request ``i``'s copy while ``q_state[i]`` is :data:`QUEUED` or :data:`ACTIVE`.
+request ``i``'s copy while it is queued (in ``queue[:li[L_NQ]]``) or running
+(``li[L_ACTIVE] == i``).
 
 The replica drives the link (:func:`pop_end`, :func:`start_order`, :func:`start`): a copy
 that ends frees or lands its KV, and a swap-in takes its GPU blocks when it starts, both of
-which the replica applies (``transfer.tick``). Layouts: ``li`` (int64, ``L_*``), ``lf``
-(float64, ``LF_*``).
+which the replica applies (``transfer.tick``). ``Link`` (``LINK_FIELDS``, the StructRef in
+:mod:`lpserve.sim._structs`): ``li`` (int64, ``L_*``), ``lf`` (float64, ``LF_*``), then per
+request (``n``): ``queue`` the queued requests in no order; ``q_kind`` ``KIND_OUT`` /
+``KIND_IN``; ``q_blocks`` the GPU blocks the copy moves; ``q_seq`` its issue order;
+``q_then`` 1 when a swap-in puts its request into the batch; ``q_dur`` its link seconds;
+``q_issued`` when it was issued (s); ``q_rank`` the scheduler's rank then (``priority``);
+``q_dl`` the request's deadline then (s; ``llf``, ``rmlq``).
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections import namedtuple
 
 import numpy as np
-from numba import njit, types
-from numba.experimental import structref
+from numba import njit
 
-from lpserve.kernels.structs import struct_type
+from lpserve.sim._structs import LINK_FIELDS, new_link
 from lpserve.sim.transfer import RMLQ_BASE_S, RMLQ_LEVELS
 
-__all__ = ["Link", "LinkArrays", "ORDER_CODES", "RMLQ_BASE_S", "RMLQ_LEVELS", "new_link",
-           "link_struct", "enqueue", "next_end_s", "pop_end", "start_order", "start", "key"]
+__all__ = ["Link", "ORDER_CODES", "RMLQ_BASE_S", "RMLQ_LEVELS", "link_struct", "enqueue",
+           "next_end_s", "pop_end", "start_order", "start", "key"]
 
+#: the arrays of one link (Python side; the kernels take the structure over them)
+Link = namedtuple("Link", LINK_FIELDS)
 #: ``EngineConfig.link_order`` -> code
 ORDER_CODES = {"fifo": 0, "priority": 1, "llf": 2, "rmlq": 3}
 ORDER_FIFO, ORDER_PRIORITY, ORDER_LLF, ORDER_RMLQ = range(4)
-#: copy kinds and states
+#: copy kinds
 KIND_OUT, KIND_IN = 0, 1
-NONE, QUEUED, ACTIVE = 0, 1, 2
 # li: order, running request (-1: idle), queued count, issue counter, copies started,
 # blocks of swap-outs not ended (freed at their ends), blocks of swap-ins not started
 L_ORDER, L_ACTIVE, L_NQ, L_SEQ, L_COPIES, L_FREEING, L_PROMISED = range(7)
@@ -41,60 +47,17 @@ LF_START, LF_END, LF_BUSY = range(3)
 N_LF = 3
 
 
-class LinkArrays(NamedTuple):
-    """The arrays of one link (``n`` requests of the run)."""
-
-    li: np.ndarray        # (N_LI,) int64
-    lf: np.ndarray        # (N_LF,) float64
-    queue: np.ndarray     # (n,) int64: the queued requests, q_nq of them, in no order
-    q_state: np.ndarray   # (n,) int64: NONE / QUEUED / ACTIVE
-    q_kind: np.ndarray    # (n,) int64: KIND_OUT / KIND_IN
-    q_blocks: np.ndarray  # (n,) int64: GPU blocks the copy moves
-    q_seq: np.ndarray     # (n,) int64: issue order on the link
-    q_then: np.ndarray    # (n,) int64: 1 when a swap-in puts its request into the batch
-    q_dur: np.ndarray     # (n,) float64: link seconds
-    q_issued: np.ndarray  # (n,) float64: when it was issued (s)
-    q_rank: np.ndarray    # (n,) float64: the scheduler's rank when issued (priority)
-    q_dl: np.ndarray      # (n,) float64: the request's deadline when issued (llf, rmlq)
-
-
-LinkType, Link = struct_type("Link", __name__)
-_FLOATS = ("lf", "q_dur", "q_issued", "q_rank", "q_dl")
-LINK_T = LinkType([(name, types.float64[::1] if name in _FLOATS else types.int64[::1])
-                   for name in LinkArrays.__annotations__])
-
-
-def link_struct(order: str, n_requests: int) -> tuple[LinkArrays, object]:
+def link_struct(order: str, n_requests: int) -> tuple[Link, object]:
     """``(arrays, struct)`` of an idle link with ``order`` for a run of ``n_requests``."""
     if order not in ORDER_CODES:
         raise ValueError(f"link_order must be one of {sorted(ORDER_CODES)}, got {order!r}")
     n = max(int(n_requests), 1)
     li = np.zeros(N_LI, np.int64)
     li[L_ORDER], li[L_ACTIVE] = ORDER_CODES[order], -1
-    ints = [np.zeros(n, np.int64) for _ in range(6)]
+    ints = [np.zeros(n, np.int64) for _ in range(5)]
     floats = [np.zeros(n) for _ in range(4)]
-    a = LinkArrays(li, np.zeros(N_LF), *ints, *floats)
+    a = Link(li, np.zeros(N_LF), *ints, *floats)
     return a, new_link(*a)
-
-
-@njit(cache=True)
-def new_link(li, lf, queue, q_state, q_kind, q_blocks, q_seq, q_then, q_dur, q_issued,
-             q_rank, q_dl):
-    """A Link over these arrays (see :class:`LinkArrays`)."""
-    s = structref.new(LINK_T)
-    s.li = li
-    s.lf = lf
-    s.queue = queue
-    s.q_state = q_state
-    s.q_kind = q_kind
-    s.q_blocks = q_blocks
-    s.q_seq = q_seq
-    s.q_then = q_then
-    s.q_dur = q_dur
-    s.q_issued = q_issued
-    s.q_rank = q_rank
-    s.q_dl = q_dl
-    return s
 
 
 @njit(cache=True)
@@ -102,7 +65,6 @@ def enqueue(link, kind, i, blocks, duration_s, now_s, rank, deadline_s, then_run
     """Queue request ``i``'s copy issued at ``now_s`` (``transfer.HostLink.enqueue``)."""
     li = link.li
     li[L_SEQ] += 1
-    link.q_state[i] = QUEUED
     link.q_kind[i] = kind
     link.q_blocks[i] = blocks
     link.q_seq[i] = li[L_SEQ]
@@ -151,7 +113,6 @@ def pop_end(link, now_s):
     if i < 0 or link.lf[LF_END] > now_s:
         return -1
     link.li[L_ACTIVE] = -1
-    link.q_state[i] = NONE
     if link.q_kind[i] == KIND_OUT:
         link.li[L_FREEING] -= link.q_blocks[i]
     return i
@@ -185,7 +146,6 @@ def start(link, i, t):
     li[L_NQ] = n - 1
     if link.q_kind[i] == KIND_IN:
         li[L_PROMISED] -= link.q_blocks[i]
-    link.q_state[i] = ACTIVE
     li[L_ACTIVE] = i
     li[L_COPIES] += 1
     link.lf[LF_START] = t

@@ -5,7 +5,7 @@ Each ``new_*`` takes the numpy arrays of the structure's fields (and SpecRep its
 replica's ``numpy.random.Generator``), in the order of its ``*_FIELDS``, and returns the
 structure; the kernels read and write those same arrays, so the Python side keeps its own
 references to them. Layouts and meanings are in the modules that use them (``_pool``,
-``_state_kernels``, ``_step_kernels``, ``_spec_kernels``, ``_offload_kernels``).
+``_state_kernels``, ``_step_kernels``, ``_spec_kernels``, ``_offload_kernels``, ``_link_kernels``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from numba.typed import List
 
 from lpserve.kernels.structs import struct_type
 
-__all__ = ["new_pool", "new_off", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep",
+__all__ = ["new_pool", "new_off", "new_link", "new_req", "new_rep", "new_rk", "new_ctl", "new_specrun", "new_specrep",
            "new_replica_list", "push_replica"]
 
 
@@ -102,6 +102,43 @@ def new_off(oi, of, hk, hv, nkey, nprev, nnext, load_end, qt, qi, price):
     s.qt = qt
     s.qi = qi
     s.price = price
+    return s
+
+LinkType, Link = struct_type("Link", __name__)
+LINK_FIELDS = (
+    'li', 'lf', 'queue', 'q_kind', 'q_blocks', 'q_seq', 'q_then', 'q_dur', 'q_issued',
+    'q_rank', 'q_dl',
+)
+LINK_T = LinkType([
+    ("li", types.int64[::1]),
+    ("lf", types.float64[::1]),
+    ("queue", types.int64[::1]),
+    ("q_kind", types.int64[::1]),
+    ("q_blocks", types.int64[::1]),
+    ("q_seq", types.int64[::1]),
+    ("q_then", types.int64[::1]),
+    ("q_dur", types.float64[::1]),
+    ("q_issued", types.float64[::1]),
+    ("q_rank", types.float64[::1]),
+    ("q_dl", types.float64[::1]),
+])
+
+
+@njit(cache=True)
+def new_link(li, lf, queue, q_kind, q_blocks, q_seq, q_then, q_dur, q_issued, q_rank, q_dl):
+    """A Link over these arrays (see ``LINK_FIELDS``)."""
+    s = structref.new(LINK_T)
+    s.li = li
+    s.lf = lf
+    s.queue = queue
+    s.q_kind = q_kind
+    s.q_blocks = q_blocks
+    s.q_seq = q_seq
+    s.q_then = q_then
+    s.q_dur = q_dur
+    s.q_issued = q_issued
+    s.q_rank = q_rank
+    s.q_dl = q_dl
     return s
 
 ReqType, Req = struct_type("Req", __name__)

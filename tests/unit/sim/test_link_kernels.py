@@ -54,7 +54,7 @@ def _python_run(order: str, copies: list, free0: int) -> tuple[list, tuple]:
     return log, (link.n_copies, link.freeing, link.promised, round(link.busy_s, 12))
 
 
-def _kernel_tick(a: L.LinkArrays, link, now: float, free: list, log: list) -> None:
+def _kernel_tick(a: L.Link, link, now: float, free: list, log: list) -> None:
     """``HostLink.advance`` through the kernel's primitives, as the replica drives them
     (``a``: the arrays of ``link``)."""
     t = now
