@@ -36,7 +36,7 @@ mean E2E bounds.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -47,76 +47,71 @@ from lpserve.opt import solve
 from lpserve.opt.cost_lp_build import KIND_NAMES, CostLPModel, build_cost_lp
 from lpserve.opt.solution import highs_model
 
-_spec = importlib.util.spec_from_file_location(
-    "opt_tiny_exact", Path(__file__).with_name("opt_tiny_exact.py"))
-_tiny = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tiny)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from opt_tiny_exact import tiny_instance
 
-
-def _kind(model: CostLPModel, i: int, name: str) -> np.ndarray:
-    return np.flatnonzero((model.col_req == i) & (model.col_kind == KIND_NAMES.index(name)))
+_PRE, _DEC, _FIRST, _DONE = (KIND_NAMES.index(k) for k in
+                             ("prefill", "decode", "first-token", "completion"))
 
 
 def whole_request_program(model: CostLPModel, arrival_s: np.ndarray, output_tokens: np.ndarray,
                           integer: bool = True) -> dict:
     """The LP of ``model`` (every column) with the binaries above; arrays of the model
-    plus ``integer`` (bool per column) for :func:`lpserve.opt.solution.highs_model`."""
+    plus ``integer`` (bool per column) for :func:`lpserve.opt.solution.highs_model`.
+    ``arrival_s`` (s) and ``output_tokens``: the trace's, shape (n,)."""
     A = csc_matrix((model.a_value, model.a_index, model.a_start),
                    shape=(model.row_lo.size, model.c.size)).tocoo()
-    rows, cols, vals = [A.row], [A.col], [A.data]
-    n_col, n_row = model.c.size, model.row_lo.size
-    rlo, rhi, new = [model.row_lo], [model.row_hi], []
-    pmass = np.flatnonzero(model.row_group == "pmass")
-    dt = model.dt_s
+    r, c, v = A.row.tolist(), A.col.tolist(), A.data.tolist()
+    rlo, rhi = model.row_lo.tolist(), model.row_hi.tolist()
+    n_col = model.c.size
+    pmass = np.flatnonzero(model.row_group == "pmass")  # one per request, in request order
+    if pmass.size != arrival_s.size:
+        raise ValueError(f"{pmass.size} prompt mass rows for {arrival_s.size} requests")
+    by_req = np.split(np.argsort(model.col_req, kind="stable"),
+                      np.searchsorted(np.sort(model.col_req), np.arange(1, arrival_s.size)))
 
-    def add_rows(entries: list, lo: float, hi: float) -> None:
-        nonlocal n_row
-        for c, v in entries:
-            rows.append(np.array([n_row]))
-            cols.append(np.array([c]))
-            vals.append(np.array([v]))
-        rlo.append(np.array([lo]))
-        rhi.append(np.array([hi]))
-        n_row += 1
+    def row(entries: list, lo: float, hi: float) -> None:
+        for col, val in entries:
+            r.append(len(rlo))
+            c.append(int(col))
+            v.append(float(val))
+        rlo.append(lo)
+        rhi.append(hi)
 
-    for i in range(arrival_s.size):
-        nd, a = int(output_tokens[i]) - 1, float(arrival_s[i])
-        pre, dec = _kind(model, i, "prefill"), _kind(model, i, "decode")
+    for i, own in enumerate(by_req):
+        kind = model.col_kind[own]
+        pre, dec = own[kind == _PRE], own[kind == _DEC]
         ks = np.unique(model.col_k[np.concatenate([pre, dec])])
         if ks.size == 0:
             continue
-        span = (ks + 1) * dt - np.maximum(ks * dt, a)
-        u = float(model.row_lo[np.intersect1d(pmass, A.row[np.isin(A.col, pre[:1])])][0]) \
-            if pre.size else 0.0
+        a, nd = float(arrival_s[i]), int(output_tokens[i]) - 1
+        span = (ks + 1) * model.dt_s - np.maximum(ks * model.dt_s, a)
         binaries = []
-        for tag, toks, mass, done in (("w", pre, u, _kind(model, i, "first-token")),
-                                      ("z", dec, float(nd), _kind(model, i, "completion"))):
+        for toks, mass, done in ((pre, float(model.row_lo[pmass[i]]), own[kind == _FIRST]),
+                                 (dec, float(nd), own[kind == _DONE])):
             if mass <= 0 or done.size == 0:
                 binaries.append(None)
                 continue
             b = np.arange(n_col, n_col + ks.size)
             n_col += ks.size
-            new.append(b)
             for j in range(ks.size - 1):
-                add_rows([(b[j], 1.0), (b[j + 1], -1.0)], -np.inf, 0.0)
+                row([(b[j], 1.0), (b[j + 1], -1.0)], -np.inf, 0.0)
             for j, k in enumerate(ks):
-                upto = toks[model.col_k[toks] <= k]
-                add_rows([(b[j], mass)] + [(c, -1.0) for c in upto.tolist()], -np.inf, 0.0)
-            add_rows([(int(done[0]), 1.0)] + list(zip(b.tolist(), span.tolist())),
-                     a + float(span.sum()), np.inf)
+                row([(b[j], mass)] + [(t, -1.0) for t in toks[model.col_k[toks] <= k]],
+                    -np.inf, 0.0)
+            row([(done[0], 1.0)] + list(zip(b, span)), a + float(span.sum()), np.inf)
             binaries.append(b)
-        w, z = binaries
+        w = binaries[0]
         if w is not None and nd:
             for j, k in enumerate(ks):  # no decode-phase token before the prefill is done
-                upto = dec[model.col_k[dec] <= k]
-                add_rows([(w[j], -float(nd))] + [(c, 1.0) for c in upto.tolist()], -np.inf, 0.0)
+                row([(w[j], -float(nd))] + [(t, 1.0) for t in dec[model.col_k[dec] <= k]],
+                    -np.inf, 0.0)
     extra = n_col - model.c.size
-    M = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                   shape=(n_row, n_col)).tocsc()
+    M = coo_matrix((v, (r, c)), shape=(len(rlo), n_col)).tocsc()
     return {"col_cost": np.concatenate([model.c, np.zeros(extra)]),
             "col_lower": np.concatenate([model.col_lo, np.zeros(extra)]),
             "col_upper": np.concatenate([model.col_hi, np.ones(extra)]),
-            "row_lower": np.concatenate(rlo), "row_upper": np.concatenate(rhi),
+            "row_lower": np.array(rlo), "row_upper": np.array(rhi),
             "a_start": M.indptr, "a_index": M.indices, "a_value": M.data,
             "integer": np.concatenate([np.zeros(model.c.size, bool),
                                        np.full(extra, integer)])}
@@ -172,7 +167,7 @@ def main() -> int:
           f"{'LP/OPT':>8}{'whole/OPT':>10}  status")
     r_lp, r_whole = [], []
     for seed in range(args.n_instances):
-        inst = _tiny.tiny_instance(seed, args.max_requests)
+        inst = tiny_instance(seed, args.max_requests)
         opt = solve("schedule-exact", inst).objective
         reported = max(solve("cost-lp", inst).bound, solve("srpt-bound", inst).bound)
         model = build_cost_lp(inst, dt_scale=args.dt_scale)

@@ -230,10 +230,9 @@ def test_the_default_grid_is_finer_for_small_instances():
     assert default_dt_s(np.full(3, 1e-3)) == 1e-3
     assert default_dt_s(np.zeros(0)) == 1.0
     inst = _tiny(4, n=5)
-    fl = solve("cost-lp", inst)
-    assert fl.info["dt_s"] == pytest.approx(default_dt_s(
-        request_floors(inst, inst.cost_model()).prefill_s
-        + request_floors(inst, inst.cost_model()).decode_s))
+    floors = request_floors(inst, inst.cost_model())
+    assert solve("cost-lp", inst).info["dt_s"] == pytest.approx(
+        default_dt_s(floors.prefill_s + floors.decode_s))
 
 
 def test_a_coarser_grid_in_one_round_is_still_below_the_optimum():
