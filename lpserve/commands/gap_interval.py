@@ -42,11 +42,11 @@ def add_interval_args(p: argparse.ArgumentParser) -> None:
                    "is kept and its status says limit)")
     p.add_argument("--lp-grid-scale", type=float, default=LP_GRID_SCALE, metavar="K",
                    help="cost-lp's time step as a multiple of its default (the median "
-                   f"least latency / 5, up to 4x finer below 200 requests); default {LP_GRID_SCALE:g}: a smaller LP that "
-                   "certifies within the limit on ~600 requests, solved in one round. 1 is the fine "
-                   "grid with two rounds (slower; with --bound-time-limit 20 it certifies more "
-                   "at light load). Every grid "
-                   "gives a valid bound (models/cost-lp.md section 5)")
+                   "least latency / 5, up to 4x finer below 200 requests); default "
+                   f"{LP_GRID_SCALE:g}: a smaller LP that certifies within the limit on ~600 "
+                   "requests, solved in one round. 1 is the fine grid with two rounds "
+                   "(slower; with --bound-time-limit 20 it certifies more at light load). "
+                   "Every grid gives a valid bound (models/cost-lp.md section 5)")
     p.add_argument("--search-evaluations", type=int, default=SEARCH_EVALUATIONS,
                    metavar="N", help="simulations of the offline schedule search per load "
                    f"(default {SEARCH_EVALUATIONS}: every seed order, then every engine x "
