@@ -46,8 +46,8 @@ class Result:
             iterations); ``link_wait_s`` (seconds the finished requests waited on the host
             link: serial swaps charged to their iterations, swap-ins they waited for,
             iterations stalled for swap-outs; ``models/simulator.md`` (29)),
-            ``link_copies`` and ``link_busy_s`` (overlapped copies and their time; 0 on
-            compiled replicas, which copy only serially); ``speculation`` (steps,
+            ``link_copies`` and ``link_busy_s`` (overlapped copies and their time; 0 with
+            serial swaps); ``speculation`` (steps,
             speculative steps, drafted, accepted and emitted tokens;
             :meth:`lpserve.sim.speculative.SpecRunner.summary`; None without speculative
             decoding); ``offload`` (``tier_blocks``, ``hit_tokens``, ``loaded_blocks``,
@@ -275,8 +275,7 @@ def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
         "engine": sim.engine_name,
     }
     # the host link (models/simulator.md (26)-(31)): seconds the finished requests waited
-    # on it, and the overlapped copies and their link occupancy (none on compiled
-    # replicas, which run only serial swaps: lpserve/sim/transfer.py)
+    # on it, and the overlapped copies and their link occupancy (0 with serial swaps)
     fin = S.status == FINISHED
     stats["link_wait_s"] = float(S.link_wait[fin].sum())
     links = [r.link for r in reps if getattr(r, "link", None) is not None]

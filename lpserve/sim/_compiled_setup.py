@@ -59,7 +59,7 @@ def request_arrays(ctx: RunContext, max_total_blocks: int) -> tuple[Any, int]:
         turn_gap=np.full(n, np.nan), rk=np.zeros(n), chain=chain, chain_off=chain_off,
         keybuf=np.zeros(max(int(n_full.max(initial=0)), 1), np.int64),
         ready=S.ready_iter, link_wait=S.link_wait, thread=_mutable(S.thread),
-        wait=_mutable(S.wait))
+        wait=_mutable(S.wait), xfer=S.xfer)
     return req, int(known.size)
 
 
@@ -92,6 +92,8 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     cfg[T.C_HAS_PRED] = int(has_pred)
     cfg[T.C_SPEC] = int(ctx.spec is not None)
     cfg[T.C_AHEAD] = int(eng.schedule_ahead)
+    cfg[T.C_LINK] = int(eng.transfers == "overlap")
+    cfg[T.C_PROACTIVE] = int(eng.proactive_swap)  # its target follows each replica's pool
     ev = ctx.policy.evictor
     cfg[T.C_OBSERVE] = int(bool(getattr(ev, "observes_requests", False)))
     cfg[T.C_EV_QUEUE] = int(bool(getattr(ev, "reads_queue", False)))

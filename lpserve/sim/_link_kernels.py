@@ -15,7 +15,9 @@ request (``n``): ``queue`` the queued requests in no order; ``q_kind`` ``KIND_OU
 ``KIND_IN``; ``q_blocks`` the GPU blocks the copy moves; ``q_seq`` its issue order;
 ``q_then`` 1 when a swap-in puts its request into the batch; ``q_dur`` its link seconds;
 ``q_issued`` when it was issued (s); ``q_rank`` the scheduler's rank then (``priority``);
-``q_dl`` the request's deadline then (s; ``llf``, ``rmlq``).
+``q_dl`` the request's deadline then (s; ``llf``, ``rmlq``); ``quant_s`` (K,) the seconds
+to quantize (or dequantize) ``k`` blocks for a compressed swap, made by the replica
+(:mod:`lpserve.sim._swap_kernels`; one zero without compress-and-swap).
 """
 from __future__ import annotations
 
@@ -47,8 +49,10 @@ LF_START, LF_END, LF_BUSY = range(3)
 N_LF = 3
 
 
-def link_struct(order: str, n_requests: int) -> tuple[Link, object]:
-    """``(arrays, struct)`` of an idle link with ``order`` for a run of ``n_requests``."""
+def link_struct(order: str, n_requests: int,
+                quant_s: np.ndarray | None = None) -> tuple[Link, object]:
+    """``(arrays, struct)`` of an idle link with ``order`` for a run of ``n_requests``;
+    ``quant_s``: the (de)quantize seconds of ``k`` blocks (default: none needed)."""
     if order not in ORDER_CODES:
         raise ValueError(f"link_order must be one of {sorted(ORDER_CODES)}, got {order!r}")
     n = max(int(n_requests), 1)
@@ -56,7 +60,8 @@ def link_struct(order: str, n_requests: int) -> tuple[Link, object]:
     li[L_ORDER], li[L_ACTIVE] = ORDER_CODES[order], -1
     ints = [np.zeros(n, np.int64) for _ in range(5)]
     floats = [np.zeros(n) for _ in range(4)]
-    a = Link(li, np.zeros(N_LF), *ints, *floats)
+    q = np.zeros(1) if quant_s is None else np.ascontiguousarray(quant_s, np.float64)
+    a = Link(li, np.zeros(N_LF), *ints, *floats, q)
     return a, new_link(*a)
 
 

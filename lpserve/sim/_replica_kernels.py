@@ -13,12 +13,15 @@ from numba import njit
 
 from lpserve.kernels import history as H
 from lpserve.sim import _evict_kernels as E
+from lpserve.sim import _link_kernels as L
 from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
+from lpserve.sim import _preempt_kernels as PK
 from lpserve.sim import _ranks as RK
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as S
+from lpserve.sim import _swap_kernels as X
 
 
 @njit(cache=True)
@@ -74,7 +77,7 @@ def preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
         T.release_request(req, rep, v, rep.fst[T.F_NOW])
         T.reject(req, v, np.int64(T.R_CTX_KV))
     else:
-        T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
+        X.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v)
     return v
 
 
@@ -117,13 +120,21 @@ def _token_blocks(req, cfg, dec, n_dec):
 def _decode_blocks(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, dec, n_dec):
     """Give each decode of ``dec[:n_dec]`` the block its next token needs, evicting cached
     blocks or preempting the worst-ranked running request (rule (10)) while the free list
-    is short; returns ``(n_dec, preempted)``, ``dec`` compacted in place."""
+    is short; returns ``(n_dec, preempted)``, ``dec`` compacted in place. On the host link,
+    a need the swap-outs in flight will cover stalls the step instead (``I_STALLED``: no
+    blocks taken, rule (29))."""
     p = rep.pool
     need = _token_blocks(req, cfg, dec, n_dec)
     preempted = False
     while need > p.ist[P.P_PLAIN]:
         if T.make_room(req, rep, cfg, need):
             break
+        if cfg[T.C_LINK] and need <= P.available(p) + rep.link.li[L.L_FREEING]:
+            rep.ist[T.I_STALLED] = 1
+            return n_dec, preempted
+        if cfg[T.C_PROACTIVE] and PK.relieve(req, rep, cfg, cff, params, swap_tab, cswap_tab,
+                                             rk):
+            continue  # a resident request is swapped out (its blocks come back)
         v = preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
         m = 0
         for k in range(n_dec):
@@ -202,8 +213,17 @@ def _partial_chunks(req, rep, cfg, rk, part, n_part, budget, ch_i, ch_c, ch_h, n
 
 @njit(cache=True)
 def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop):
-    """Plan and run one iteration (or a run of decode iterations); False if idle."""
+    """Plan and run one iteration (or a run of decode iterations); False if idle (or
+    stalled on the host link)."""
     ist = rep.ist
+    ist[T.I_STALLED], ist[T.I_BLOCKED] = 0, -1
+    pro = cfg[T.C_PROACTIVE] != 0
+    if cfg[T.C_LINK]:
+        if (ist[T.I_NRUN] > 0 or ist[T.I_NWAIT] > 0) and \
+                X.joins_by(rep.link, rep.fst[T.F_NOW]):
+            ist[T.I_RANKED] = 0  # rank before a swapped-in request joins (28)
+            S.ensure_ranks(req, rep, cfg, rk)
+        X.tick(req, rep, cfg, rep.fst[T.F_NOW])  # copy ends (and starts) up to now
     if ist[T.I_NRUN] == 0 and ist[T.I_NWAIT] == 0:
         return False
     ist[T.I_RANKED] = 1 if cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL else 0
@@ -221,20 +241,27 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
     admit_ok = ist[T.I_NWAIT] > 0 and not (batch == T.BATCH_STATIC and ist[T.I_NRUN] > 0)
     if admit_ok and cfg[T.C_PRIO] and ist[T.I_NRUN] > 0:
         n_run = ist[T.I_NRUN]
-        S.preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ready)
+        PK.preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ready)
         if ist[T.I_NRUN] < n_run:
             ist[T.I_RESUMED] = 1
     if batch == T.BATCH_PREFILL and admit_ok:
-        n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
-                               n_ch, np.bool_(False), ready)
+        n_ch, budget = S.admit(req, rep, cfg, cff, swap_tab, cswap_tab, rk, budget, ch_i,
+                               ch_c, ch_h, n_ch, np.bool_(False), ready)
         admit_ok = False
         if n_ch > 0:
+            if pro:
+                PK.proactive(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk,
+                             ist[T.I_BLOCKED], ist[T.I_BLOCKED_NEED])
             return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h,
                              n_ch, ch_i, np.int64(0))
     now = rep.fst[T.F_NOW]
     dec, n_dec, part, n_part = _phases(req, rep, now)
     n_dec, preempted = _decode_blocks(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk,
                                       dec, n_dec)
+    if ist[T.I_STALLED]:  # the swap-outs in flight free the blocks: wait for a copy end
+        if pro:
+            PK.proactive(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, -1, 0)
+        return False
     if preempted:
         admit_ok = False  # as vLLM: no new admissions in a step that preempted
         ist[T.I_RESUMED] = 1  # the next step plans again (single iteration now)
@@ -250,20 +277,23 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         n_ch, budget, no_room = _partial_chunks(req, rep, cfg, rk, part, n_part, budget,
                                                 ch_i, ch_c, ch_h, n_ch)
     if admit_ok and budget > 0:
-        n_ch, budget = S.admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
-                               n_ch, cfg[T.C_CHUNKED] != 0, ready)
+        n_ch, budget = S.admit(req, rep, cfg, cff, swap_tab, cswap_tab, rk, budget, ch_i,
+                               ch_c, ch_h, n_ch, cfg[T.C_CHUNKED] != 0, ready)
+    freed = pro and PK.proactive(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk,
+                                 ist[T.I_BLOCKED], ist[T.I_BLOCKED_NEED])
     if n_ch == 0 and n_dec == 0:
-        if no_room and ist[T.I_RESUMED] == 0 and not (  # rule (34): the prefills wait on
-                rep.off.oi[O.O_ON] and O.next_end(rep.off, now) < math.inf):  # each other
+        if no_room and ist[T.I_RESUMED] == 0 and not freed and X.link_net(rep) <= 0 and \
+                not (rep.off.oi[O.O_ON] and O.next_end(rep.off, now) < math.inf):  # (34)
             preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk)
             ist[T.I_RESUMED] = 1  # the next step plans again
-        return ist[T.I_RESUMED] != 0  # a resumed request decodes next step; else idle
+        # a resumed request decodes next step, blocks freed now admit one; else idle
+        return ist[T.I_RESUMED] != 0 or freed
     any_new = False
     for k in range(n_dec):
         if req.gen[dec[k]] == 0:
             any_new = True
     if n_ch > 0 or ist[T.I_SWAP_BLOCKS] or rep.fst[T.F_SWAP_S] or ist[T.I_RESUMED] or \
-            cfg[T.C_ROLE] == T.ROLE_PREFILL or any_new or \
+            (pro and ist[T.I_PRO_EVICTED]) or cfg[T.C_ROLE] == T.ROLE_PREFILL or any_new or \
             ist[T.I_PENDING] > ist[T.I_ITERS]:  # a deferred arrival joins after one
         return S.iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_ch,
                          dec, n_dec)
@@ -337,7 +367,11 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t,
         if not ran:
             nr = S.next_event_s(rep)
             if nr < stop:
-                rep.fst[T.F_NOW] = max(rep.fst[T.F_NOW], nr)
+                now = rep.fst[T.F_NOW]
+                if rep.ist[T.I_STALLED] and nr > now:  # the batch waits on the link (29)
+                    for j in range(rep.ist[T.I_NRUN]):
+                        req.link_wait[rep.run[j]] += nr - now
+                rep.fst[T.F_NOW] = max(now, nr)
                 steps += 1
                 continue
             return S.IDLE

@@ -20,7 +20,6 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from lpserve.cost import iteration_time
 from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _pool as P
 from lpserve.sim._structs import REP_FIELDS, REQ_FIELDS
@@ -42,25 +41,34 @@ EV_FINISH, EV_KV_READY = 0, 1
 (C_BATCH, C_MAX_SEQS, C_BUDGET, C_CHUNKED, C_RESERVE, C_WM, C_BT, C_TOTAL, C_CACHING,
  C_PREEMPT, C_PRIO, C_EVICT_BATCH, C_ROLE, C_REFERENCE, C_TRACK_FIN, C_RANK_KIND,
  C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC,
- C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE, C_EV_TREE) = range(29)
-N_CFG = 29
+ C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE, C_EV_TREE, C_LINK, C_PROACTIVE,
+ C_PRO_TARGET) = range(32)
+N_CFG = 32
 # C_HOOK: the replica's key in lpserve.sim.hooks (0: none); C_OBSERVE: its evictor observes
 # requests (written in Python); C_EV_QUEUE, C_EV_TREE: that evictor reads the queued
-# blocks, the blocks' parents
+# blocks, the blocks' parents; C_LINK: swaps are copies on the overlapped host link
+# (lpserve/sim/_swap_kernels.py), else serial; C_PROACTIVE: FastServe's proactive
+# swapping on it (lpserve/sim/_proactive_kernels.py) with C_PRO_TARGET free blocks
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
 RANK_EXTERNAL = -1
 # cff (float64)
 (D_RATIO, D_ACC_COST, D_KV_SCALE, D_TR_A, D_TR_D, D_QUANTUM, D_HORIZON, D_SWAP_BUDGET,
- D_MAX_LOSS, D_LINK_GBPS) = range(10)
-N_CFF = 10
+ D_MAX_LOSS, D_LINK_GBPS, D_SLO_TTFT, D_SLO_TPOT) = range(12)
+N_CFF = 12
 
 # ist (int64 per replica)
 (I_WHEAD, I_WTAIL, I_NWAIT, I_NRUN, I_ITERS, I_DITERS, I_HOST_FREE, I_NSWAPS, I_NCOMP,
  I_NRECOMP, I_COMP_TOK, I_SWAP_BLOCKS, I_RESUMED, I_NREL, I_ARENA, I_NEV, I_RANKED,
- I_REL_SEQ, I_PENDING) = range(19)
-N_IST = 19
+ I_REL_SEQ, I_PENDING, I_NLOAD, I_STALLED, I_BLOCKED, I_BLOCKED_NEED, I_PRO_EVICTED) = range(24)
+N_IST = 24
+# I_NLOAD: requests swapping in to join the batch (a seat each); I_STALLED: the last step
+# waited for swap-outs in flight to free blocks; I_BLOCKED, I_BLOCKED_NEED: the waiting
+# request at which this step's admission stopped (-1: none) and the blocks it needs;
+# I_PRO_EVICTED: requests the last proactive swapping swapped out or dropped
+# Req.xfer: a preempted request's copy state on the host link (lpserve.sim.state.XF_*)
+XF_NONE, XF_RESIDENT, XF_OUT, XF_IN = 0, 1, 2, 3
 # fst (float64 per replica)
 F_NOW, F_AREA, F_BUSY, F_SWAP_WAIT, F_SWAP_S, F_LINK_FREE = range(6)
 N_FST = 6
@@ -307,6 +315,8 @@ def admit_need(req, rep, cfg, i):
     bt = cfg[C_BT]
     if req.swapped[i]:
         return req.swap_gpu[i]
+    if req.xfer[i] == XF_RESIDENT:  # its KV is on the GPU (proactive swapping)
+        return 0
     if req.kv_remote[i]:
         return (req.computed[i] + bt - 1) // bt
     full = cfg[C_RESERVE] if cfg[C_RESERVE] > 0 else (req.prompt[i] + req.gen[i] + bt - 1) // bt
@@ -482,70 +492,3 @@ def handoff(req, rep, cfg, cff, i):
     req.kv_remote[i] = True
     req.status[i] = ST_TRANSFER
     emit(rep, np.int64(EV_KV_READY), i, end)
-
-
-# ===================================================================================== preemption
-@njit(cache=True)
-def _compressed_host(held, ratio):
-    """Host blocks a compressed swap of ``held`` GPU blocks takes at ``ratio``."""
-    return int(math.ceil(held / ratio - 1e-12))
-
-
-@njit(cache=True)
-def preemption_mode(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, held):
-    """The engine's preemption mode, or the cost-based decider's choice for victim ``v``
-    (``models/kv-compression-swap.md`` (6))."""
-    if cfg[C_DECIDER] == 0:
-        return cfg[C_PREEMPT]
-    ctx = req.computed[v]
-    rec = 0.0
-    if ctx:
-        pt = np.empty(1, np.int64)
-        pt[0] = ctx
-        rec = iteration_time(params, pt, np.zeros(1, np.int64), np.zeros(0, np.int64))
-    host_free = rep.ist[I_HOST_FREE]
-    swap_s = 2.0 * swap_tab[held]
-    if held <= host_free and swap_s <= cff[D_SWAP_BUDGET] and swap_s < rec:
-        return PRE_SWAP
-    loss = cff[D_ACC_COST] * ctx
-    if _compressed_host(held, cff[D_RATIO]) <= host_free and loss <= cff[D_MAX_LOSS] and \
-            2.0 * cswap_tab[held] < rec:
-        return PRE_COMPRESS
-    return PRE_RECOMPUTE
-
-
-@njit(cache=True)
-def preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v):
-    """Preempt running request ``v`` (swap or compress-and-swap it out when its KV fits
-    in host memory, else recompute); it goes to the front of the waiting list."""
-    ist = rep.ist
-    held = req.anon[v] + req.nslots[v]
-    mode = preemption_mode(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, held)
-    comp = _compressed_host(held, cff[D_RATIO])
-    if mode == PRE_SWAP and held <= ist[I_HOST_FREE]:
-        ist[I_HOST_FREE] -= held
-        req.host_blocks[v] = held
-        req.swap_gpu[v] = held
-        req.swapped[v] = True
-        ist[I_SWAP_BLOCKS] += held
-        ist[I_NSWAPS] += 1
-    elif mode == PRE_COMPRESS and comp <= ist[I_HOST_FREE]:
-        ist[I_HOST_FREE] -= comp
-        req.host_blocks[v] = comp
-        req.swap_gpu[v] = held
-        req.swapped[v] = True
-        req.compressed[v] = True
-        rep.fst[F_SWAP_S] += cswap_tab[held]
-        ist[I_NSWAPS] += 1
-        ist[I_NCOMP] += 1
-        ist[I_COMP_TOK] += req.computed[v]
-    else:
-        req.computed[v] = 0
-        req.dcomp[v] = 0
-        req.kv_remote[v] = False
-        ist[I_NRECOMP] += 1
-    release_request(req, rep, v, rep.fst[F_NOW])
-    req.preempt[v] += 1
-    req.status[v] = ST_WAITING
-    r_remove(rep, v)
-    w_front(req, rep, v)

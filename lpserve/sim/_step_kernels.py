@@ -21,11 +21,13 @@ from numba import njit
 
 from lpserve.cost import iteration_time
 from lpserve.kernels import dpp as D
+from lpserve.sim import _link_kernels as LK
 from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _ranks as RK
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
+from lpserve.sim import _swap_kernels as X
 from lpserve.sim._kernels import decode_advance
 from lpserve.sim._structs import CTL_FIELDS, RK_FIELDS
 from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS
@@ -117,61 +119,6 @@ def waiting_by_rank(req, rep):
 
 
 @njit(cache=True)
-def preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ready):
-    """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)
-    for the waiting requests with ``req.ready <= ready``."""
-    ensure_ranks(req, rep, cfg, rk)
-    p = rep.pool
-    order = waiting_by_rank(req, rep)
-    n_run = rep.ist[T.I_NRUN]
-    alive = rep.run[:n_run].copy()
-    alive_n = n_run
-    seats = cfg[T.C_MAX_SEQS] - n_run
-    free = P.available(p) - cfg[T.C_WM]
-    max_need = p.ist[P.P_TOTAL] - cfg[T.C_WM]
-    taken = np.zeros(p.ist[P.P_TOTAL], np.int64)
-    victims = np.empty(n_run, np.int64)
-    n_v = 0
-    floor = np.inf
-    for t in range(order.shape[0]):
-        w = order[t]
-        if req.ready[w] > ready:
-            continue
-        r = req.rk[w]
-        if r >= floor:
-            break
-        nd = T.admit_need(req, rep, cfg, w)
-        if nd > max_need:
-            continue
-        stop = False
-        while seats < 1 or free < nd:
-            v = -1
-            vk = -np.inf
-            vpos = -1
-            for pos in range(alive_n):
-                i = alive[pos]
-                if v < 0 or req.rk[i] >= vk:
-                    v, vk, vpos = i, req.rk[i], pos
-            if v < 0 or vk <= r:
-                stop = True
-                break
-            for pos in range(vpos, alive_n - 1):
-                alive[pos] = alive[pos + 1]
-            alive_n -= 1
-            victims[n_v] = v
-            n_v += 1
-            floor = min(floor, vk)
-            seats += 1
-            free += T.freed_blocks(req, rep, v, taken)
-        if stop:
-            break
-        seats -= 1
-        free -= nd
-    for k in range(n_v):
-        T.preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, victims[k])
-
-
-@njit(cache=True)
 def free_cap(req, rep, cfg, rk):
     """:func:`lpserve.sim.preempt.free_cap`: most blocks a decode run may take before a
     priority preemption could fire."""
@@ -194,13 +141,13 @@ def free_cap(req, rep, cfg, rk):
         k = req.wnext[k]
     if not any_need:
         return _BIG
-    return P.available(p) - cfg[T.C_WM] - total
+    return P.available(p) - cfg[T.C_WM] + X.link_net(rep) - total
 
 
 # ===================================================================================== admission
 @njit(cache=True)
-def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, allow_chunk,
-          ready):
+def admit(req, rep, cfg, cff, swap_tab, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch,
+          allow_chunk, ready):
     """Admit waiting requests in rank order as prefill chunks; returns ``(n_ch, budget)``.
     Only requests with ``req.ready <= ready`` are candidates (``schedule_ahead``)."""
     ensure_ranks(req, rep, cfg, rk)
@@ -211,11 +158,19 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
     hits = rep.hold
     for t in range(order.shape[0]):
         i = order[t]
-        if ist[T.I_NRUN] >= cfg[T.C_MAX_SEQS] or budget <= 0:
+        if ist[T.I_NRUN] + ist[T.I_NLOAD] >= cfg[T.C_MAX_SEQS] or budget <= 0:
             break
         if req.ready[i] > ready:
             continue
         L = req.prompt[i] + req.gen[i]
+        if cfg[T.C_LINK] and (req.swapped[i] or req.xfer[i] != T.XF_NONE):
+            got = X.admit_swapped(req, rep, cfg, cff, swap_tab, i)
+            if got < 0:
+                ist[T.I_BLOCKED], ist[T.I_BLOCKED_NEED] = i, T.admit_need(req, rep, cfg, i)
+                break
+            if got > 0:
+                ist[T.I_RESUMED] = 1
+            continue
         if req.swapped[i] or req.kv_remote[i]:
             n = req.swap_gpu[i] if req.swapped[i] else (req.computed[i] + bt - 1) // bt
             if P.available(p) - n < wm:
@@ -266,6 +221,7 @@ def admit(req, rep, cfg, cff, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch, all
                 if p.si[P.S_REF, hits[k]] == 0:
                     n_hit_free += 1
             if P.available(p) - n_hit_free - (target - n_hits) < wm:
+                ist[T.I_BLOCKED], ist[T.I_BLOCKED_NEED] = i, n_hit_free + target - n_hits
                 break
             gap = 0.0
             if n_hits * bt >= SESSION_MIN_HIT_TOKENS:  # a returning session
@@ -457,10 +413,11 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
         fst[T.F_SWAP_WAIT] += sw
         wait += sw
         ist[T.I_SWAP_BLOCKS] = 0
-    if fst[T.F_SWAP_S]:
+    if fst[T.F_SWAP_S]:  # serial swaps; on the link, only (de)quantize passes
         dt += fst[T.F_SWAP_S]
         fst[T.F_SWAP_WAIT] += fst[T.F_SWAP_S]
-        wait += fst[T.F_SWAP_S]
+        if not cfg[T.C_LINK]:
+            wait += fst[T.F_SWAP_S]
         fst[T.F_SWAP_S] = 0.0
     if wait:  # every request of this iteration waits for the serial copies (rule (29))
         for k in range(n_ch):
@@ -495,8 +452,9 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
 
 @njit(cache=True)
 def next_event_s(rep):
-    """The replica's next release or end of a load from the host tier (inf if none)."""
-    t = T.next_release_s(rep)
+    """The replica's next release, copy end on its host link or end of a load from the host
+    tier (inf if none)."""
+    t = min(T.next_release_s(rep), LK.next_end_s(rep.link))
     if rep.off.oi[O.O_ON]:
         t = min(t, O.next_end(rep.off, rep.fst[T.F_NOW]))
     return t
@@ -519,7 +477,7 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
         held0[k] = req.anon[i] + req.nslots[i]
     held = held0.copy()
     now = fst[T.F_NOW]
-    stop_s = min(stop, next_event_s(rep))  # releases and load ends (35)
+    stop_s = min(stop, next_event_s(rep))  # releases, copy and load ends (29), (35)
     q = cff[T.D_QUANTUM]
     if q > 0.0:
         stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now
@@ -543,6 +501,8 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
                                         np.bool_(True), now)
             max_iters = max(k_lim, 1)
     free = p.ist[P.P_PLAIN]
+    if cfg[T.C_PROACTIVE]:
+        free = min(free, X.resident_cap(req, rep, cfg))
     if cfg[T.C_PRIO] and ist[T.I_NWAIT] > 0:
         cap = free_cap(req, rep, cfg, rk)
         free = min(free, max(cap, 0))

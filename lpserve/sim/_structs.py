@@ -107,7 +107,7 @@ def new_off(oi, of, hk, hv, nkey, nprev, nnext, load_end, qt, qi, price):
 LinkType, Link = struct_type("Link", __name__)
 LINK_FIELDS = (
     'li', 'lf', 'queue', 'q_kind', 'q_blocks', 'q_seq', 'q_then', 'q_dur', 'q_issued',
-    'q_rank', 'q_dl',
+    'q_rank', 'q_dl', 'quant_s',
 )
 LINK_T = LinkType([
     ("li", types.int64[::1]),
@@ -121,11 +121,13 @@ LINK_T = LinkType([
     ("q_issued", types.float64[::1]),
     ("q_rank", types.float64[::1]),
     ("q_dl", types.float64[::1]),
+    ("quant_s", types.float64[::1]),
 ])
 
 
 @njit(cache=True)
-def new_link(li, lf, queue, q_kind, q_blocks, q_seq, q_then, q_dur, q_issued, q_rank, q_dl):
+def new_link(li, lf, queue, q_kind, q_blocks, q_seq, q_then, q_dur, q_issued, q_rank, q_dl,
+             quant_s):
     """A Link over these arrays (see ``LINK_FIELDS``)."""
     s = structref.new(LINK_T)
     s.li = li
@@ -139,6 +141,7 @@ def new_link(li, lf, queue, q_kind, q_blocks, q_seq, q_then, q_dur, q_issued, q_
     s.q_issued = q_issued
     s.q_rank = q_rank
     s.q_dl = q_dl
+    s.quant_s = quant_s
     return s
 
 ReqType, Req = struct_type("Req", __name__)
@@ -147,7 +150,7 @@ REQ_FIELDS = (
     'swap_gpu', 'swapped', 'compressed', 'kv_remote', 'status', 'first_sched', 'first_token',
     'finish', 'preempt', 'cached_tok', 'seen_tok', 'replica', 'decode_replica', 'reason',
     'tenant', 'plo', 'phi', 'prog', 'wnext', 'wprev', 'slot_off', 'slot_buf', 'turn_gap', 'rk',
-    'chain', 'chain_off', 'keybuf', 'ready', 'link_wait', 'thread', 'wait',
+    'chain', 'chain_off', 'keybuf', 'ready', 'link_wait', 'thread', 'wait', 'xfer',
 )
 REQ_T = ReqType([
     ("prompt", types.int64[::1]),
@@ -190,6 +193,7 @@ REQ_T = ReqType([
     ("link_wait", types.float64[::1]),
     ("thread", types.int64[::1]),
     ("wait", types.int64[::1]),
+    ("xfer", types.int8[::1]),
 ])
 
 
@@ -198,7 +202,7 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
             swapped, compressed, kv_remote, status, first_sched, first_token, finish, preempt,
             cached_tok, seen_tok, replica, decode_replica, reason, tenant, plo, phi, prog,
             wnext, wprev, slot_off, slot_buf, turn_gap, rk, chain, chain_off, keybuf, ready,
-            link_wait, thread, wait):
+            link_wait, thread, wait, xfer):
     """A Req over these arrays (see ``REQ_FIELDS``)."""
     s = structref.new(REQ_T)
     s.prompt = prompt
@@ -241,12 +245,14 @@ def new_req(prompt, out, arrival, computed, dcomp, gen, anon, nslots, host_block
     s.link_wait = link_wait
     s.thread = thread
     s.wait = wait
+    s.xfer = xfer
     return s
 
 RepType, Rep = struct_type("Rep", __name__)
 REP_FIELDS = (
     'ist', 'fst', 'run', 'pool', 'rel_t', 'rel_i', 'rel_anon', 'rel_off', 'rel_n', 'arena',
     'ev_i', 'ev_t', 'ev_k', 'ctl_st', 'ctl_lt', 'ctl_q', 'ctl_plan', 'ctl_x', 'hold', 'off',
+    'link',
 )
 REP_T = RepType([
     ("ist", types.int64[::1]),
@@ -269,12 +275,13 @@ REP_T = RepType([
     ("ctl_x", types.float64[::1]),
     ("hold", types.int64[::1]),
     ("off", OFF_T),
+    ("link", LINK_T),
 ])
 
 
 @njit(cache=True)
 def new_rep(ist, fst, run, pool, rel_t, rel_i, rel_anon, rel_off, rel_n, arena, ev_i, ev_t,
-            ev_k, ctl_st, ctl_lt, ctl_q, ctl_plan, ctl_x, hold, off):
+            ev_k, ctl_st, ctl_lt, ctl_q, ctl_plan, ctl_x, hold, off, link):
     """A Rep over these arrays (see ``REP_FIELDS``)."""
     s = structref.new(REP_T)
     s.ist = ist
@@ -297,6 +304,7 @@ def new_rep(ist, fst, run, pool, rel_t, rel_i, rel_anon, rel_off, rel_n, arena, 
     s.ctl_x = ctl_x
     s.hold = hold
     s.off = off
+    s.link = link
     return s
 
 RkType, Rk = struct_type("Rk", __name__)

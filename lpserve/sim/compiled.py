@@ -24,6 +24,7 @@ import numpy as np
 
 from lpserve.kernels import dpp as D
 from lpserve.policy.checks import check_ranks
+from lpserve.sim import _link_kernels as LK
 from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _ranks as RK
@@ -41,6 +42,7 @@ from lpserve.sim._compiled_setup import (
     transfer_coefficients,
 )
 from lpserve.sim.state import RunContext, State
+from lpserve.sim.transfer import proactive_target
 from lpserve.sim.twins import rank_spec, twin_spec
 
 __all__ = ["CompiledReplica", "CompiledRun", "enqueue_all_cluster", "finalize_reasons"]
@@ -81,6 +83,15 @@ class SwapTables:
     swap: np.ndarray
     cswap: np.ndarray
     cost: Any
+
+
+class LinkCounters:
+    """What a run reports of a compiled replica's host link (``Result.stats``):
+    ``n_copies`` copies started, ``busy_s`` their summed link seconds."""
+
+    def __init__(self, a: LK.Link) -> None:
+        self.n_copies = int(a.li[LK.L_COPIES])
+        self.busy_s = float(a.lf[LK.LF_BUSY])
 
 
 class CompiledRun:
@@ -146,6 +157,7 @@ class CompiledRun:
         self.cff[T.D_TR_A], self.cff[T.D_TR_D] = a, d
         self.cff[T.D_QUANTUM] = float(pol.scheduler.quantum_s or 0.0)
         self.cff[T.D_HORIZON] = ctx.horizon_s
+        self.cff[T.D_SLO_TTFT], self.cff[T.D_SLO_TPOT] = ctx.slo_ttft_s, ctx.slo_tpot_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
         self.cfg = engine_config(ctx, kind, dec is not None, self.ctl_kind, track_finished)
@@ -261,6 +273,7 @@ class CompiledReplica:
         self.cfg[T.C_SWAP_STEP] = self.swap_step = run.swap_step_of(total)
         self._tabs = run.swap_tables(self.cost, total)
         self.wm_blocks = int(self.cfg[T.C_WM])
+        self.cfg[T.C_PRO_TARGET] = proactive_target(self)  # (30): free blocks kept
         self.reserve_blocks = int(self.cfg[T.C_RESERVE])
         pool = P.new_pool_arrays(total, self.eng.prefix_caching, run.ev_kind, run.ev_params)
         n = self.S.n
@@ -271,6 +284,7 @@ class CompiledReplica:
         n_rel = total + 2
         ctl_q = np.zeros(run.ctl_a.w.shape[0])
         off, self.offload = O.for_replica(ctx, run.req_a, self.cost)  # CPU KV offload (35)
+        self._link_a, link = self._host_link(total)
         self.r = T.Rep(
             ist=ist, fst=np.zeros(T.N_FST), run=np.zeros(self.eng.max_num_seqs + 2, np.int64),
             pool=P.pool_struct(pool), rel_t=np.zeros(n_rel), rel_i=np.zeros(n_rel, np.int64),
@@ -281,7 +295,7 @@ class CompiledReplica:
             ev_i=np.zeros(n_ev, np.int64), ev_t=np.zeros(n_ev), ev_k=np.zeros(n_ev, np.int64),
             ctl_st=np.zeros(D.N_ST), ctl_lt=np.full(n if run.ctl_kind else 1, np.nan),
             ctl_q=ctl_q, ctl_plan=np.zeros((2, n + 1), np.int64), ctl_x=np.zeros(5),
-            hold=np.zeros(run.req_a.keybuf.shape[0] + 1, np.int64), off=off)
+            hold=np.zeros(run.req_a.keybuf.shape[0] + 1, np.int64), off=off, link=link)
         self.rep = ST.new_rep(*self.r)
         self.pool = pool
         if run.hooked:
@@ -299,6 +313,19 @@ class CompiledReplica:
                                  np.zeros((n_cls, n_dr), np.int64), np.zeros(1, np.int64), rng)
         self.inbound: dict[int, int] = {}
         self.params = ctx.params if params is None else params
+
+    def _host_link(self, total: int) -> tuple[LK.Link, Any]:
+        """The replica's host link (``models/simulator.md`` (26)): the overlapped copy
+        queue with its link order and, for compressed swaps, the (de)quantize seconds of
+        ``k`` blocks; a placeholder for serial swaps."""
+        eng = self.eng
+        if eng.transfers != "overlap":
+            return LK.link_struct("fifo", 1)
+        quant = None
+        if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
+            quant = self.cost.kv_quantize_times_s(np.arange(int(total) + 1), self.bt,
+                                                  float(eng.compression_ratio))
+        return LK.link_struct(eng.link_order, self.S.n, quant)
 
     # ------------------------------------------------------------------ state
     now = property(lambda self: float(self.r.fst[T.F_NOW]),
@@ -332,8 +359,16 @@ class CompiledReplica:
 
     @property
     def outstanding(self) -> int:
-        """Requests routed here and not finished (waiting or running)."""
-        return int(self.r.ist[T.I_NRUN] + self.r.ist[T.I_NWAIT])
+        """Requests routed here and not finished (waiting, swapping in or running)."""
+        return int(self.r.ist[T.I_NRUN] + self.r.ist[T.I_NWAIT] + self.r.ist[T.I_NLOAD])
+
+    loading = property(lambda self: int(self.r.ist[T.I_NLOAD]),
+                       doc="Requests swapping in on the host link to join the batch.")
+
+    @property
+    def link(self) -> "LinkCounters | None":
+        """The overlapped host link's counters (None with serial swaps)."""
+        return LinkCounters(self._link_a) if self.cfg[T.C_LINK] else None
 
     # ------------------------------------------------------------------ running
     def _serve(self, code: int) -> bool:
@@ -483,6 +518,9 @@ class CompiledReplica:
         run = self.running
         pend = self.r.rel_anon[:self.r.ist[T.I_NREL]].sum()
         anon = int(S.anon[run].sum()) + int(pend) + sum(self.inbound.values())
+        if self.cfg[T.C_LINK]:  # swap-outs keep their blocks to their ends, swap-ins from
+            on = np.flatnonzero((S.xfer != 0) & (S.replica == self.index))  # their starts
+            anon += int(S.anon[on].sum())
         if anon != ist[P.P_ANON]:
             return f"anonymous blocks of requests {anon} != pool {int(ist[P.P_ANON])}"
         if run and np.any(S.arrival[run] > self.now):

@@ -50,9 +50,10 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     KV blocks; an evictor written in Python is asked in a pause, :mod:`lpserve.sim.hooks`):
     not the reference mode, compiled twins for its preemption decider, its budget
     controller and its speculation decider, VTC only as its own meter
-    (the budget controller) on a colocated cluster without a rebalancer, and no swap on
-    the overlapped host link (``EngineConfig.transfers="overlap"`` with a swapping
-    preemption, or ``proactive_swap``). Completions reach a router that reads them
+    (the budget controller) on a colocated cluster without a rebalancer, and the
+    overlapped host link (``EngineConfig.transfers="overlap"``) only on a
+    colocated cluster without a rebalancer, with a scheduler that has a compiled twin.
+    Completions reach a router that reads them
     through the event loop as with Python replicas."""
     eng = policy.engine
     if reference or (eng.speculation is not None
@@ -65,9 +66,12 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
         # its twin meters every token (as the engine's hook does when the scheduler is
         # also the budget controller) and credits it to the replica the request ends on
         return False
-    swaps = eng.preemption != "recompute" or eng.preemption_decider is not None
-    if eng.proactive_swap or (eng.transfers == "overlap" and swaps):
-        return False  # the transfer engine (lpserve/sim/transfer.py) runs in Python only
+    if eng.transfers == "overlap" and (
+            disaggregated or policy.rebalancer is not None
+            or rank_spec(policy.scheduler)[0] == T.RANK_EXTERNAL):
+        # P/D transfers and migrations beside the link's copies, and a Python scheduler's
+        # ranks before a swap-in joins (a second pause in a step), run in Python only
+        return False
     if eng.preemption_decider is not None and twin_spec(eng.preemption_decider) is None:
         return False
     return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None

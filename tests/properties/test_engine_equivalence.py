@@ -3,7 +3,7 @@ policy under every engine option.
 
 A case draws a registered policy, an engine configuration (batching, chunked prefill,
 preemption mode, priority preemption, prefix caching, batch caps, scheduling one
-iteration ahead), a small trace (shared
+iteration ahead, swaps on the overlapped host link in each link order), a small trace (shared
 prefix blocks, bursts, agentic parents for some) and a cluster with a tight KV pool (for
 some two-replica cases a mixed A100 + H100 one), then
 compares the fast run (compiled replicas where the policy has twins) with the reference
@@ -28,6 +28,7 @@ NAMES = policy_names()
 DISAGG = {"lyapunov-disagg"}
 BATCHING = ["prefill-first", "decode-first", "mixed", "static"]
 PREEMPTION = ["recompute", "swap", "compress-swap"]
+LINK_ORDERS = ["fifo", "priority", "llf", "rmlq"]
 
 
 def _case(seed: int, name: str) -> tuple[lp.Instance, lp.Policy]:
@@ -84,7 +85,21 @@ def _case(seed: int, name: str) -> tuple[lp.Instance, lp.Policy]:
         # replica with its own cost model, swap prices and KV blocks
         cl = lp.Cluster.mixed(llm="llama-2-7b", groups=[("a100-80gb", 1), ("h100-sxm", 1)],
                               gpu_memory_fraction=frac)
-    return lp.Instance(trace=tr, cluster=cl), dataclasses.replace(pol, engine=engine)
+    slo = None
+    if rng.random() < 0.3:  # swaps as copies on the overlapped host link (26)-(31), in
+        # a drawn link order (deadlines from an SLO), with host memory too small for some
+        # victims in some cases
+        try:
+            engine = dataclasses.replace(engine, transfers="overlap",
+                                         link_order=str(rng.choice(LINK_ORDERS)))
+        except ValueError:
+            pass
+        slo = lp.SLO(ttft_s=float(rng.choice([0.2, 1.0])), tpot_s=0.05)
+        if rng.random() < 0.3:
+            cl = dataclasses.replace(cl, host_memory_gb=0.25)
+    inst = lp.Instance(trace=tr, cluster=cl) if slo is None else \
+        lp.Instance(trace=tr, cluster=cl, slo=slo)
+    return inst, dataclasses.replace(pol, engine=engine)
 
 
 def _first_difference(a: lp.Result, b: lp.Result) -> str:

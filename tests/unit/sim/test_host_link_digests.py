@@ -1,8 +1,8 @@
 """Digests of runs on the overlapped host link (``models/simulator.md`` (26)-(31): copies
 queued in each link order, swap-outs freeing their blocks at the copy's end, swap-ins
 taking them at its start, proactive swapping, host memory too small for some victims),
-pinned from the Python replicas. The compiled replicas, when they take these runs, must
-give the same digests; so must the reference mode, always."""
+pinned from the Python replicas. The compiled replicas take these runs and must give the
+same digests; so must the reference mode, always."""
 from __future__ import annotations
 
 import numpy as np
@@ -178,6 +178,7 @@ def test_host_link_runs_keep_their_pinned_digests(case):
     inst = host_link_instance(seed)
     pol = host_link_policy(name, order, pre, pro)
     fast = lp.simulate(inst, pol, seed=0)
+    assert fast.stats["engine"] == "compiled"
     assert fast.digest() == PINNED[case]
     assert lp.simulate(inst, pol, seed=0, reference=True).digest() == PINNED[case]
     assert fast.stats["link_copies"] > 0
