@@ -94,6 +94,7 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     cfg[T.C_AHEAD] = int(eng.schedule_ahead)
     cfg[T.C_LINK] = int(eng.transfers == "overlap")
     cfg[T.C_PROACTIVE] = int(eng.proactive_swap)  # its target follows each replica's pool
+    cfg[T.C_HOST_BLOCKS] = int(ctx.host_blocks)
     ev = ctx.policy.evictor
     cfg[T.C_OBSERVE] = int(bool(getattr(ev, "observes_requests", False)))
     cfg[T.C_EV_QUEUE] = int(bool(getattr(ev, "reads_queue", False)))

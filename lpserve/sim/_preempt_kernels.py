@@ -120,12 +120,9 @@ def _residents_worst_first(req, ids):
 def relieve(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
     """Memory pressure: swap out (or drop) the worst-ranked resident request; False if
     none is resident."""
-    ids = T.waiting_ids(req, rep)
-    any_res = False
-    for k in range(ids.shape[0]):
-        any_res |= req.xfer[ids[k]] == T.XF_RESIDENT
-    if not any_res:
+    if rep.ist[T.I_NRES] == 0:
         return False
+    ids = T.waiting_ids(req, rep)
     S.ensure_ranks(req, rep, cfg, rk)  # asked only with a resident request, as there
     pos = _residents_worst_first(req, ids)
     X.evict_resident(req, rep, cfg, cff, params, swap_tab, cswap_tab, ids[pos[0]], -1)
@@ -142,9 +139,12 @@ def proactive(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, blocked, bloc
     target = cfg[T.C_PRO_TARGET]
     wm = cfg[T.C_WM]
     free = P.available(rep.pool) + li[L.L_FREEING] - li[L.L_PROMISED]
-    ids = T.waiting_ids(req, rep)
-    if ids.shape[0] > 0:
+    if ist[T.I_NWAIT] > 0:
         S.ensure_ranks(req, rep, cfg, rk)
+    ist[T.I_PRO_EVICTED] = 0
+    if ist[T.I_NRES] == 0 and ist[T.I_HOST_FREE] == cfg[T.C_HOST_BLOCKS]:
+        return False  # nothing to swap out or in: no request is resident or on the host
+    ids = T.waiting_ids(req, rep)
     res = _residents_worst_first(req, ids)
     head_r, head_p = math.inf, -1
     if blocked >= 0:

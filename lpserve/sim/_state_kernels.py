@@ -42,13 +42,14 @@ EV_FINISH, EV_KV_READY = 0, 1
  C_PREEMPT, C_PRIO, C_EVICT_BATCH, C_ROLE, C_REFERENCE, C_TRACK_FIN, C_RANK_KIND,
  C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC,
  C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE, C_EV_TREE, C_LINK, C_PROACTIVE,
- C_PRO_TARGET) = range(32)
-N_CFG = 32
+ C_PRO_TARGET, C_HOST_BLOCKS) = range(33)
+N_CFG = 33
 # C_HOOK: the replica's key in lpserve.sim.hooks (0: none); C_OBSERVE: its evictor observes
 # requests (written in Python); C_EV_QUEUE, C_EV_TREE: that evictor reads the queued
 # blocks, the blocks' parents; C_LINK: swaps are copies on the overlapped host link
 # (lpserve/sim/_swap_kernels.py), else serial; C_PROACTIVE: FastServe's proactive
-# swapping on it (lpserve/sim/_proactive_kernels.py) with C_PRO_TARGET free blocks
+# swapping on it (lpserve/sim/_preempt_kernels.py) with C_PRO_TARGET free blocks;
+# C_HOST_BLOCKS: the host memory's blocks
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
@@ -61,12 +62,14 @@ N_CFF = 12
 # ist (int64 per replica)
 (I_WHEAD, I_WTAIL, I_NWAIT, I_NRUN, I_ITERS, I_DITERS, I_HOST_FREE, I_NSWAPS, I_NCOMP,
  I_NRECOMP, I_COMP_TOK, I_SWAP_BLOCKS, I_RESUMED, I_NREL, I_ARENA, I_NEV, I_RANKED,
- I_REL_SEQ, I_PENDING, I_NLOAD, I_STALLED, I_BLOCKED, I_BLOCKED_NEED, I_PRO_EVICTED) = range(24)
-N_IST = 24
+ I_REL_SEQ, I_PENDING, I_NLOAD, I_STALLED, I_BLOCKED, I_BLOCKED_NEED, I_PRO_EVICTED,
+ I_NRES) = range(25)
+N_IST = 25
 # I_NLOAD: requests swapping in to join the batch (a seat each); I_STALLED: the last step
 # waited for swap-outs in flight to free blocks; I_BLOCKED, I_BLOCKED_NEED: the waiting
 # request at which this step's admission stopped (-1: none) and the blocks it needs;
-# I_PRO_EVICTED: requests the last proactive swapping swapped out or dropped
+# I_PRO_EVICTED: requests the last proactive swapping swapped out or dropped; I_NRES:
+# resident requests (waiting with their KV on the GPU)
 # Req.xfer: a preempted request's copy state on the host link (lpserve.sim.state.XF_*)
 XF_NONE, XF_RESIDENT, XF_OUT, XF_IN = 0, 1, 2, 3
 # fst (float64 per replica)

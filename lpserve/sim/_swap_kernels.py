@@ -103,6 +103,7 @@ def _end(req, rep, i, t):
         req.link_wait[i] += t - link.q_issued[i]
     else:  # a proactive prefetch: the request stays waiting, its KV resident
         req.xfer[i] = T.XF_RESIDENT
+        rep.ist[T.I_NRES] += 1
 
 
 @njit(cache=True)
@@ -156,6 +157,7 @@ def admit_swapped(req, rep, cfg, cff, swap_tab, i):
         return 0
     if st == T.XF_RESIDENT:
         req.xfer[i] = T.XF_NONE
+        rep.ist[T.I_NRES] -= 1
         T.w_remove(req, rep, i)
         T.r_append(rep, i)
         req.status[i] = T.ST_RUNNING
@@ -252,7 +254,7 @@ def host_need(req, rep, cfg, cff, params, swap_tab, cswap_tab, v):
 def resident_host_left(req, rep):
     """Host blocks left after the resident requests' KV (``transfer.HostRoom``)."""
     left = rep.ist[T.I_HOST_FREE]
-    k = rep.ist[T.I_WHEAD]
+    k = rep.ist[T.I_WHEAD] if rep.ist[T.I_NRES] else -1
     while k >= 0:
         if req.xfer[k] == T.XF_RESIDENT:
             left -= req.anon[k] + req.nslots[k]
@@ -265,6 +267,7 @@ def park(req, rep, v):
     """Priority preemption under proactive swapping: running ``v`` keeps its KV on the
     GPU (resident) and waits at the front (``transfer.park``)."""
     req.xfer[v] = T.XF_RESIDENT
+    rep.ist[T.I_NRES] += 1
     req.preempt[v] += 1
     req.status[v] = T.ST_WAITING
     T.r_remove(rep, v)
@@ -325,6 +328,7 @@ def evict_resident(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, mode):
     ``v`` by ``mode`` (-1: its preemption mode, asked now); True if it was dropped (its
     blocks are free now) (``transfer._evict_resident``)."""
     req.xfer[v] = T.XF_NONE
+    rep.ist[T.I_NRES] -= 1
     held = req.anon[v] + req.nslots[v]
     if mode < 0:
         mode = preemption_mode(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, held)
@@ -338,14 +342,7 @@ def evict_resident(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, mode):
 def resident_cap(req, rep, cfg):
     """Most blocks a decode run may take before proactive swapping could act
     (``transfer.resident_cap``): unbounded without a resident request."""
-    any_res = False
-    k = rep.ist[T.I_WHEAD]
-    while k >= 0:
-        if req.xfer[k] == T.XF_RESIDENT:
-            any_res = True
-            break
-        k = req.wnext[k]
-    if not any_res:
+    if rep.ist[T.I_NRES] == 0:
         return np.int64(1) << 62
     floor = cfg[T.C_PRO_TARGET]
     if rep.ist[T.I_BLOCKED] >= 0:
