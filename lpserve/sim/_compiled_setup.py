@@ -63,7 +63,7 @@ def request_arrays(ctx: RunContext, max_total_blocks: int) -> tuple[Any, int]:
     return req, int(known.size)
 
 
-def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
+def engine_config(ctx: RunContext, kind: int, decider: int, ctl_kind: int,
                   track_finished: bool) -> np.ndarray:
     """The int64 engine configuration (layout ``T.C_*``) of the run's replicas; each
     replica's copy then takes its role, index and what follows its own KV pool
@@ -85,7 +85,7 @@ def engine_config(ctx: RunContext, kind: int, has_decider: bool, ctl_kind: int,
     cfg[T.C_REFERENCE] = int(ctx.reference)
     cfg[T.C_TRACK_FIN] = int(track_finished)
     cfg[T.C_RANK_KIND] = kind
-    cfg[T.C_DECIDER] = int(has_decider)
+    cfg[T.C_DECIDER] = decider  # T.DECIDER_*
     cfg[T.C_CTL] = ctl_kind
     cfg[T.C_TRACE_BT] = int(tr.block_tokens) if tr.block_flat is not None else 0
     cfg[T.C_MAX_LEN] = 0 if eng.max_model_len is None else eng.max_model_len

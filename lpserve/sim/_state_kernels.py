@@ -52,6 +52,8 @@ N_CFG = 33
 # C_HOST_BLOCKS: the host memory's blocks
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
+# C_DECIDER: no preemption decider, the cost-based one's twin, one written in Python
+DECIDER_NONE, DECIDER_COST, DECIDER_PYTHON = range(3)
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = range(3)
 RANK_EXTERNAL = -1
 # cff (float64)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from lpserve.cost import iteration_time
 from lpserve.sim import _link_kernels as L
 from lpserve.sim import _pool as P
 from lpserve.sim import _state_kernels as T
+from lpserve.sim import hooks as H
 
 
 # ===================================================================================== link
@@ -197,10 +198,16 @@ def _compressed_host(held, ratio):
 
 @njit(cache=True)
 def preemption_mode(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, held):
-    """The engine's preemption mode, or the cost-based decider's choice for victim ``v``
-    (``models/kv-compression-swap.md`` (6))."""
-    if cfg[T.C_DECIDER] == 0:
+    """The engine's preemption mode, or the decider's choice for victim ``v`` holding
+    ``held`` blocks: the cost-based one's twin (``models/kv-compression-swap.md`` (6)), or
+    one written in Python, asked in a pause (:func:`lpserve.sim.hooks.preemption_mode`)."""
+    if cfg[T.C_DECIDER] == T.DECIDER_NONE:
         return cfg[T.C_PREEMPT]
+    if cfg[T.C_DECIDER] == T.DECIDER_PYTHON:  # asked in a pause, with the same view
+        handle = cfg[T.C_HOOK]
+        with objmode(mode="int64"):
+            mode = H.preemption_mode(handle, v, held)
+        return mode
     ctx = req.computed[v]
     rec = 0.0
     if ctx:

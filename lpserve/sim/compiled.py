@@ -7,8 +7,9 @@ and the invariant checker use. The kernels are the twins of the Python engine
 (``_pool``, ``_ranks``, ``_state_kernels``, ``_step_kernels``, ``_replica_kernels``): the
 same per-request results, tested against the reference mode.
 
-Used whenever the policy's evictor, preemption decider and budget controller have
-compiled twins (every built-in one; see :func:`lpserve.sim.twins.eligible`). A
+Used whenever the policy's budget controller and speculation decider have compiled twins
+(every built-in one; see :func:`lpserve.sim.twins.eligible`); an evictor or a preemption
+decider written in Python is asked in a pause (:mod:`lpserve.sim.hooks`). A
 scheduler written in Python runs too: the replica stops at the start of each planning
 step that has candidates, the scheduler ranks them from a
 :class:`~lpserve.policy.SchedulerView` (the same view the Python engine builds) and the
@@ -160,7 +161,9 @@ class CompiledRun:
         self.cff[T.D_SLO_TTFT], self.cff[T.D_SLO_TPOT] = ctx.slo_ttft_s, ctx.slo_tpot_s
         self.cff[T.D_SWAP_BUDGET], self.cff[T.D_MAX_LOSS] = \
             (dec[1][0], dec[1][1]) if dec is not None else (math.inf, math.inf)
-        self.cfg = engine_config(ctx, kind, dec is not None, self.ctl_kind, track_finished)
+        decider = T.DECIDER_NONE if eng.preemption_decider is None else \
+            T.DECIDER_COST if dec is not None else T.DECIDER_PYTHON
+        self.cfg = engine_config(ctx, kind, decider, self.ctl_kind, track_finished)
         self.sr_a = spec_run(ctx, n)
         self.sr = ST.new_specrun(*self.sr_a)
         ev = twin_spec(pol.evictor) if eng.prefix_caching else None
@@ -171,8 +174,10 @@ class CompiledRun:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
         # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), as is
-        # one that observes requests
-        self.hooked = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
+        # one that observes requests, and a preemption decider without one
+        self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
+        self.python_decider = decider == T.DECIDER_PYTHON
+        self.hooked = self.python_evictor or self.python_decider
 
     def swap_step_of(self, total: int) -> int:
         """Most blocks one planning step of a replica with ``total`` KV blocks can swap:

@@ -195,7 +195,8 @@ class Simulation:
                 self.ctx, cl, self.deps is not None or self.predictor is not None
                 or bool(self._done_roles), largest)
             self.engine_name = "+".join(["compiled"] + ["python-ranks"] * external
-                                        + ["python-evictor"] * self.runset.hooked)
+                                        + ["python-evictor"] * self.runset.python_evictor
+                                        + ["python-decider"] * self.runset.python_decider)
 
             def make(k: int, role: str) -> Any:
                 return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))

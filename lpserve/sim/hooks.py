@@ -1,12 +1,14 @@
-"""The Python side of the compiled replica's pauses for an evictor written in Python
-(:mod:`lpserve.sim._evict_kernels`).
+"""The Python side of the compiled replica's pauses for an evictor or a preemption decider
+written in Python (:mod:`lpserve.sim._evict_kernels`, :mod:`lpserve.sim._swap_kernels`).
 
-A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy's evictor has no compiled
-twin registers itself here (:func:`register`) and stores the key it gets in its
-configuration (``C_HOOK``). Its kernels then call :func:`evict` where the Python replica
-calls ``Evictor.evict`` and :func:`observe` where it calls ``Evictor.observe``, with the
-replica's arrays; the view each builds is the one the Python replica builds
-(:func:`lpserve.sim.eviction.choose_evictions`, :func:`lpserve.sim.views.request_event`),
+A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy's evictor or preemption
+decider has no compiled twin registers itself here (:func:`register`) and stores the key
+it gets in its configuration (``C_HOOK``). Its kernels then call :func:`evict` where the
+Python replica calls ``Evictor.evict``, :func:`observe` where it calls
+``Evictor.observe`` and :func:`preemption_mode` where it asks its preemption decider,
+with the replica's arrays; the view each builds is the one the Python replica builds
+(:func:`lpserve.sim.eviction.choose_evictions`, :func:`lpserve.sim.views.request_event`,
+:func:`lpserve.sim.preempt.preemption_mode`),
 with the compiled pool's int64 prefix keys in place of the Python ones (equal where the
 Python keys are equal). A replica is held weakly: it leaves the registry with its run.
 """
@@ -22,8 +24,12 @@ from lpserve.arrays import readonly
 from lpserve.policy import EvictorView, RequestEvent
 from lpserve.sim import _pool as P
 from lpserve.sim.eviction import ask_evictor
+from lpserve.sim.preempt import preemption_mode as preemption_mode_of
 
-__all__ = ["evict", "observe", "register"]
+__all__ = ["evict", "observe", "preemption_mode", "register"]
+
+#: preemption modes by their kernel codes (``_state_kernels.PRE_*``)
+_MODE_CODES = {"recompute": 0, "swap": 1, "compress-swap": 2}
 
 _REPLICAS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 _KEYS = itertools.count(1)
@@ -76,3 +82,9 @@ def observe(key: int, kind: int, i: int, now_s: float, keys: np.ndarray) -> None
         "finish" if fin else "arrive", float(now_s), rep.index, int(i), int(S.thread[i]),
         int(S.wait[i]) if fin else -1, p, p + int(S.gen[i]) if fin else p, rep.bt,
         int(rep.pool.ist[P.P_TOTAL]), tuple(keys.tolist()) if fin else ()))
+
+
+def preemption_mode(key: int, v: int, held: int) -> int:
+    """The kernel code of the mode that the preemption decider of replica ``key`` chooses
+    for victim ``v`` holding ``held`` blocks (its answer checked by the contract)."""
+    return _MODE_CODES[preemption_mode_of(_REPLICAS[key], int(v), int(held))]

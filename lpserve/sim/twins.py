@@ -47,8 +47,8 @@ def independent_replicas(policy: Any) -> bool:
 def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     """Whether a run of ``policy`` can use compiled replicas (on any cluster: in a
     heterogeneous one each compiled replica has its own cost parameters, swap prices and
-    KV blocks; an evictor written in Python is asked in a pause, :mod:`lpserve.sim.hooks`):
-    not the reference mode, compiled twins for its preemption decider, its budget
+    KV blocks; an evictor or a preemption decider written in Python is asked in a pause,
+    :mod:`lpserve.sim.hooks`): not the reference mode, compiled twins for its budget
     controller and its speculation decider, VTC only as its own meter
     (the budget controller) on a colocated cluster without a rebalancer, and the
     overlapped host link (``EngineConfig.transfers="overlap"``) only on a
@@ -71,7 +71,5 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
             or rank_spec(policy.scheduler)[0] == T.RANK_EXTERNAL):
         # P/D transfers and migrations beside the link's copies, and a Python scheduler's
         # ranks before a swap-in joins (a second pause in a step), run in Python only
-        return False
-    if eng.preemption_decider is not None and twin_spec(eng.preemption_decider) is None:
         return False
     return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None

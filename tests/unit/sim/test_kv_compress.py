@@ -93,6 +93,28 @@ def test_decider_in_the_engine_and_reported_quality_loss():
     assert never.digest() == rec.digest() and never.stats["swaps"] == 0
 
 
+@pytest.mark.parametrize("transfers", ["serial", "overlap"])
+def test_a_decider_written_in_python_is_asked_in_a_pause_of_the_compiled_replicas(transfers):
+    """A preemption decider without a compiled twin (here a subclass of the cost-based
+    one: the same choices in Python) is asked where the Python replica asks it, with the
+    same view: the run stays compiled and equals the reference mode and the twin's run."""
+    class InPython(CostBasedDecider):
+        pass
+
+    inst = preempting_instance(0, host_memory_gb=0.2)
+    kw = dict(compression_accuracy_cost=0.01, transfers=transfers,
+              proactive_swap=transfers == "overlap")
+    py = lp.make_policy("fastserve", preemption_decider=InPython(), **kw)
+    fast = lp.simulate(inst, py, check=True)
+    assert fast.stats["engine"] == "compiled+python-decider"
+    assert fast.stats["compressed_swaps"] > 0
+    ref = lp.simulate(inst, py, reference=True)
+    twin = lp.simulate(inst, lp.make_policy("fastserve", preemption_decider=CostBasedDecider(),
+                                            **kw))
+    assert twin.stats["engine"] == "compiled"
+    assert fast.digest() == ref.digest() == twin.digest()
+
+
 def test_registered_policies_and_defaults():
     assert EngineConfig().preemption == "recompute"
     assert EngineConfig().compression_ratio == 4.0  # FP16 KV (the default dtype) to INT4
