@@ -214,16 +214,10 @@ def _partial_chunks(req, rep, cfg, rk, part, n_part, budget, ch_i, ch_c, ch_h, n
 @njit(cache=True)
 def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop):
     """Plan and run one iteration (or a run of decode iterations); False if idle (or
-    stalled on the host link)."""
+    stalled on the host link). The link is brought up to now before (:func:`advance`)."""
     ist = rep.ist
     ist[T.I_STALLED], ist[T.I_BLOCKED] = 0, -1
     pro = cfg[T.C_PROACTIVE] != 0
-    if cfg[T.C_LINK]:
-        if (ist[T.I_NRUN] > 0 or ist[T.I_NWAIT] > 0) and \
-                X.joins_by(rep.link, rep.fst[T.F_NOW]):
-            ist[T.I_RANKED] = 0  # rank before a swapped-in request joins (28)
-            S.ensure_ranks(req, rep, cfg, rk)
-        X.tick(req, rep, cfg, rep.fst[T.F_NOW])  # copy ends (and starts) up to now
     if ist[T.I_NRUN] == 0 and ist[T.I_NWAIT] == 0:
         return False
     ist[T.I_RANKED] = 1 if cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL else 0
@@ -334,6 +328,27 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
 
 
 @njit(cache=True)
+def _link_to_now(req, rep, cfg, rk, external):
+    """Apply the host link's copy ends (and the starts that follow) up to now, at the
+    start of a planning step; the scheduler ranks first when a swapped-in request joins
+    the batch (28), so link time is never service. True: a scheduler written in Python
+    must rank first (the call is repeated after it has)."""
+    ist = rep.ist
+    if (ist[T.I_NRUN] > 0 or ist[T.I_NWAIT] > 0) and X.joins_by(rep.link, rep.fst[T.F_NOW]):
+        if external:
+            if ist[T.I_RANKED] == 0:
+                return True
+        else:
+            ist[T.I_RANKED] = 0
+            S.ensure_ranks(req, rep, cfg, rk)
+        X.tick(req, rep, cfg, rep.fst[T.F_NOW])
+        ist[T.I_RANKED] = 0  # the step ranks again, after the join
+        return False
+    X.tick(req, rep, cfg, rep.fst[T.F_NOW])
+    return False
+
+
+@njit(cache=True)
 def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t, max_steps):
     """Run the planning steps that start before ``min(t, horizon)``, at most
     ``max_steps`` of them; returns :data:`~lpserve.sim._step_kernels.IDLE` (nothing more
@@ -359,6 +374,8 @@ def advance(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, t,
         T.apply_releases(rep)
         if rep.fst[T.F_NOW] >= stop:
             return S.STEPPED if steps else S.IDLE
+        if cfg[T.C_LINK] and _link_to_now(req, rep, cfg, rk, external):
+            return S.NEED_RANKS  # a Python scheduler ranks before a swap-in joins
         if external and rep.ist[T.I_RANKED] == 0 and \
                 (rep.ist[T.I_NRUN] > 0 or rep.ist[T.I_NWAIT] > 0):
             return S.NEED_RANKS

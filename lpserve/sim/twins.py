@@ -52,7 +52,7 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     controller and its speculation decider, VTC only as its own meter
     (the budget controller) on a colocated cluster without a rebalancer, and the
     overlapped host link (``EngineConfig.transfers="overlap"``) only on a
-    colocated cluster without a rebalancer, with a scheduler that has a compiled twin.
+    colocated cluster without a rebalancer.
     Completions reach a router that reads them
     through the event loop as with Python replicas."""
     eng = policy.engine
@@ -66,10 +66,6 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
         # its twin meters every token (as the engine's hook does when the scheduler is
         # also the budget controller) and credits it to the replica the request ends on
         return False
-    if eng.transfers == "overlap" and (
-            disaggregated or policy.rebalancer is not None
-            or rank_spec(policy.scheduler)[0] == T.RANK_EXTERNAL):
-        # P/D transfers and migrations beside the link's copies, and a Python scheduler's
-        # ranks before a swap-in joins (a second pause in a step), run in Python only
-        return False
+    if eng.transfers == "overlap" and (disaggregated or policy.rebalancer is not None):
+        return False  # P/D transfers and migrations beside the link's copies: Python only
     return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None

@@ -5,6 +5,9 @@ pinned from the Python replicas. The compiled replicas take these runs and must 
 same digests; so must the reference mode, always."""
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -182,6 +185,21 @@ def test_host_link_runs_keep_their_pinned_digests(case):
     assert fast.digest() == PINNED[case]
     assert lp.simulate(inst, pol, seed=0, reference=True).digest() == PINNED[case]
     assert fast.stats["link_copies"] > 0
+
+
+@pytest.mark.parametrize("case", CASES[::4], ids=lambda c: "-".join(map(str, c)))
+def test_a_scheduler_written_in_python_keeps_the_pinned_digests(case):
+    """The same runs with the scheduler written in Python (a subclass without the
+    compiled twin): the compiled replicas ask it in pauses, twice in a step where a
+    swapped-in request joins the batch (before the join and after it, rule (28))."""
+    seed, name, order, pre, pro = case
+    pol = host_link_policy(name, order, pre, pro)
+    sched = copy.copy(pol.scheduler)  # the same parameters, no kernel_spec of its own
+    sched.__class__ = type("InPython", (type(pol.scheduler),), {})
+    r = lp.simulate(host_link_instance(seed), dataclasses.replace(pol, scheduler=sched),
+                    seed=0, check=True)
+    assert r.stats["engine"] == "compiled+python-ranks"
+    assert r.digest() == PINNED[case]
 
 
 @pytest.mark.parametrize("proactive", [False, True])
