@@ -523,8 +523,10 @@ class CompiledReplica:
         run = self.running
         pend = self.r.rel_anon[:self.r.ist[T.I_NREL]].sum()
         anon = int(S.anon[run].sum()) + int(pend) + sum(self.inbound.values())
-        if self.cfg[T.C_LINK]:  # swap-outs keep their blocks to their ends, swap-ins from
-            on = np.flatnonzero((S.xfer != 0) & (S.replica == self.index))  # their starts
+        if self.cfg[T.C_LINK]:  # swap-outs (and resident requests) keep their blocks,
+            # swap-ins hold theirs from their starts
+            owner = S.decode_replica if self.role == "decode" else S.replica
+            on = np.flatnonzero((S.xfer != 0) & (owner == self.index))
             anon += int(S.anon[on].sum())
         if anon != ist[P.P_ANON]:
             return f"anonymous blocks of requests {anon} != pool {int(ist[P.P_ANON])}"

@@ -49,12 +49,9 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     heterogeneous one each compiled replica has its own cost parameters, swap prices and
     KV blocks; an evictor or a preemption decider written in Python is asked in a pause,
     :mod:`lpserve.sim.hooks`): not the reference mode, compiled twins for its budget
-    controller and its speculation decider, VTC only as its own meter
-    (the budget controller) on a colocated cluster without a rebalancer, and the
-    overlapped host link (``EngineConfig.transfers="overlap"``) only on a
-    colocated cluster without a rebalancer.
-    Completions reach a router that reads them
-    through the event loop as with Python replicas."""
+    controller and its speculation decider, and VTC only as its own meter (the budget
+    controller) on a colocated cluster without a rebalancer. Completions reach a router
+    that reads them through the event loop as with Python replicas."""
     eng = policy.engine
     if reference or (eng.speculation is not None
                                       and twin_spec(eng.speculation) is None):
@@ -66,6 +63,4 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
         # its twin meters every token (as the engine's hook does when the scheduler is
         # also the budget controller) and credits it to the replica the request ends on
         return False
-    if eng.transfers == "overlap" and (disaggregated or policy.rebalancer is not None):
-        return False  # P/D transfers and migrations beside the link's copies: Python only
     return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None

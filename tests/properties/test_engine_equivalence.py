@@ -174,6 +174,18 @@ def test_proactive_swap_ins_wait_for_the_next_planning_step():
     check_case(66131049, "fastserve-adaptive")
 
 
+@pytest.mark.parametrize("seed,name", [(1135136798, "lyapunov-disagg"),
+                                       (911820705, "rebalance-llumnix")])
+def test_the_overlapped_link_beside_handoffs_and_migrations(seed, name):
+    """Cases of the random search with copies on the overlapped host link of compiled
+    replicas beside P/D handoffs (22 copies) and beside a rebalancer's migration (10
+    copies, 1 migration): the same run as the reference mode."""
+    inst, pol = _case(seed, name)
+    fast = lp.simulate(inst, pol, seed=1, check=True)
+    assert fast.stats["engine"] == "compiled" and fast.stats["link_copies"] > 0
+    check_case(seed, name)
+
+
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, derandomize=False, database=None,
           suppress_health_check=[HealthCheck.too_slow])
