@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from lpserve.kernels import history as H
 from lpserve.sim import _evict_kernels as E
@@ -22,6 +22,7 @@ from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as S
 from lpserve.sim import _swap_kernels as X
+from lpserve.sim import hooks as HK
 
 
 @njit(cache=True)
@@ -212,6 +213,14 @@ def _partial_chunks(req, rep, cfg, rk, part, n_part, budget, ch_i, ch_c, ch_h, n
 
 
 @njit(cache=True)
+def _python_budget(handle, decodes, cap):
+    """The budget a controller written in Python sets for the next iteration."""
+    with objmode(b="int64"):
+        b = HK.budget(handle, decodes, cap)
+    return b
+
+
+@njit(cache=True)
 def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop):
     """Plan and run one iteration (or a run of decode iterations); False if idle (or
     stalled on the host link). The link is brought up to now before (:func:`advance`)."""
@@ -264,6 +273,9 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
         if cfg[T.C_CTL] == S.CTL_DPP:
             budget = min(budget, S.dpp_budget(req, rep, cfg, rk, ctl, params, dec, n_dec,
                                               budget))
+        elif cfg[T.C_CTL] == S.CTL_PYTHON:  # asked in a pause, its view holds the ranks
+            S.ensure_ranks(req, rep, cfg, rk)
+            budget = min(budget, _python_budget(cfg[T.C_HOOK], dec[:n_dec].copy(), budget))
         else:  # an observing controller leaves the budget; its view holds the ranks
             S.ensure_ranks(req, rep, cfg, rk)
     no_room = False  # a running prefill got no chunk for want of KV room (34)

@@ -17,7 +17,7 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from lpserve.cost import iteration_time
 from lpserve.kernels import dpp as D
@@ -28,6 +28,7 @@ from lpserve.sim import _ranks as RK
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _swap_kernels as X
+from lpserve.sim import hooks as H
 from lpserve.sim._kernels import decode_advance
 from lpserve.sim._structs import CTL_FIELDS, RK_FIELDS
 from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS
@@ -39,7 +40,8 @@ Ctl = namedtuple("Ctl", CTL_FIELDS)
 
 # advance() results
 IDLE, STEPPED, NEED_RANKS, NEED_ROOM = 0, 1, 2, 3
-CTL_NONE, CTL_DPP, CTL_RECORDER = 0, 1, 2
+# budget controllers: none, the twins of DPP and the TBT recorder, one written in Python
+CTL_NONE, CTL_DPP, CTL_RECORDER, CTL_PYTHON = 0, 1, 2, 3
 # ctl_x (per replica controller scalars)
 X_U, X_CAP, X_QTOK, X_RESUMABLE, X_NPLAN = range(5)
 _BIG = 1 << 62
@@ -330,7 +332,18 @@ def dpp_budget(req, rep, cfg, rk, ctl, params, dec, n_dec, cap):
 
 @njit(cache=True)
 def ctl_observe(req, rep, cfg, ctl, params, dt, ch_c, ch_h, n_ch, dctx, n_dec, done, n_done):
-    """:meth:`lpserve.policies.lyapunov.TBTRecorder.observe` of one iteration."""
+    """:meth:`lpserve.policies.lyapunov.TBTRecorder.observe` of one iteration, or the
+    ``observe`` of a controller written in Python (a pause: ``done[:n_done]`` produce a
+    token in it)."""
+    if cfg[T.C_CTL] == CTL_PYTHON:
+        handle = cfg[T.C_HOOK]
+        produced = done[:n_done].copy()
+        d = dctx[:n_dec].copy()
+        pt = ch_c[:n_ch].copy()
+        pc = ch_h[:n_ch].copy()
+        with objmode():
+            H.observe_iteration(handle, dt, pt, pc, d, produced)
+        return
     now = rep.fst[T.F_NOW]
     lt = rep.ctl_lt
     gaps = np.empty(n_done)
@@ -491,6 +504,11 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
         for k in range(n_dec):
             left = min(left, out[k] - gen[k])
         max_iters = min(max_iters, left)
+        if c == CTL_PYTHON:  # the controller may decide again within the run (a pause)
+            handle = cfg[T.C_HOOK]
+            with objmode(lim="int64"):
+                lim = H.decode_limit(handle, idx, ctx, held0, max_iters)
+            max_iters = lim
         if c == CTL_DPP and rep.ctl_x[X_QTOK] > 0 and max_iters > 1:
             npl = int(rep.ctl_x[X_NPLAN])
             first = ctl_first_gaps(rep, idx, now)
@@ -511,7 +529,11 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
     ctx0 = ctx.copy()
     n, now2, taken, _, area = decode_advance(params, ctx, gen, out, held, cfg[T.C_BT], free,
                                              P.used(p), now, stop_s, max_iters)
-    if c != CTL_NONE:
+    if c == CTL_PYTHON:
+        handle = cfg[T.C_HOOK]
+        with objmode():
+            H.observe_decode_run(handle, n)
+    elif c != CTL_NONE:
         first = ctl_first_gaps(rep, idx, now)
         npl = int(rep.ctl_x[X_NPLAN]) if c == CTL_DPP else 0
         _, end = D.dpp_decode_run(params, ctl.cp, rep.ctl_st, ctx0, held0, first, used0,

@@ -7,9 +7,9 @@ and the invariant checker use. The kernels are the twins of the Python engine
 (``_pool``, ``_ranks``, ``_state_kernels``, ``_step_kernels``, ``_replica_kernels``): the
 same per-request results, tested against the reference mode.
 
-Used whenever the policy's budget controller and speculation decider have compiled twins
-(every built-in one; see :func:`lpserve.sim.twins.eligible`); an evictor or a preemption
-decider written in Python is asked in a pause (:mod:`lpserve.sim.hooks`). A
+Used whenever the policy's speculation decider, if any, has a compiled twin (every
+built-in one; see :func:`lpserve.sim.twins.eligible`); an evictor, a preemption decider
+or a budget controller written in Python is asked in a pause (:mod:`lpserve.sim.hooks`). A
 scheduler written in Python runs too: the replica stops at the start of each planning
 step that has candidates, the scheduler ranks them from a
 :class:`~lpserve.policy.SchedulerView` (the same view the Python engine builds) and the
@@ -137,9 +137,10 @@ class CompiledRun:
         self.rk = ST.new_rk(*self.rk_a)
         c = eng.budget_controller
         cs = twin_spec(c)
-        self.ctl_kind = SK.CTL_NONE if cs is None else _CTL[cs[0]]
+        self.ctl_kind = SK.CTL_NONE if c is None else \
+            SK.CTL_PYTHON if cs is None else _CTL[cs[0]]
         self.ctl_obj = c
-        if self.ctl_kind == SK.CTL_NONE:
+        if self.ctl_kind in (SK.CTL_NONE, SK.CTL_PYTHON):
             self.ctl_a = SK.Ctl(cp=np.zeros(D.N_CP), w=np.ones(1))
         else:
             self.ctl_a = SK.Ctl(cp=np.asarray(c.cparams(block_tokens=bt), np.float64),
@@ -177,7 +178,8 @@ class CompiledRun:
         # one that observes requests, and a preemption decider without one
         self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
         self.python_decider = decider == T.DECIDER_PYTHON
-        self.hooked = self.python_evictor or self.python_decider
+        self.python_controller = self.ctl_kind == SK.CTL_PYTHON
+        self.hooked = self.python_evictor or self.python_decider or self.python_controller
 
     def swap_step_of(self, total: int) -> int:
         """Most blocks one planning step of a replica with ``total`` KV blocks can swap:
@@ -241,7 +243,7 @@ class CompiledRun:
             sched.restore_service(V.final_service(
                 a.ip, a.pf, S.replica, a.ri[RK.RI_LEVEL], S.prompt, S.gen,
                 S.tenant, len(replicas)), shed=np.flatnonzero(a.rf[RK.RF_C1] != 0).tolist())
-        if self.ctl_kind != SK.CTL_NONE:
+        if self.ctl_kind not in (SK.CTL_NONE, SK.CTL_PYTHON):  # a twin's state
             for r in replicas:
                 if not getattr(r, "vacant", False):  # a replica never built ran nothing
                     self.ctl_obj.restore(r.key, r.r.ctl_st)
@@ -466,6 +468,12 @@ class CompiledReplica:
             arena[:r.arena.size] = r.arena
             ST.set_arena(self.rep, arena)
             self.r = r._replace(arena=arena)
+
+    def ranks(self) -> dict[int, float]:
+        """This step's ranks of the candidates (waiting, then running), as the kernels
+        computed them or the Python scheduler gave them."""
+        rk = self.runset.req_a.rk
+        return {i: float(rk[i]) for i in self.waiting + self.running}
 
     def _rank_in_python(self) -> None:
         """The scheduler ranks this step's candidates (it has no compiled twin)."""

@@ -196,7 +196,9 @@ class Simulation:
                 or bool(self._done_roles), largest)
             self.engine_name = "+".join(["compiled"] + ["python-ranks"] * external
                                         + ["python-evictor"] * self.runset.python_evictor
-                                        + ["python-decider"] * self.runset.python_decider)
+                                        + ["python-decider"] * self.runset.python_decider
+                                        + ["python-controller"]
+                                        * self.runset.python_controller)
 
             def make(k: int, role: str) -> Any:
                 return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))

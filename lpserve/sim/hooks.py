@@ -1,14 +1,17 @@
-"""The Python side of the compiled replica's pauses for an evictor or a preemption decider
-written in Python (:mod:`lpserve.sim._evict_kernels`, :mod:`lpserve.sim._swap_kernels`).
+"""The Python side of the compiled replica's pauses for an evictor, a preemption decider or
+a budget controller written in Python (:mod:`lpserve.sim._evict_kernels`,
+:mod:`lpserve.sim._swap_kernels`, :mod:`lpserve.sim._step_kernels`).
 
-A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy's evictor or preemption
-decider has no compiled twin registers itself here (:func:`register`) and stores the key
-it gets in its configuration (``C_HOOK``). Its kernels then call :func:`evict` where the
-Python replica calls ``Evictor.evict``, :func:`observe` where it calls
-``Evictor.observe`` and :func:`preemption_mode` where it asks its preemption decider,
-with the replica's arrays; the view each builds is the one the Python replica builds
+A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy has such a role without a
+compiled twin registers itself here (:func:`register`) and stores the key it gets in its
+configuration (``C_HOOK``). Its kernels then call :func:`evict` where the Python replica
+calls ``Evictor.evict``, :func:`observe` where it calls ``Evictor.observe``,
+:func:`preemption_mode` where it asks its preemption decider, and :func:`budget`,
+:func:`observe_iteration`, :func:`decode_limit` and :func:`observe_decode_run` where it
+asks its budget controller, with the replica's arrays; the view each builds is the one
+the Python replica builds
 (:func:`lpserve.sim.eviction.choose_evictions`, :func:`lpserve.sim.views.request_event`,
-:func:`lpserve.sim.preempt.preemption_mode`),
+:func:`lpserve.sim.preempt.preemption_mode`, :mod:`lpserve.sim.views`),
 with the compiled pool's int64 prefix keys in place of the Python ones (equal where the
 Python keys are equal). A replica is held weakly: it leaves the registry with its run.
 """
@@ -23,10 +26,12 @@ import numpy as np
 from lpserve.arrays import readonly
 from lpserve.policy import EvictorView, RequestEvent
 from lpserve.sim import _pool as P
+from lpserve.sim import views as V
 from lpserve.sim.eviction import ask_evictor
 from lpserve.sim.preempt import preemption_mode as preemption_mode_of
 
-__all__ = ["evict", "observe", "preemption_mode", "register"]
+__all__ = ["budget", "decode_limit", "evict", "observe", "observe_decode_run",
+           "observe_iteration", "preemption_mode", "register"]
 
 #: preemption modes by their kernel codes (``_state_kernels.PRE_*``)
 _MODE_CODES = {"recompute": 0, "swap": 1, "compress-swap": 2}
@@ -88,3 +93,43 @@ def preemption_mode(key: int, v: int, held: int) -> int:
     """The kernel code of the mode that the preemption decider of replica ``key`` chooses
     for victim ``v`` holding ``held`` blocks (its answer checked by the contract)."""
     return _MODE_CODES[preemption_mode_of(_REPLICAS[key], int(v), int(held))]
+
+
+# ------------------------------------------------------------ a budget controller in Python
+_RUN_VIEWS: dict[int, Any] = {}  # the decode-run view of each replica's run in progress
+
+
+def budget(key: int, decodes: np.ndarray, cap: int) -> int:
+    """The prefill token budget that the controller of replica ``key`` sets for its next
+    decode-first iteration with ``decodes`` (int64 request ids) and at most ``cap``
+    prefill tokens (the scheduler's ranks of this step are in the request arrays)."""
+    rep = _REPLICAS[key]
+    return int(rep.ctx.policy.engine.budget_controller.budget(
+        V.budget_view(rep, decodes.tolist(), int(cap))))
+
+
+def observe_iteration(key: int, dt_s: float, chunk_tokens: np.ndarray,
+                      chunk_cached: np.ndarray, decode_context: np.ndarray,
+                      produced: np.ndarray) -> None:
+    """Tell the controller of replica ``key`` of the iteration it just ran (``dt_s``
+    seconds; the prefill chunks' tokens and cached tokens, the decodes' contexts before it,
+    the requests that produce a token in it)."""
+    rep = _REPLICAS[key]
+    rep.ctx.policy.engine.budget_controller.observe(V.iteration_view(
+        rep, float(dt_s), chunk_tokens, chunk_cached, decode_context, produced.tolist()))
+
+
+def decode_limit(key: int, request: np.ndarray, context: np.ndarray, held: np.ndarray,
+                 max_iters: int) -> int:
+    """Most iterations of the decode run of ``request`` (their contexts and held blocks)
+    that replica ``key`` starts now, as its controller allows (at most ``max_iters``)."""
+    rep = _REPLICAS[key]
+    view = _RUN_VIEWS[key] = V.decode_run_view(rep, request, context, held, int(max_iters))
+    return int(rep.ctx.policy.engine.budget_controller.decode_limit(view))
+
+
+def observe_decode_run(key: int, n_iters: int) -> None:
+    """Tell the controller of replica ``key`` that its decode run ran ``n_iters``."""
+    rep = _REPLICAS[key]
+    rep.ctx.policy.engine.budget_controller.observe_decode_run(_RUN_VIEWS.pop(key),
+                                                              int(n_iters))

@@ -47,10 +47,10 @@ def independent_replicas(policy: Any) -> bool:
 def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     """Whether a run of ``policy`` can use compiled replicas (on any cluster: in a
     heterogeneous one each compiled replica has its own cost parameters, swap prices and
-    KV blocks; an evictor or a preemption decider written in Python is asked in a pause,
-    :mod:`lpserve.sim.hooks`): not the reference mode, compiled twins for its budget
-    controller and its speculation decider, and VTC only as its own meter (the budget
-    controller) on a colocated cluster without a rebalancer. Completions reach a router
+    KV blocks; an evictor, a preemption decider or a budget controller written in Python
+    is asked in a pause, :mod:`lpserve.sim.hooks`): not the reference mode, a compiled twin
+    for its speculation decider, and VTC only as its own meter (the budget controller) on
+    a colocated cluster without a rebalancer. Completions reach a router
     that reads them through the event loop as with Python replicas."""
     eng = policy.engine
     if reference or (eng.speculation is not None
@@ -63,4 +63,4 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
         # its twin meters every token (as the engine's hook does when the scheduler is
         # also the budget controller) and credits it to the replica the request ends on
         return False
-    return eng.budget_controller is None or twin_spec(eng.budget_controller) is not None
+    return True

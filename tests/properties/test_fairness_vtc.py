@@ -159,7 +159,8 @@ def test_counters_equal_delivered_service_and_fast_equals_reference():
 def test_compiled_twin_equals_python_meter_with_one_token_requests():
     """Requests that finish in the iteration that admits them are never seen running by a
     decision: the compiled twin must still charge their prompts (they produced a token),
-    as the engine's meter does in Python (``record=True`` keeps VTC in Python)."""
+    as the engine's meter does in Python (``record=True`` keeps VTC in Python: its ranks
+    and its meter are asked in pauses of the compiled replicas)."""
     rng = np.random.default_rng(5)
     n = 60
     tr = lp.Trace.from_arrays(
@@ -173,7 +174,7 @@ def test_compiled_twin_equals_python_meter_with_one_token_requests():
         assert fast.stats["engine"] == "compiled"
         py = lp.make_policy("vtc", record=True, **kw)
         slow = lp.simulate(inst, py, seed=0)
-        assert slow.stats["engine"] == "python"
+        assert slow.stats["engine"] == "compiled+python-ranks+python-controller"
         assert fast.digest() == slow.digest()
         assert pol.scheduler.service(0) == py.scheduler.service(0)
         for t in range(3):

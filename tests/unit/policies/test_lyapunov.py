@@ -129,6 +129,36 @@ def test_fast_equals_reference_with_the_controller(V):
     assert fast.summary()["n_finished"] == len(inst.trace)
 
 
+@pytest.mark.parametrize("recorder", [False, True])
+def test_a_controller_written_in_python_is_asked_in_pauses_of_the_compiled_replicas(
+        recorder):
+    """A budget controller without a compiled twin (a subclass of DPP or of the TBT
+    recorder: the same decisions in Python) is asked where the Python replica asks it
+    (its budget, each iteration, each decode run's limit and length), with the same
+    views: the run stays compiled and equals the reference mode and the twin's run, and
+    the controller's report is the twin's."""
+    inst = _instance()
+
+    def make(in_python):
+        pol = with_recorder(make_policy("sarathi"), 0.05) if recorder else \
+            lyapunov(V=1.0, tbt_slo_s=0.06)
+        if in_python:
+            c = pol.engine.budget_controller
+            c.__class__ = type("InPython", (type(c),), {})
+        return pol
+
+    py = make(True)
+    fast = simulate(inst, py, seed=0, check=True)
+    rep_fast = py.engine.budget_controller.report()
+    assert fast.stats["engine"] == "compiled+python-controller"
+    ref = simulate(inst, make(True), seed=0, reference=True)
+    twin_pol = make(False)
+    twin = simulate(inst, twin_pol, seed=0)
+    assert twin.stats["engine"] == "compiled"
+    assert fast.digest() == ref.digest() == twin.digest()
+    assert rep_fast == twin_pol.engine.budget_controller.report()
+
+
 def test_recorder_changes_nothing_and_counts_every_gap():
     inst = _instance(replicas=2)
     for name in ("sarathi", "vllm"):
