@@ -77,12 +77,14 @@ class _Blocks:
 @dataclass(eq=False)
 class SwapTables:
     """Swap prices of one cost model, shared by the replicas it prices: ``swap[k]`` the
-    seconds to swap ``k`` blocks out, ``cswap[k]`` to compress and swap them (zeros
-    unless compress-and-swap or a preemption decider needs them), float64 ``(K,)``;
-    ``cost`` the model (it also keeps ``id(cost)``, the run's key, unique)."""
+    seconds to swap ``k`` blocks out, ``cswap[k]`` to compress and swap them and
+    ``quant[k]`` to (de)quantize them (zeros unless compress-and-swap or a preemption
+    decider needs them), float64 ``(K,)``; ``cost`` the model (it also keeps
+    ``id(cost)``, the run's key, unique)."""
 
     swap: np.ndarray
     cswap: np.ndarray
+    quant: np.ndarray
     cost: Any
 
 
@@ -205,11 +207,11 @@ class CompiledRun:
             counts = np.arange(3 * int(total) + 2)
             swap = np.asarray(cost.swap_times_s(counts, bt), np.float64)
             if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
-                cswap = swap / ratio + np.asarray(cost.kv_quantize_times_s(counts, bt, ratio),
-                                                  np.float64)
+                quant = np.asarray(cost.kv_quantize_times_s(counts, bt, ratio), np.float64)
+                cswap = swap / ratio + quant
             else:
-                cswap = np.zeros(counts.size)
-            tabs = self._tables[id(cost)] = SwapTables(swap, cswap, cost)
+                quant = cswap = np.zeros(counts.size)
+            tabs = self._tables[id(cost)] = SwapTables(swap, cswap, quant, cost)
         return tabs
 
     def grow_swap_table(self, tabs: SwapTables, need: int) -> None:
@@ -291,7 +293,7 @@ class CompiledReplica:
         n_rel = total + 2
         ctl_q = np.zeros(run.ctl_a.w.shape[0])
         off, self.offload = O.for_replica(ctx, run.req_a, self.cost)  # CPU KV offload (35)
-        self._link_a, link = self._host_link(total)
+        self._link_a, link = self._host_link()
         self.r = T.Rep(
             ist=ist, fst=np.zeros(T.N_FST), run=np.zeros(self.eng.max_num_seqs + 2, np.int64),
             pool=P.pool_struct(pool), rel_t=np.zeros(n_rel), rel_i=np.zeros(n_rel, np.int64),
@@ -321,18 +323,13 @@ class CompiledReplica:
         self.inbound: dict[int, int] = {}
         self.params = ctx.params if params is None else params
 
-    def _host_link(self, total: int) -> tuple[LK.Link, Any]:
+    def _host_link(self) -> tuple[LK.Link, Any]:
         """The replica's host link (``models/simulator.md`` (26)): the overlapped copy
-        queue with its link order and, for compressed swaps, the (de)quantize seconds of
-        ``k`` blocks; a placeholder for serial swaps."""
-        eng = self.eng
-        if eng.transfers != "overlap":
+        queue with its link order and the (de)quantize seconds of its cost model's swap
+        tables; a placeholder for serial swaps."""
+        if self.eng.transfers != "overlap":
             return LK.link_struct("fifo", 1)
-        quant = None
-        if eng.preemption == "compress-swap" or eng.preemption_decider is not None:
-            quant = self.cost.kv_quantize_times_s(np.arange(int(total) + 1), self.bt,
-                                                  float(eng.compression_ratio))
-        return LK.link_struct(eng.link_order, self.S.n, quant)
+        return LK.link_struct(self.eng.link_order, self.S.n, self._tabs.quant)
 
     # ------------------------------------------------------------------ state
     now = property(lambda self: float(self.r.fst[T.F_NOW]),
