@@ -320,7 +320,7 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
     ist, fst, p = rep.ist, rep.fst, rep.pool
     stop_s = min(stop, S.next_event_s(rep))
     q = cff[T.D_QUANTUM]
-    if q > 0.0:  # the tick after the run's start, as a decode run's
+    if q > 0.0 and S.tick_replans(rep, cfg):  # the tick after the run's start, as a decode run's
         stop_s = min(stop_s, (RK.tick_index(fst[T.F_NOW], q) + 1.0) * q)
     one = cfg[T.C_REFERENCE] != 0 or cfg[T.C_CTL] != S.CTL_NONE or ist[T.I_NRUN] != n_dec \
         or (cfg[T.C_PRIO] != 0 and ist[T.I_NWAIT] > 0)

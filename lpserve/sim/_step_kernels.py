@@ -474,6 +474,19 @@ def next_event_s(rep):
 
 
 @njit(cache=True)
+def tick_replans(rep, cfg):
+    """Whether a planning step at the scheduler's next quantum boundary can plan
+    differently from the decode run in progress (rule (15)): a request waits (admission
+    and priority preemption read ranks), a budget controller decides per run, or the
+    scheduler is written in Python (asked at every planning step on both engines, so the
+    run stops where the Python replica's does). Otherwise the step there would read no
+    rank (a built-in scheduler's ranks are computed only when a decision needs one, from
+    the step's clock) and run the same batch on: the run goes past the boundary."""
+    return rep.ist[T.I_NWAIT] > 0 or cfg[T.C_CTL] != CTL_NONE or \
+        cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL
+
+
+@njit(cache=True)
 def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
     """A run of pure-decode iterations of ``dec[:n_dec]`` until an event."""
     ist, fst = rep.ist, rep.fst
@@ -492,7 +505,7 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
     now = fst[T.F_NOW]
     stop_s = min(stop, next_event_s(rep))  # releases, copy and load ends (29), (35)
     q = cff[T.D_QUANTUM]
-    if q > 0.0:
+    if q > 0.0 and tick_replans(rep, cfg):
         stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now
     max_iters = 1 if cfg[T.C_REFERENCE] else _BIG
     p = rep.pool
