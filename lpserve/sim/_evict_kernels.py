@@ -49,9 +49,8 @@ def _pick_knapsack(p, probs):
     for h in range(4):
         if P.heap_top(p, h) < 0:
             continue
-        k = p.hk1[h, 0] + p.kp[P.K_CREDIT] * probs[h]
-        ng = p.hneg[h, 0]
-        s = p.hslot[h, 0]
+        k1, ng, s = P.top_entry(p, h)
+        k = k1 + p.kp[P.K_CREDIT] * probs[h]
         if best < 0 or k < bk or (k == bk and (ng < bn or (ng == bn and s < bs))):
             best, bk, bn, bs = h, k, ng, s
     return best
@@ -70,7 +69,7 @@ def evict(p, n, queued, n_queued):
             probs[c] = _knap_p(p, c)
         for _ in range(n):
             h = _pick_knapsack(p, probs)
-            s = p.hslot[h, 0]
+            s = P.top_entry(p, h)[2]
             P.heap_pop(p, h)
             P.evict_one(p, s)
         return
@@ -81,13 +80,13 @@ def evict(p, n, queued, n_queued):
     done = 0
     if leafy:
         while done < n and P.heap_top(p, np.int64(1)) >= 0:
-            s = p.hslot[1, 0]
+            s = P.top_entry(p, np.int64(1))[2]
             P.heap_pop(p, np.int64(1))
             P.evict_one(p, s)
             done += 1
     while done < n:
         P.heap_top(p, np.int64(0))
-        s = p.hslot[0, 0]
+        s = P.top_entry(p, np.int64(0))[2]
         P.heap_pop(p, np.int64(0))
         P.evict_one(p, s)
         done += 1
@@ -104,7 +103,7 @@ def _evict_lookahead(p, n, queued, n_queued):
     n_aside = 0
     done = 0
     while done < n and P.heap_top(p, np.int64(0)) >= 0:
-        s = p.hslot[0, 0]
+        s = P.top_entry(p, np.int64(0))[2]
         P.heap_pop(p, np.int64(0))
         if mark[s]:
             aside[n_aside] = s

@@ -6,7 +6,9 @@ four block states (plain free, anonymous used, hashed used, evictable), the same
 order (a LIFO stack of free slots, first ``0, 1, 2, ...``), and the same eviction order.
 Every cost is per operation, never per cached block: keys live in an open-addressing
 table (linear probing, backward-shift deletion) and evictable blocks in lazy binary
-heaps whose stale entries are skipped on pop and compacted away when a heap fills.
+heaps, each beside a sorted run that takes the pushes ordering after its last entry
+(O(1): blocks released later by last access); stale entries are skipped at the top and
+compacted away when a heap or run fills.
 
 An evictor orders evictable blocks by ``(k1, k2, -depth, slot)`` (lower goes first):
 
@@ -50,6 +52,10 @@ EVICTOR_KINDS = {"lru": EV_LRU, "prefix-lru": EV_PREFIX, "session": EV_SESSION,
                  "gdsf": EV_GDSF, "radix-lru": EV_RADIX, "lfu": EV_LFU,
                  "knapsack": EV_KNAPSACK, "lookahead": EV_LOOKAHEAD}
 N_HEAPS = 4
+# heap h: a binary heap (rows h of the heap arrays, hsize[h] entries) and a sorted run
+# (rows Q0 + h, a ring from hsize[Q0 + h] of hsize[2 Q0 + h] entries); hsize[3 Q0 + h]:
+# the top heap_top found is the run's head
+Q0 = N_HEAPS
 
 # ist: int state
 P_TOTAL, P_PLAIN, P_ANON, P_HASHED, P_EVICTABLE, P_FSP, P_MASK, P_KIND, P_CACHING, \
@@ -97,11 +103,11 @@ def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
                 fstack=np.arange(total - 1, -1, -1, dtype=np.int64),
                 hk=np.zeros(cap, np.int64), hs=np.full(cap, -1, np.int64),
                 hc=np.zeros(cap, np.int64), hu=np.zeros(cap, np.int64),
-                hk1=np.zeros((N_HEAPS, hcap)), hk2=np.zeros((N_HEAPS, hcap)),
-                hneg=np.zeros((N_HEAPS, hcap), np.int64),
-                hslot=np.zeros((N_HEAPS, hcap), np.int64),
-                hstamp=np.zeros((N_HEAPS, hcap), np.int64),
-                hsize=np.zeros(N_HEAPS, np.int64), kp=np.asarray(params, np.float64),
+                hk1=np.zeros((2 * N_HEAPS, hcap)), hk2=np.zeros((2 * N_HEAPS, hcap)),
+                hneg=np.zeros((2 * N_HEAPS, hcap), np.int64),
+                hslot=np.zeros((2 * N_HEAPS, hcap), np.int64),
+                hstamp=np.zeros((2 * N_HEAPS, hcap), np.int64),
+                hsize=np.zeros(4 * N_HEAPS, np.int64), kp=np.asarray(params, np.float64),
                 mark=np.zeros(total, np.int64))
 
 
@@ -187,16 +193,22 @@ def n_children(p, s):
 # ===================================================================================== heaps
 # (the kernels read each pool array once per call: every attribute read is a refcount)
 @njit(cache=True)
+def _before(a1, a2, an, asl, b1, b2, bn, bsl):
+    """Whether the entry with keys ``(a1, a2, an, asl)`` orders before ``(b1, ...)``."""
+    if a1 != b1:
+        return a1 < b1
+    if a2 != b2:
+        return a2 < b2
+    if an != bn:
+        return an < bn
+    return asl < bsl
+
+
+@njit(cache=True)
 def _less(k1, k2, neg, slot, a, b):
     """Whether entry ``a`` of one heap (its rows ``k1, k2, neg, slot``) orders before
     ``b``."""
-    if k1[a] != k1[b]:
-        return k1[a] < k1[b]
-    if k2[a] != k2[b]:
-        return k2[a] < k2[b]
-    if neg[a] != neg[b]:
-        return neg[a] < neg[b]
-    return slot[a] < slot[b]
+    return _before(k1[a], k2[a], neg[a], slot[a], k1[b], k2[b], neg[b], slot[b])
 
 
 @njit(cache=True)
@@ -242,16 +254,31 @@ def _sift_down(p, h, i):
 
 
 @njit(cache=True)
-def _valid(p, h, pos):
-    """Whether entry ``pos`` of heap ``h`` is current: its slot still evictable with the
-    same stamp, and (heap 1, leaf kinds) still without a cached child."""
-    s = p.hslot[h, pos]
+def _valid(p, r, pos):
+    """Whether entry ``pos`` of row ``r`` (heap ``r`` or the run of heap ``r - Q0``) is
+    current: its slot still evictable with the same stamp, and (heap 1, leaf kinds) still
+    without a cached child."""
+    s = p.hslot[r, pos]
     si = p.si
-    if si[S_HASKEY, s] == 0 or si[S_REF, s] != 0 or si[S_STAMP, s] != p.hstamp[h, pos]:
+    if si[S_HASKEY, s] == 0 or si[S_REF, s] != 0 or si[S_STAMP, s] != p.hstamp[r, pos]:
         return False
-    if h == 1 and p.ist[P_KIND] != EV_KNAPSACK and n_children(p, s) != 0:
+    if (r == 1 or r == Q0 + 1) and p.ist[P_KIND] != EV_KNAPSACK and n_children(p, s) != 0:
         return False
     return True
+
+
+@njit(cache=True)
+def _put(p, r, pos, k1, k2, neg, s, stamp):
+    """Write an entry at position ``pos`` of row ``r`` of the heap arrays."""
+    p.hk1[r, pos], p.hk2[r, pos], p.hneg[r, pos] = k1, k2, neg
+    p.hslot[r, pos], p.hstamp[r, pos] = s, stamp
+
+
+@njit(cache=True)
+def _move(p, r, dst, src):
+    """Copy entry ``src`` of row ``r`` to position ``dst``."""
+    _put(p, r, dst, p.hk1[r, src], p.hk2[r, src], p.hneg[r, src], p.hslot[r, src],
+         p.hstamp[r, src])
 
 
 @njit(cache=True)
@@ -261,11 +288,7 @@ def _compact(p, h):
     m = 0
     for pos in range(n):
         if _valid(p, h, pos):
-            p.hk1[h, m] = p.hk1[h, pos]
-            p.hk2[h, m] = p.hk2[h, pos]
-            p.hneg[h, m] = p.hneg[h, pos]
-            p.hslot[h, m] = p.hslot[h, pos]
-            p.hstamp[h, m] = p.hstamp[h, pos]
+            _move(p, h, m, pos)
             m += 1
     p.hsize[h] = m
     for i in range(m // 2 - 1, -1, -1):
@@ -273,23 +296,59 @@ def _compact(p, h):
 
 
 @njit(cache=True)
+def _run_compact(p, h):
+    """Drop the stale entries of heap ``h``'s sorted run (when its ring is full), in
+    order."""
+    hs, r, cap = p.hsize, Q0 + h, p.hk1.shape[1]
+    head, n = hs[Q0 + h], hs[2 * Q0 + h]
+    m = 0
+    for k in range(n):
+        src = (head + k) % cap
+        if _valid(p, r, src):
+            _move(p, r, (head + m) % cap, src)  # in ring order, reads lead writes
+            m += 1
+    hs[2 * Q0 + h] = m
+
+
+@njit(cache=True)
+def _run_append(p, h, k1, k2, neg, s, stamp):
+    """Append the entry to heap ``h``'s sorted run if it orders after the run's last
+    entry (or the run is empty) and the ring has room; False otherwise."""
+    hs, r, cap = p.hsize, Q0 + h, p.hk1.shape[1]
+    if hs[2 * Q0 + h] >= cap:
+        _run_compact(p, h)
+    n = hs[2 * Q0 + h]
+    if n >= cap:
+        return False
+    if n > 0:
+        t = (hs[Q0 + h] + n - 1) % cap
+        if _before(k1, k2, neg, s, p.hk1[r, t], p.hk2[r, t], p.hneg[r, t], p.hslot[r, t]):
+            return False
+    _put(p, r, (hs[Q0 + h] + n) % cap, k1, k2, neg, s, stamp)
+    hs[2 * Q0 + h] = n + 1
+    return True
+
+
+@njit(cache=True)
 def heap_push(p, h, k1, k2, s):
-    """Push slot ``s`` on heap ``h`` with keys ``(k1, k2)`` (its depth and stamp now)."""
+    """Push slot ``s`` on heap ``h`` with keys ``(k1, k2)`` (its depth and stamp now): at
+    the end of the heap's sorted run when it orders after its last entry (blocks released
+    later by last access: O(1)), else into the binary heap."""
+    neg = -p.si[S_DEPTH, s]
+    stamp = p.si[S_STAMP, s]
+    if _run_append(p, h, k1, k2, neg, s, stamp):
+        return
     if p.hsize[h] >= p.hk1.shape[1]:
         _compact(p, h)
     i = p.hsize[h]
-    p.hk1[h, i] = k1
-    p.hk2[h, i] = k2
-    p.hneg[h, i] = -p.si[S_DEPTH, s]
-    p.hslot[h, i] = s
-    p.hstamp[h, i] = p.si[S_STAMP, s]
+    _put(p, h, i, k1, k2, neg, s, stamp)
     p.hsize[h] = i + 1
     _sift_up(p, h, i)
 
 
 @njit(cache=True)
-def heap_pop(p, h):
-    """Drop the entry at the top of heap ``h`` (valid or stale)."""
+def _heap_pop(p, h):
+    """Drop the entry at the top of the binary heap ``h`` (valid or stale)."""
     n = p.hsize[h] - 1
     _swap_rows(p.hk1[h], p.hk2[h], p.hneg[h], p.hslot[h], p.hstamp[h], np.int64(0), n)
     p.hsize[h] = n
@@ -299,12 +358,42 @@ def heap_pop(p, h):
 
 @njit(cache=True)
 def heap_top(p, h):
-    """Position 0 after discarding stale entries, or -1 when the heap is empty."""
-    while p.hsize[h] > 0:
-        if _valid(p, h, np.int64(0)):
-            return 0
-        heap_pop(p, h)
-    return -1
+    """Find heap ``h``'s first valid entry, the lower of its binary heap's top and its
+    sorted run's head after discarding stale entries: 0 (read it with :func:`top_entry`,
+    drop it with :func:`heap_pop`), or -1 when heap ``h`` is empty."""
+    hs, r, cap = p.hsize, Q0 + h, p.hk1.shape[1]
+    while hs[2 * Q0 + h] > 0 and not _valid(p, r, hs[Q0 + h]):
+        hs[Q0 + h] = (hs[Q0 + h] + 1) % cap
+        hs[2 * Q0 + h] -= 1
+    while hs[h] > 0 and not _valid(p, h, np.int64(0)):
+        _heap_pop(p, h)
+    if hs[2 * Q0 + h] == 0 and hs[h] == 0:
+        return -1
+    q = hs[Q0 + h]
+    run_first = hs[2 * Q0 + h] > 0 and (hs[h] == 0 or _before(
+        p.hk1[r, q], p.hk2[r, q], p.hneg[r, q], p.hslot[r, q],
+        p.hk1[h, 0], p.hk2[h, 0], p.hneg[h, 0], p.hslot[h, 0]))
+    hs[3 * Q0 + h] = 1 if run_first else 0
+    return 0
+
+
+@njit(cache=True)
+def top_entry(p, h):
+    """``(k1, -depth, slot)`` of the entry :func:`heap_top` found for heap ``h``."""
+    r, pos = (Q0 + h, p.hsize[Q0 + h]) if p.hsize[3 * Q0 + h] else (h, np.int64(0))
+    return p.hk1[r, pos], p.hneg[r, pos], p.hslot[r, pos]
+
+
+@njit(cache=True)
+def heap_pop(p, h):
+    """Drop the entry :func:`heap_top` found for heap ``h``."""
+    hs = p.hsize
+    if hs[3 * Q0 + h]:
+        hs[Q0 + h] = (hs[Q0 + h] + 1) % p.hk1.shape[1]
+        hs[2 * Q0 + h] -= 1
+        hs[3 * Q0 + h] = 0
+    else:
+        _heap_pop(p, h)
 
 
 # ===================================================================================== keys of an evictor
@@ -486,8 +575,9 @@ def release(p, slots, n, n_anon, now_s, thread, wait_kind):
     evictable (``EvictorView.thread``, ``wait_kind``)."""
     p.ist[P_ANON] -= n_anon
     p.ist[P_PLAIN] += n_anon
-    for k in range(n):
-        s = slots[k]
+    back = p.ist[P_CACHING] != 0  # deepest first: a release joins the sorted runs in order
+    for j in range(n):
+        s = slots[n - 1 - j if back else j]
         p.si[S_REF, s] -= 1
         if p.si[S_REF, s] == 0:
             p.ist[P_HASHED] -= 1
