@@ -272,8 +272,9 @@ def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
         # scheduler written in Python, asked at planning steps) and "+python-evictor" (an
         # evictor written in Python, asked at evictions and told of arrivals and
         # finishes), "+python-decider" (a preemption decider written in Python, asked
-        # per victim) and "+python-controller" (a budget controller written in Python),
-        # or "python" (reference)
+        # per victim), "+python-controller" (a budget controller written in Python) and
+        # "+python-speculation" (a speculation decider written in Python, asked per
+        # speculative step), or "python" (reference)
         "engine": sim.engine_name,
     }
     # the host link (models/simulator.md (26)-(31)): seconds the finished requests waited

@@ -117,8 +117,9 @@ def spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
                           rates=np.zeros((1, 1)), edges=np.ones(1, np.int64),
                           counts=np.zeros(6, np.int64), eterm=np.zeros((1, 1, 1)))
     dec = runner.decider
-    kind, params = twin_spec(dec)
-    ip[SP.Q_KIND] = SP.SPEC_KINDS[kind]
+    spec = twin_spec(dec)  # None: a decider written in Python, asked in pauses
+    kind, params = ("python", (0, 0)) if spec is None else spec
+    ip[SP.Q_KIND] = SP.SP_PYTHON if spec is None else SP.SPEC_KINDS[kind]
     ip[SP.Q_MAX_K] = dec.max_k
     ip[SP.Q_DRAFTS] = len(dec.drafts)
     ip[SP.Q_FIXED_K], ip[SP.Q_FIXED_D] = params

@@ -109,10 +109,11 @@ def _phases(req, rep, now):
 def _token_blocks(req, cfg, dec, n_dec):
     """Blocks the decodes ``dec[:n_dec]`` need for their next token."""
     bt = cfg[T.C_BT]
+    computed, anon, nslots = req.computed, req.anon, req.nslots  # each field read once
     need = 0
     for k in range(n_dec):
         i = dec[k]
-        if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
+        if computed[i] + 1 > (anon[i] + nslots[i]) * bt:
             need += 1
     return need
 
@@ -155,11 +156,12 @@ def _take_token_blocks(req, rep, cfg, dec, n_dec):
     """Each decode of ``dec[:n_dec]`` whose next token starts a block takes one from the
     free list (the caller checked there are enough)."""
     bt = cfg[T.C_BT]
+    computed, anon, nslots = req.computed, req.anon, req.nslots  # each field read once
     n_grow = 0
     for k in range(n_dec):
         i = dec[k]
-        if req.computed[i] + 1 > (req.anon[i] + req.nslots[i]) * bt:
-            req.anon[i] += 1
+        if computed[i] + 1 > (anon[i] + nslots[i]) * bt:
+            anon[i] += 1
             n_grow += 1
     P.take_anon(rep.pool, n_grow)
 

@@ -14,11 +14,12 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from lpserve.cost import iteration_time
 from lpserve.sim import _pool as P
 from lpserve.sim import _state_kernels as T
+from lpserve.sim import hooks as HK
 from lpserve.sim._structs import SPECREP_FIELDS, SPECRUN_FIELDS
 
 #: the run's and a replica's speculation arrays (Python side; the kernels take the
@@ -26,8 +27,8 @@ from lpserve.sim._structs import SPECREP_FIELDS, SPECRUN_FIELDS
 SpecRun = namedtuple("SpecRun", SPECRUN_FIELDS)
 SpecRep = namedtuple("SpecRep", SPECREP_FIELDS)
 
-# decider kinds
-SP_OFF, SP_NEVER, SP_FIXED, SP_UCB, SP_ACC, SP_ORACLE = range(6)
+# decider kinds (SP_PYTHON: a decider written in Python, asked in pauses, lpserve.sim.hooks)
+SP_OFF, SP_NEVER, SP_FIXED, SP_UCB, SP_ACC, SP_ORACLE, SP_PYTHON = range(7)
 SPEC_KINDS = {"never": SP_NEVER, "fixed": SP_FIXED, "ucb": SP_UCB,
               "acceptance-ucb": SP_ACC, "oracle": SP_ORACLE}
 # ip layout
@@ -226,6 +227,14 @@ def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm):
 
 
 @njit(cache=True)
+def _python_choose(handle, idx, c, lag):
+    """The arm a decider written in Python plays at this step (asked in a pause)."""
+    with objmode(j="int64"):
+        j = HK.spec_choose(handle, idx, c, lag)
+    return j
+
+
+@njit(cache=True)
 def _learn(ss, kind, ctx_id, j, k, d, reward, ten, accepted):
     """The learners' update after a step of arm ``j`` (``k`` drafts of draft ``d``): UCB1's
     reward in context ``ctx_id``, or the per-class acceptance counts, eq. (10)."""
@@ -253,6 +262,47 @@ def workspace(sr, n_dec):
 
 
 @njit(cache=True)
+def _grow_blocks(req, rep, cfg, idx, c, held0, grow, m, k):
+    """Blocks for the ``k + 1`` verified positions of each sequence (eq. (7)), taken from
+    the free list (evicting cached blocks if need be) into ``grow[:m]``; fewer drafts when
+    memory is short. Returns the drafts that fit."""
+    bt = cfg[T.C_BT]
+    grow[:] = 0
+    while k > 0:
+        need = 0
+        for q in range(m):
+            grow[q] = max((c[q] + k + 1 + bt - 1) // bt - held0[q], 0)
+            need += grow[q]
+        if need == 0 or T.make_room(req, rep, cfg, need):
+            break
+        k -= 1
+        grow[:] = 0
+    n_grow = 0
+    for q in range(m):
+        n_grow += grow[q]
+    if n_grow:
+        P.take_anon(rep.pool, n_grow)
+        anon = req.anon
+        for q in range(m):
+            anon[idx[q]] += grow[q]
+    return k
+
+
+@njit(cache=True)
+def _count(cn, k, m, accepted, emitted):
+    """Add one step of ``k`` drafts over ``m`` sequences to the run's counters ``cn``."""
+    cn[K_STEPS] += 1
+    cn[K_SPEC_STEPS] += 1 if k > 0 else 0
+    cn[K_DRAFT] += k * m
+    acc_sum = 0
+    for q in range(m):
+        acc_sum += accepted[q]
+    cn[K_ACCEPTED] += acc_sum
+    cn[K_EMITTED] += emitted
+    cn[K_SEQ_STEPS] += m
+
+
+@njit(cache=True)
 def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
     each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`.
@@ -265,38 +315,27 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     idx, c, lag, held0 = wi[W_IDX], wi[W_CTX], wi[W_LAG], wi[W_HELD]
     ten, grow, accepted, tmp = wi[W_TEN], wi[W_GROW], wi[W_ACC], wi[W_TMP]
     idx[:] = dec[:m]
+    # every request array read once (each read of a structure's field is a refcount)
+    computed, dcomp, anon, gen, out = req.computed, req.dcomp, req.anon, req.gen, req.out
+    nslots, tenant = req.nslots, req.tenant
     for q in range(m):
         i = idx[q]
-        c[q] = req.computed[i]
-        lag[q] = c[q] - req.dcomp[i]
-        held0[q] = req.anon[i] + req.nslots[i]
-        ten[q] = req.tenant[i]
+        c[q] = computed[i]
+        lag[q] = c[q] - dcomp[i]
+        held0[q] = anon[i] + nslots[i]
+        ten[q] = tenant[i]
     times[:] = np.nan
     dmemo[:] = np.nan
     ctx_id = _context_id(sr, ten[:m], cnt)
     kind = ip[Q_KIND]
-    j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm)
+    if kind == SP_PYTHON:
+        j = _python_choose(cfg[T.C_HOOK], idx[:m].copy(), c[:m].copy(), lag[:m].copy())
+    else:
+        j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm)
     k, d = arm_of(sr, j)
     d = max(d, 0)
-    # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
-    grow[:] = 0
-    while k > 0:
-        need = 0
-        for q in range(m):
-            grow[q] = max((c[q] + k + 1 + bt - 1) // bt - held0[q], 0)
-            need += grow[q]
-        if need == 0 or T.make_room(req, rep, cfg, need):
-            break
-        k -= 1
-        grow[:] = 0
+    k = _grow_blocks(req, rep, cfg, idx, c, held0, grow, m, k)  # (7)
     j = arm_index(sr, k, d)
-    n_grow = 0
-    for q in range(m):
-        n_grow += grow[q]
-    if n_grow:
-        P.take_anon(p, n_grow)
-        for q in range(m):
-            req.anon[idx[q]] += grow[q]
     dt = _time_s(sr, j, c, lag, times, dmemo, tmp)
     fst = rep.fst
     fst[T.F_NOW] += dt
@@ -308,8 +347,9 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     accepted[:] = 0
     if k:
         u = ss.rng.random((m, k))
+        rates = sr.rates
         for q in range(m):
-            a = sr.rates[idx[q], d]
+            a = rates[idx[q], d]
             n = 0
             while n < k and u[q, n] < a:
                 n += 1
@@ -319,16 +359,16 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     n_trim = 0
     for q in range(m):
         i = idx[q]
-        e = min(accepted[q] + 1, req.out[i] - req.gen[i])
+        e = min(accepted[q] + 1, out[i] - gen[i])
         emitted += e
         new_c = c[q] + e
-        req.computed[i] = new_c
-        req.gen[i] += e
+        computed[i] = new_c
+        gen[i] += e
         if k:
-            req.dcomp[i] = min(c[q] + k, new_c)
+            dcomp[i] = min(c[q] + k, new_c)
         trim = held0[q] + grow[q] - max(held0[q], (new_c + bt - 1) // bt)
         if trim:
-            req.anon[i] -= trim
+            anon[i] -= trim
             n_trim += trim
     if n_trim:
         P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW], -1, -1)
@@ -338,18 +378,12 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
             ka, _ = arm_of(sr, a)
             bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo, tmp))
         _learn(ss, kind, ctx_id, j, k, d, min(1.0, emitted / dt / bound), ten, accepted)
-    cn = sr.counts
-    cn[K_STEPS] += 1
-    cn[K_SPEC_STEPS] += 1 if k > 0 else 0
-    cn[K_DRAFT] += k * m
-    acc_sum = 0
-    for q in range(m):
-        acc_sum += accepted[q]
-    cn[K_ACCEPTED] += acc_sum
-    cn[K_EMITTED] += emitted
-    cn[K_SEQ_STEPS] += m
+    elif kind == SP_PYTHON:
+        with objmode():
+            HK.spec_observe(cfg[T.C_HOOK], j, k, accepted[:m].copy(), emitted, dt)
+    _count(sr.counts, k, m, accepted, emitted)
     for q in range(m):
         i = idx[q]
-        if req.gen[i] >= req.out[i]:
+        if gen[i] >= out[i]:
             T.finish(req, rep, cfg, i)
     return True

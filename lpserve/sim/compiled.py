@@ -7,9 +7,9 @@ and the invariant checker use. The kernels are the twins of the Python engine
 (``_pool``, ``_ranks``, ``_state_kernels``, ``_step_kernels``, ``_replica_kernels``): the
 same per-request results, tested against the reference mode.
 
-Used whenever the policy's speculation decider, if any, has a compiled twin (every
-built-in one; see :func:`lpserve.sim.twins.eligible`); an evictor, a preemption decider
-or a budget controller written in Python is asked in a pause (:mod:`lpserve.sim.hooks`). A
+Used outside the reference mode (see :func:`lpserve.sim.twins.eligible`); an evictor, a
+preemption decider, a budget controller or a speculation decider written in Python is
+asked in a pause (:mod:`lpserve.sim.hooks`). A
 scheduler written in Python runs too: the replica stops at the start of each planning
 step that has candidates, the scheduler ranks them from a
 :class:`~lpserve.policy.SchedulerView` (the same view the Python engine builds) and the
@@ -181,7 +181,9 @@ class CompiledRun:
         self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
         self.python_decider = decider == T.DECIDER_PYTHON
         self.python_controller = self.ctl_kind == SK.CTL_PYTHON
-        self.hooked = self.python_evictor or self.python_decider or self.python_controller
+        self.python_speculation = int(self.sr_a.ip[SP.Q_KIND]) == SP.SP_PYTHON
+        self.hooked = self.python_evictor or self.python_decider or \
+            self.python_controller or self.python_speculation
 
     def swap_step_of(self, total: int) -> int:
         """Most blocks one planning step of a replica with ``total`` KV blocks can swap:

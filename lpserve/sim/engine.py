@@ -198,7 +198,9 @@ class Simulation:
                                         + ["python-evictor"] * self.runset.python_evictor
                                         + ["python-decider"] * self.runset.python_decider
                                         + ["python-controller"]
-                                        * self.runset.python_controller)
+                                        * self.runset.python_controller
+                                        + ["python-speculation"]
+                                        * self.runset.python_speculation)
 
             def make(k: int, role: str) -> Any:
                 return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))

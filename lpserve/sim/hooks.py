@@ -1,5 +1,5 @@
-"""The Python side of the compiled replica's pauses for an evictor, a preemption decider or
-a budget controller written in Python (:mod:`lpserve.sim._evict_kernels`,
+"""The Python side of the compiled replica's pauses for an evictor, a preemption decider, a
+budget controller or a speculation decider written in Python (:mod:`lpserve.sim._evict_kernels`,
 :mod:`lpserve.sim._swap_kernels`, :mod:`lpserve.sim._step_kernels`).
 
 A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy has such a role without a
@@ -8,7 +8,8 @@ configuration (``C_HOOK``). Its kernels then call :func:`evict` where the Python
 calls ``Evictor.evict``, :func:`observe` where it calls ``Evictor.observe``,
 :func:`preemption_mode` where it asks its preemption decider, and :func:`budget`,
 :func:`observe_iteration`, :func:`decode_limit` and :func:`observe_decode_run` where it
-asks its budget controller, with the replica's arrays; the view each builds is the one
+asks its budget controller, and :func:`spec_choose` and :func:`spec_observe` where it
+asks its speculation decider, with the replica's arrays; the view each builds is the one
 the Python replica builds
 (:func:`lpserve.sim.eviction.choose_evictions`, :func:`lpserve.sim.views.request_event`,
 :func:`lpserve.sim.preempt.preemption_mode`, :mod:`lpserve.sim.views`),
@@ -24,14 +25,16 @@ from typing import Any
 import numpy as np
 
 from lpserve.arrays import readonly
-from lpserve.policy import EvictorView, RequestEvent
+from lpserve.policy import EvictorView, RequestEvent, StepResult
+from lpserve.policy.checks import check_arm
 from lpserve.sim import _pool as P
 from lpserve.sim import views as V
 from lpserve.sim.eviction import ask_evictor
 from lpserve.sim.preempt import preemption_mode as preemption_mode_of
+from lpserve.sim.speculative import step_context
 
 __all__ = ["budget", "decode_limit", "evict", "observe", "observe_decode_run",
-           "observe_iteration", "preemption_mode", "register"]
+           "observe_iteration", "preemption_mode", "register", "spec_choose", "spec_observe"]
 
 #: preemption modes by their kernel codes (``_state_kernels.PRE_*``)
 _MODE_CODES = {"recompute": 0, "swap": 1, "compress-swap": 2}
@@ -97,6 +100,7 @@ def preemption_mode(key: int, v: int, held: int) -> int:
 
 # ------------------------------------------------------------ a budget controller in Python
 _RUN_VIEWS: dict[int, Any] = {}  # the decode-run view of each replica's run in progress
+_STEP_CONTEXTS: dict[int, Any] = {}  # the StepContext of each replica's speculative step
 
 
 def budget(key: int, decodes: np.ndarray, cap: int) -> int:
@@ -133,3 +137,29 @@ def observe_decode_run(key: int, n_iters: int) -> None:
     rep = _REPLICAS[key]
     rep.ctx.policy.engine.budget_controller.observe_decode_run(_RUN_VIEWS.pop(key),
                                                               int(n_iters))
+
+
+def spec_choose(key: int, request: np.ndarray, context: np.ndarray, lag: np.ndarray) -> int:
+    """The arm the speculation decider of replica ``key`` plays at a speculative step of
+    the decode batch ``request`` (int64 ids; their contexts and draft lags), from the
+    :class:`~lpserve.policy.StepContext` the Python replica builds
+    (``ReplicaSpeculation.step``), checked by the contract's check."""
+    rep = _REPLICAS[key]
+    ctx = _STEP_CONTEXTS[key] = step_context(rep.ctx.spec, rep.key, rep.ctx.state.tenant,
+                                             request, context, lag)
+    run = rep.ctx.spec
+    return check_arm(run.decider.choose(ctx), len(run.decider.arms), run.who)
+
+
+def spec_observe(key: int, arm: int, k: int, accepted: np.ndarray, emitted: int,
+                 dt_s: float) -> None:
+    """Tell a learning speculation decider of replica ``key`` what its step did: the arm
+    played, the drafts drawn ``k``, the accepted drafts per sequence, and the reward of
+    eq. (10) from the tokens ``emitted`` in ``dt_s`` seconds."""
+    rep = _REPLICAS[key]
+    ctx = _STEP_CONTEXTS.pop(key)
+    dec = rep.ctx.spec.decider
+    if dec.learns:
+        reward = min(1.0, float(emitted) / float(dt_s) / ctx.reward_bound)
+        dec.observe(ctx, StepResult(arm=int(arm), k=int(k), accepted=readonly(accepted),
+                                    reward=reward))

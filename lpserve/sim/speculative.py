@@ -157,6 +157,19 @@ def batch_class(tenant: np.ndarray) -> int:
     return int(vals[int(np.argmax(counts))])
 
 
+def step_context(run: SpecRunner, replica: tuple[str, int], tenant: np.ndarray,
+                 idx: np.ndarray, c: np.ndarray, lag: np.ndarray) -> StepContext:
+    """What the decider of ``run`` sees before a speculative step of replica ``replica``:
+    the decode batch ``idx`` (int64 request ids) at contexts ``c`` with draft lags ``lag``
+    (int64, same shape); ``tenant`` is every request's tenant (the state's column)."""
+    dec = run.decider
+    ten = tenant[idx]
+    return StepContext((batch_class(ten), batch_bucket(idx.size, dec.bucket_edges)),
+                       idx.size, dec.arms, run.step_timer(c, lag),
+                       run.rates[idx] if dec.meta.clairvoyant else None, ten,
+                       replica=replica)
+
+
 class ReplicaSpeculation:
     """Speculative decode steps of one replica (see the module docstring)."""
 
@@ -182,10 +195,7 @@ class ReplicaSpeculation:
         lag = c - S.draft_computed[idx]  # (4)
         held0 = S.anon[idx] + S.nslots[idx]
         rates = run.rates[idx]
-        ctx = StepContext((batch_class(S.tenant[idx]), batch_bucket(m, dec.bucket_edges)),
-                          m, dec.arms, run.step_timer(c, lag),
-                          rates if dec.meta.clairvoyant else None, S.tenant[idx],
-                          replica=self.replica)
+        ctx = step_context(run, self.replica, S.tenant, idx, c, lag)
         j = check_arm(dec.choose(ctx), len(dec.arms), run.who)
         arm = dec.arms[j]
         k, d = arm.k, max(arm.draft, 0)

@@ -48,13 +48,15 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
     """Whether a run of ``policy`` can use compiled replicas (on any cluster: in a
     heterogeneous one each compiled replica has its own cost parameters, swap prices and
     KV blocks; an evictor, a preemption decider or a budget controller written in Python
-    is asked in a pause, :mod:`lpserve.sim.hooks`): not the reference mode, a compiled twin
-    for its speculation decider, and VTC only as its own meter (the budget controller) on
-    a colocated cluster without a rebalancer. Completions reach a router
-    that reads them through the event loop as with Python replicas."""
+    is asked in a pause, :mod:`lpserve.sim.hooks`, as is a speculation decider whose arms
+    are the grid of :class:`~lpserve.policy.SpeculationDecider`): not the reference mode,
+    and VTC only as its own meter (the budget controller) on a colocated cluster without a
+    rebalancer. Completions reach a router that reads them through the event loop as with
+    Python replicas."""
     eng = policy.engine
-    if reference or (eng.speculation is not None
-                                      and twin_spec(eng.speculation) is None):
+    spec = eng.speculation
+    if reference or (spec is not None and twin_spec(spec) is None
+                     and not _grid_arms(spec)):
         return False
     vtc = twin_spec(policy.scheduler)
     if vtc is not None and vtc[0] == "vtc" and (
@@ -64,3 +66,11 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
         # also the budget controller) and credits it to the replica the request ends on
         return False
     return True
+
+
+def _grid_arms(decider: Any) -> bool:
+    """Whether ``decider.arms`` is ``Arm(0)`` then ``Arm(k, d)`` for each draft ``d`` and
+    ``k = 1 .. max_k``, the arm numbering of the compiled speculative step."""
+    want = [(0, -1)] + [(k, d) for d in range(len(decider.drafts))
+                        for k in range(1, decider.max_k + 1)]
+    return [(int(a.k), int(a.draft)) for a in decider.arms] == want

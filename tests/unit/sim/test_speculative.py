@@ -196,23 +196,53 @@ def test_meta_and_registry():
         "decode-first"
 
 
-def test_compiled_replicas_only_with_a_compiled_speculation_twin():
+def _user_copy(pol, cls_name="UserDecider", arms=None):
+    """``pol`` with its decider replaced by an instance of a user's subclass of it that
+    defines no ``kernel_spec`` (written in Python: no compiled twin of its own)."""
     import dataclasses
 
+    decider = pol.engine.speculation
+    user_cls = type(cls_name, (type(decider),), {})
+    user = user_cls.__new__(user_cls)
+    user.__dict__.update(decider.__dict__)
+    if arms is not None:
+        user.arms = arms
+    return dataclasses.replace(pol, engine=dataclasses.replace(pol.engine, speculation=user))
+
+
+@pytest.mark.parametrize("name", ["spec-ucb", "spec-acceptance-ucb", "spec-oracle",
+                                  "spec-fixed", "spec-never"])
+def test_a_speculation_decider_written_in_python_is_asked_in_pauses(name):
+    """A user's subclass of a built-in decider, without a compiled twin, runs on the
+    compiled replicas, asked at each speculative step in a pause (and told of each step
+    it learns from): the digest and the speculation counters of the built-in twin and of
+    the Python replicas."""
+    inst = _inst(_trace(n=60, rate_per_s=4.0, tenants=[0, 1]), frac=0.3)
+    pol = lp.make_policy(name, acceptance={0: 0.8, 1: 0.4})
+    twin = lp.simulate(inst, pol, seed=3)
+    user_pol = _user_copy(pol)
+    fast = lp.simulate(inst, user_pol, seed=3, check=True)
+    ref = lp.simulate(inst, _user_copy(pol), seed=3, reference=True)
+    assert twin.stats["engine"] == "compiled"
+    assert fast.stats["engine"] == "compiled+python-speculation"
+    assert ref.stats["engine"] == "python"
+    assert fast.digest() == twin.digest() == ref.digest()
+    counts = [{k: "nan" if v != v else v for k, v in r.stats["speculation"].items()}
+              for r in (fast, twin, ref)]  # NaN (no draft token) reads as equal
+    assert counts[0] == counts[1] == counts[2]
+    assert counts[0]["steps"] > 50
+
+
+def test_a_decider_with_arms_of_its_own_runs_on_the_python_replicas():
+    """The compiled step numbers arms as the base class's grid; a decider whose arms
+    differ runs on the Python replicas."""
+    from lpserve.cost.speculation import Arm
+
     inst = _inst(_trace(n=5)).with_(cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
-    plain = Simulation(inst, lp.make_policy("vllm", prefix_caching=False))
-    spec_pol = lp.make_policy("spec-never", prefix_caching=False)
-    spec = Simulation(inst, spec_pol)
-    decider = spec_pol.engine.speculation
-
-    class UserDecider(type(decider)):  # a user's subclass: no compiled twin of its own
-        pass
-
-    user = dataclasses.replace(spec_pol, engine=dataclasses.replace(
-        spec_pol.engine, speculation=UserDecider.__new__(UserDecider)))
-    user.engine.speculation.__dict__.update(decider.__dict__)
-    assert plain.compiled and spec.compiled
-    assert not Simulation(inst, user).compiled
+    pol = lp.make_policy("spec-never", prefix_caching=False)
+    assert Simulation(inst, _user_copy(pol)).compiled
+    odd = _user_copy(pol, arms=(Arm(0), Arm(2, 0)))
+    assert not Simulation(inst, odd).compiled
 
 
 # ------------------------------------------------------------------ errors
