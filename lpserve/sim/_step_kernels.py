@@ -148,6 +148,34 @@ def free_cap(req, rep, cfg, rk):
 
 # ===================================================================================== admission
 @njit(cache=True)
+def _admit_held(req, rep, cfg, cswap_tab, i):
+    """Admit request ``i`` whose KV is held elsewhere (swapped out to the host by a serial
+    swap, or computed by a prefill replica): its blocks come back in this step's
+    iteration; False (nothing done) when they would leave fewer free blocks than the
+    watermark."""
+    ist, p, bt = rep.ist, rep.pool, cfg[T.C_BT]
+    n = req.swap_gpu[i] if req.swapped[i] else (req.computed[i] + bt - 1) // bt
+    if P.available(p) - n < cfg[T.C_WM]:
+        return False
+    T.make_room(req, rep, cfg, n)
+    P.take_anon(p, n)
+    req.anon[i] = n
+    if req.swapped[i]:
+        ist[T.I_HOST_FREE] += req.host_blocks[i]
+        if req.compressed[i]:  # dequantize pass and compressed PCIe bytes
+            rep.fst[T.F_SWAP_S] += cswap_tab[n]
+            req.compressed[i] = False
+        else:
+            ist[T.I_SWAP_BLOCKS] += n
+        req.host_blocks[i] = 0
+        req.swap_gpu[i] = 0
+        req.swapped[i] = False
+    req.kv_remote[i] = False
+    ist[T.I_RESUMED] = 1
+    return True
+
+
+@njit(cache=True)
 def admit(req, rep, cfg, cff, swap_tab, cswap_tab, rk, budget, ch_i, ch_c, ch_h, n_ch,
           allow_chunk, ready):
     """Admit waiting requests in rank order as prefill chunks; returns ``(n_ch, budget)``.
@@ -174,24 +202,8 @@ def admit(req, rep, cfg, cff, swap_tab, cswap_tab, rk, budget, ch_i, ch_c, ch_h,
                 ist[T.I_RESUMED] = 1
             continue
         if req.swapped[i] or req.kv_remote[i]:
-            n = req.swap_gpu[i] if req.swapped[i] else (req.computed[i] + bt - 1) // bt
-            if P.available(p) - n < wm:
+            if not _admit_held(req, rep, cfg, cswap_tab, i):
                 break
-            T.make_room(req, rep, cfg, n)
-            P.take_anon(p, n)
-            req.anon[i] = n
-            if req.swapped[i]:
-                ist[T.I_HOST_FREE] += req.host_blocks[i]
-                if req.compressed[i]:  # dequantize pass and compressed PCIe bytes
-                    rep.fst[T.F_SWAP_S] += cswap_tab[n]
-                    req.compressed[i] = False
-                else:
-                    ist[T.I_SWAP_BLOCKS] += n
-                req.host_blocks[i] = 0
-                req.swap_gpu[i] = 0
-                req.swapped[i] = False
-            req.kv_remote[i] = False
-            ist[T.I_RESUMED] = 1
         else:
             n_hits = 0
             nk = 0
