@@ -1,6 +1,7 @@
 """Numba twin of the simulator's speculative decoding (:mod:`lpserve.sim.speculative`) and
 of the built-in speculation deciders (:mod:`lpserve.policies.speculation`): never, fixed,
-UCB1 per (request class, batch bucket), optimistic acceptance rates, and the oracle.
+UCB1 per (request class, batch bucket), optimistic acceptance rates, and the oracle; a
+decider written in Python is asked in pauses (:func:`lpserve.sim.hooks.spec_choose`).
 Equations are ``models/speculative-decoding.md`` (4)-(11); acceptance draws come from the
 replica's numpy ``Generator`` (the same stream as the Python engine's).
 
