@@ -100,7 +100,6 @@ def preemption_mode(key: int, v: int, held: int) -> int:
 
 # ------------------------------------------------------------ a budget controller in Python
 _RUN_VIEWS: dict[int, Any] = {}  # the decode-run view of each replica's run in progress
-_STEP_CONTEXTS: dict[int, Any] = {}  # the StepContext of each replica's speculative step
 
 
 def budget(key: int, decodes: np.ndarray, cap: int) -> int:
@@ -139,15 +138,19 @@ def observe_decode_run(key: int, n_iters: int) -> None:
                                                               int(n_iters))
 
 
+# ------------------------------------------------------ a speculation decider in Python
+_STEP_CONTEXTS: dict[int, Any] = {}  # the StepContext of each replica's speculative step
+
+
 def spec_choose(key: int, request: np.ndarray, context: np.ndarray, lag: np.ndarray) -> int:
     """The arm the speculation decider of replica ``key`` plays at a speculative step of
     the decode batch ``request`` (int64 ids; their contexts and draft lags), from the
     :class:`~lpserve.policy.StepContext` the Python replica builds
     (``ReplicaSpeculation.step``), checked by the contract's check."""
     rep = _REPLICAS[key]
-    ctx = _STEP_CONTEXTS[key] = step_context(rep.ctx.spec, rep.key, rep.ctx.state.tenant,
-                                             request, context, lag)
     run = rep.ctx.spec
+    ctx = _STEP_CONTEXTS[key] = step_context(run, rep.key, rep.ctx.state.tenant, request,
+                                             context, lag)
     return check_arm(run.decider.choose(ctx), len(run.decider.arms), run.who)
 
 

@@ -69,8 +69,12 @@ def eligible(policy: Any, reference: bool, disaggregated: bool = False) -> bool:
 
 
 def _grid_arms(decider: Any) -> bool:
-    """Whether ``decider.arms`` is ``Arm(0)`` then ``Arm(k, d)`` for each draft ``d`` and
-    ``k = 1 .. max_k``, the arm numbering of the compiled speculative step."""
-    want = [(0, -1)] + [(k, d) for d in range(len(decider.drafts))
-                        for k in range(1, decider.max_k + 1)]
-    return [(int(a.k), int(a.draft)) for a in decider.arms] == want
+    """Whether ``decider.arms`` is numbered as the base class numbers them
+    (:meth:`~lpserve.policy.SpeculationDecider.arm_index`), the numbering of the compiled
+    speculative step."""
+    from lpserve.policy import SpeculationDecider
+
+    arms = decider.arms
+    return len(arms) == 1 + len(decider.drafts) * decider.max_k and all(
+        (a.k == 0) == (j == 0) and
+        SpeculationDecider.arm_index(decider, a.k, a.draft) == j for j, a in enumerate(arms))
