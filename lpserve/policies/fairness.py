@@ -28,9 +28,10 @@ both; a VTC used without the hook (an external engine) falls back to the generat
 its views show, which misses the tokens a request produced after it was last seen.
 In the compiled engine (``lpserve/sim/_vtc_kernels.py``) the twin credits the same
 service at each decision from the engine's per-request arrays, and after the run
-:meth:`VTC.restore_service` sets the counters :meth:`VTC.counter` reports; ``record=True``,
-a VTC that is not its engine's budget controller, a rebalancer or a disaggregated cluster
-keep VTC in Python.
+:meth:`VTC.restore_service` sets the counters :meth:`VTC.counter` reports; with
+``record=True``, a VTC that is not its engine's budget controller, a rebalancer or a
+disaggregated cluster, VTC ranks (and meters) in Python, asked in pauses of the compiled
+replicas.
 
 Decisions are taken only when the candidates or their running flags change
 (:class:`~lpserve.policies.schedulers.TickCached`), so the fast and the reference

@@ -110,17 +110,22 @@ def _mutable(a: Any) -> np.ndarray:
 
 def spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
     """The speculation arrays of a run (off: placeholders)."""
-    ip = np.zeros(SP.N_Q, np.int64)
     runner = ctx.spec
     if runner is None:
+        ip = np.zeros(SP.N_Q + 3, np.int64)  # one arm: plain decoding
+        ip[SP.Q_N_ARMS], ip[SP.N_Q + 1:] = 1, -1
         return SP.SpecRun(ip=ip, tparams=np.zeros(1), dparams=np.zeros((1, 1)),
                           rates=np.zeros((1, 1)), edges=np.ones(1, np.int64),
                           counts=np.zeros(6, np.int64), eterm=np.zeros((1, 1, 1)))
     dec = runner.decider
     spec = twin_spec(dec)  # None: a decider written in Python, asked in pauses
     kind, params = ("python", (0, 0)) if spec is None else spec
+    # its arms as it numbers them (a twin's are the base class's grid)
+    table = SP.arm_table(dec.arms, dec.arm_index, len(dec.drafts))
+    ip = np.concatenate([np.zeros(SP.N_Q, np.int64), table])
     ip[SP.Q_KIND] = SP.SP_PYTHON if spec is None else SP.SPEC_KINDS[kind]
-    ip[SP.Q_MAX_K] = dec.max_k
+    ip[SP.Q_N_ARMS] = len(dec.arms)
+    ip[SP.Q_MAX_K] = max(int(a.k) for a in dec.arms)
     ip[SP.Q_DRAFTS] = len(dec.drafts)
     ip[SP.Q_FIXED_K], ip[SP.Q_FIXED_D] = params
     ip[SP.Q_EAGER] = int(runner.eager)

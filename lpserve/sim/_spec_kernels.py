@@ -32,9 +32,12 @@ SpecRep = namedtuple("SpecRep", SPECREP_FIELDS)
 SP_OFF, SP_NEVER, SP_FIXED, SP_UCB, SP_ACC, SP_ORACLE, SP_PYTHON = range(7)
 SPEC_KINDS = {"never": SP_NEVER, "fixed": SP_FIXED, "ucb": SP_UCB,
               "acceptance-ucb": SP_ACC, "oracle": SP_ORACLE}
-# ip layout
-Q_KIND, Q_MAX_K, Q_DRAFTS, Q_FIXED_K, Q_FIXED_D, Q_EAGER, Q_CLASSES, Q_BUCKETS = range(8)
-N_Q = 8
+# ip layout: a header, then the arm table (``arm_table``): each arm's ``(k, draft)``
+# (draft -1 for plain decoding), then the arm each ``(draft, k)`` falls back to when
+# memory is short, ``draft * (Q_MAX_K + 1) + k`` (-1: not an arm)
+Q_KIND, Q_MAX_K, Q_DRAFTS, Q_FIXED_K, Q_FIXED_D, Q_EAGER, Q_CLASSES, Q_BUCKETS, \
+    Q_N_ARMS = range(9)
+N_Q = 9
 # counts layout (SpecRunner.counts)
 K_STEPS, K_SPEC_STEPS, K_DRAFT, K_ACCEPTED, K_EMITTED, K_SEQ_STEPS = range(6)
 A_MAX = 1.0 - 1e-6
@@ -43,19 +46,40 @@ W_IDX, W_CTX, W_LAG, W_HELD, W_TEN, W_GROW, W_ACC, W_TMP = range(8)
 W_ROWS = 8
 
 
+def arm_table(arms, arm_index, n_drafts: int) -> np.ndarray:
+    """The ``ip`` entries after the header for a decider's ``arms`` (each with ``k`` and
+    ``draft``) and its ``arm_index(k, draft)``: int64 ``(2 n_arms + n_drafts (K + 1),)``,
+    ``K`` the largest ``k``; an index outside the arms is stored as -1 (a step that needs
+    it fails, as ``arms[j]`` does on the Python replica)."""
+    n = len(arms)
+    K = max(int(a.k) for a in arms)
+    out = np.full(2 * n + max(n_drafts, 1) * (K + 1), -1, np.int64)
+    for j, a in enumerate(arms):
+        out[2 * j], out[2 * j + 1] = int(a.k), int(a.draft) if a.k else -1
+    for d in range(n_drafts):
+        for k in range(1, K + 1):
+            j = arm_index(k, d)
+            out[2 * n + d * (K + 1) + k] = j if 0 <= j < n else -1
+    return out
+
+
 @njit(cache=True)
 def arm_of(sr, j):
     """``(k, draft)`` of arm ``j`` (``draft`` -1 for plain decoding)."""
-    if j == 0:
-        return 0, -1
-    mk = sr.ip[Q_MAX_K]
-    return (j - 1) % mk + 1, (j - 1) // mk
+    ip = sr.ip
+    return ip[N_Q + 2 * j], ip[N_Q + 2 * j + 1]
 
 
 @njit(cache=True)
 def arm_index(sr, k, d):
-    """Index of arm ``(k, d)``."""
-    return 0 if k == 0 else 1 + d * sr.ip[Q_MAX_K] + (k - 1)
+    """Index of arm ``(k, d)`` (the decider's ``arm_index``; ``k = 0`` is arm 0)."""
+    if k == 0:
+        return 0
+    ip = sr.ip
+    j = ip[N_Q + 2 * ip[Q_N_ARMS] + d * (ip[Q_MAX_K] + 1) + k]
+    if j < 0:
+        raise IndexError("speculation decider: arm_index(k, draft) is not one of its arms")
+    return j
 
 
 @njit(cache=True)
@@ -181,7 +205,7 @@ def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm):
     or the best expected tokens per second under optimistic or true acceptance rates."""
     ip = sr.ip
     m = c.shape[0]
-    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
+    n_arms = ip[Q_N_ARMS]
     kind = ip[Q_KIND]
     j = 0
     if kind == SP_FIXED:
@@ -256,8 +280,7 @@ def workspace(sr, n_dec):
     """Scratch arrays for :func:`step` on a batch of ``n_dec``: ``(wi, times, dmemo,
     cnt, cterm)``, reused by the steps of one run."""
     ip = sr.ip
-    n_arms = 1 + ip[Q_DRAFTS] * ip[Q_MAX_K]
-    return (np.empty((W_ROWS, n_dec), np.int64), np.empty(n_arms),
+    return (np.empty((W_ROWS, n_dec), np.int64), np.empty(ip[Q_N_ARMS]),
             np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))),
             np.empty(ip[Q_CLASSES], np.int64), np.empty(max(ip[Q_CLASSES], 1)))
 
@@ -375,7 +398,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
         P.release(p, np.empty(0, np.int64), np.int64(0), n_trim, fst[T.F_NOW], -1, -1)
     if kind == SP_UCB or kind == SP_ACC:  # (10) normalized reward in [0, 1]
         bound = 0.0
-        for a in range(1 + ip[Q_DRAFTS] * ip[Q_MAX_K]):
+        for a in range(ip[Q_N_ARMS]):
             ka, _ = arm_of(sr, a)
             bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo, tmp))
         _learn(ss, kind, ctx_id, j, k, d, min(1.0, emitted / dt / bound), ten, accepted)

@@ -8,8 +8,8 @@ the last decision, and the last tokens of the candidates that left since (they
 finished). Every request that ever runs was a candidate of some decision on its replica
 and stays in that replica's last-decision list until a decision it no longer belongs to,
 so the counters read at every decision equal the metered ones (requests do not move
-between replicas: :func:`lpserve.sim.twins.eligible` keeps VTC with a rebalancer or a
-disaggregated cluster in Python). :func:`final_service` gives the counters at the end of
+between replicas: :func:`lpserve.sim.twins.vtc_in_pauses` ranks VTC in Python, in
+pauses, beside a rebalancer or on a disaggregated cluster). :func:`final_service` gives the counters at the end of
 the run for :meth:`~lpserve.sim.compiled.CompiledRun.sync_policy_state`.
 
 Parameters (:func:`vtc_params`, from the scheduler and the run's tenant ids): ``fp =

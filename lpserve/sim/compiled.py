@@ -117,7 +117,7 @@ class CompiledRun:
         self.req_a, n_known = request_arrays(ctx, max_total_blocks or ctx.total_blocks)
         self.plo, self.phi = self.req_a.plo, self.req_a.phi
         self.req = ST.new_req(*self.req_a)
-        kind, fp, ip = rank_spec(pol.scheduler)
+        kind, fp, ip = rank_spec(pol.scheduler, ctx.ranks_in_python)
         if kind == RK.R_STATIC:  # one key per request (StaticOrder), checked before use
             pol.scheduler.check_size(n)
         if kind == RK.R_VTC:  # weights, tiers, caps and deadlines over the run's tenants
@@ -138,7 +138,8 @@ class CompiledRun:
                           cand=np.zeros(n, np.int64), run=np.zeros(n, np.int64))
         self.rk = ST.new_rk(*self.rk_a)
         c = eng.budget_controller
-        cs = twin_spec(c)
+        # VTC outside its own meter (twins.vtc_in_pauses) also meters in Python
+        cs = None if ctx.ranks_in_python and c is pol.scheduler else twin_spec(c)
         self.ctl_kind = SK.CTL_NONE if c is None else \
             SK.CTL_PYTHON if cs is None else _CTL[cs[0]]
         self.ctl_obj = c
@@ -313,7 +314,7 @@ class CompiledReplica:
             self.cfg[T.C_HOOK] = H.register(self)
         self.bm = _Blocks(self)
         sip = run.sr_a.ip
-        n_arms = 1 + int(sip[SP.Q_DRAFTS]) * int(sip[SP.Q_MAX_K])
+        n_arms = int(sip[SP.Q_N_ARMS])
         n_ctx = max(int(sip[SP.Q_CLASSES]) * int(sip[SP.Q_BUCKETS]), 1)
         n_cls, n_dr = max(int(sip[SP.Q_CLASSES]), 1), max(int(sip[SP.Q_DRAFTS]), 1)
         # the acceptance draws: the replica's own generator, spawned as the Python engine's

@@ -121,7 +121,9 @@ class Simulation:
             total_blocks=total, host_blocks=host, kv_scale=kv_scale, link_gbps=cl.link_gbps,
             horizon_s=self.horizon_s, reference=self.reference, pred_lo=pred_lo,
             pred_hi=pred_hi, events=self.events, check=checker, spec=spec,
-            slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s))
+            slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s),
+            ranks_in_python=twins.rank_spec(policy.scheduler, twins.vtc_in_pauses(
+                policy, cl.disaggregated))[0] == twins.RANK_EXTERNAL)
         self.spec = spec
         # the routing roles that read completions (RouterView.completions); a role whose
         # pool has one replica is never asked (_route), so it reads none
@@ -185,22 +187,20 @@ class Simulation:
         self.heterogeneous = replica_kw is not None
         # a heterogeneous cluster's largest KV pool, over the first replica's
         largest = max(kw["total_blocks"] for kw in replica_kw) if replica_kw else None
-        self.compiled = twins.eligible(policy, self.reference,
-                                       disaggregated=cl.disaggregated)
+        self.compiled = twins.eligible(policy, self.reference)
         self.engine_name = "python"
         self.runset = None
         if self.compiled:
-            external = twins.rank_spec(policy.scheduler)[0] == twins.RANK_EXTERNAL
             self.runset = compiled.CompiledRun(
                 self.ctx, cl, self.deps is not None or self.predictor is not None
                 or bool(self._done_roles), largest)
-            self.engine_name = "+".join(["compiled"] + ["python-ranks"] * external
-                                        + ["python-evictor"] * self.runset.python_evictor
-                                        + ["python-decider"] * self.runset.python_decider
-                                        + ["python-controller"]
-                                        * self.runset.python_controller
-                                        + ["python-speculation"]
-                                        * self.runset.python_speculation)
+            run = self.runset
+            self.engine_name = "+".join(
+                ["compiled"] + ["python-ranks"] * self.ctx.ranks_in_python
+                + ["python-evictor"] * run.python_evictor
+                + ["python-decider"] * run.python_decider
+                + ["python-controller"] * run.python_controller
+                + ["python-speculation"] * run.python_speculation)
 
             def make(k: int, role: str) -> Any:
                 return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))

@@ -95,11 +95,9 @@ class Replica(KVMoves):
         self.turn_gap: dict[int, float] = {}  # returning sessions' inter-turn gaps (s)
         self.ctl = eng.budget_controller  # sets decode-first budgets, observes iterations
         self.observer = getattr(ctx.policy.evictor, "observes_requests", False)
-        # a scheduler without a compiled twin is asked at the start of every planning step
-        # that has candidates (so the compiled engine can ask it at the same points)
-        sched = ctx.policy.scheduler
-        self._eager_ranks = ("kernel_spec" not in type(sched).__dict__
-                             or sched.kernel_spec() is None)
+        # a scheduler ranked in Python is asked at the start of every planning step that
+        # has candidates (so the compiled engine can ask it at the same points)
+        self._eager_ranks = ctx.ranks_in_python
         self.spec = None if ctx.spec is None else ctx.spec.start(self.key)
         # vLLM's CPU KV offload (lpserve/sim/offload.py, simulator.md (35)) or None
         self.offload = Offload.for_replica(eng.kv_offload_gib, self.cost, self.bt,

@@ -239,6 +239,9 @@ class RunContext:
         spec: the run's speculative-decoding runner (``lpserve.sim.speculative``) or None.
         slo_ttft_s, slo_tpot_s: the instance's SLO (deadlines of the ``llf``/``rmlq`` link
             orders; ``inf`` when none).
+        ranks_in_python: the scheduler is ranked in Python (it has no compiled twin, or
+            it is VTC outside its own meter, :func:`lpserve.sim.twins.vtc_in_pauses`): both
+            engines ask it at the start of every planning step that has candidates.
     """
 
     state: State
@@ -259,6 +262,7 @@ class RunContext:
     spec: Any = None
     slo_ttft_s: float = float("inf")
     slo_tpot_s: float = float("inf")
+    ranks_in_python: bool = False
 
     def who(self, role: str) -> str:
         """``policy 'name' (role 'its name')``: how errors name the policy's ``role``

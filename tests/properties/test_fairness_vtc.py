@@ -213,10 +213,11 @@ def test_tiered_twin_equals_python_and_reference(seed):
         assert pol.scheduler.service(r) == py.scheduler.service(r)
 
 
-def test_vtc_without_its_meter_stays_in_python_and_equals_reference():
+def test_vtc_without_its_meter_ranks_in_pauses_and_equals_reference():
     """A VTC scheduler that is not its engine's budget controller charges only what its
     views show (the module's external-engine fallback), which the compiled twin does not
-    model: such a run uses Python replicas and equals the reference mode."""
+    model: such a run asks VTC's Python ranks in pauses of the compiled replicas and
+    equals the reference mode."""
     import dataclasses
 
     from lpserve.policies.fairness import VTC
@@ -229,6 +230,43 @@ def test_vtc_without_its_meter_stays_in_python_and_equals_reference():
     inst = lp.Instance(trace=tr, cluster=CLUSTER)
     base = lp.make_policy("vllm-v0", max_num_seqs=3)
     fast = lp.simulate(inst, dataclasses.replace(base, scheduler=VTC()), seed=0)
-    assert fast.stats["engine"] == "python"
+    assert fast.stats["engine"] == "compiled+python-ranks"
     ref = lp.simulate(inst, dataclasses.replace(base, scheduler=VTC()), seed=0, reference=True)
     assert fast.digest() == ref.digest()
+
+
+@pytest.mark.parametrize("where", ["rebalancer", "disaggregated"])
+def test_vtc_beside_a_rebalancer_or_on_a_disaggregated_cluster_equals_reference(where):
+    """Where its twin cannot credit each token to the replica that produced it (requests
+    migrate, or a prefill replica hands them to a decode one), VTC ranks and meters in
+    Python, asked in pauses of the compiled replicas, and equals the reference mode with
+    the same counters."""
+    from lpserve.registry import REBALANCERS
+
+    rng = np.random.default_rng(0)
+    n = 70
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 0.5, n)),
+                              prompt_tokens=rng.integers(50, 900, n),
+                              output_tokens=rng.integers(1, 300, n), tenant=rng.integers(0, 3, n))
+    if where == "rebalancer":  # a tight KV pool: requests are preempted and migrate
+        cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=2,
+                        gpu_memory_fraction=0.17)
+    else:
+        cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", gpu_memory_fraction=0.2,
+                        prefill_replicas=1, decode_replicas=1)
+    inst = lp.Instance(trace=tr, cluster=cl)
+
+    def make() -> lp.Policy:
+        pol = lp.make_policy("vtc", max_num_seqs=8, weights={1: 2.0})
+        if where == "rebalancer":
+            pol = pol.with_(rebalancer=REBALANCERS["llumnix"]())
+        return pol
+
+    fast_pol, ref_pol = make(), make()
+    fast = lp.simulate(inst, fast_pol, seed=0, check=True)
+    assert fast.stats["engine"] == "compiled+python-ranks+python-controller"
+    assert where != "rebalancer" or fast.stats["migrations"] > 0
+    ref = lp.simulate(inst, ref_pol, seed=0, reference=True)
+    assert fast.digest() == ref.digest()
+    for r in range(cl.n_replicas):
+        assert fast_pol.scheduler.service(r) == ref_pol.scheduler.service(r)

@@ -2,6 +2,8 @@
 models/speculative-decoding.md): tokens per step, draft memory, k = 0, errors, latency."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -233,16 +235,44 @@ def test_a_speculation_decider_written_in_python_is_asked_in_pauses(name):
     assert counts[0]["steps"] > 50
 
 
-def test_a_decider_with_arms_of_its_own_runs_on_the_python_replicas():
-    """The compiled step numbers arms as the base class's grid; a decider whose arms
-    differ runs on the Python replicas."""
+def test_a_decider_with_arms_of_its_own_runs_on_the_compiled_replicas():
+    """A decider written in Python whose arms are not the base class's grid (its own order,
+    its own ``arm_index``) runs on the compiled replicas, asked in pauses: the steps it
+    plays, the fallbacks to fewer drafts when KV memory is short (its ``arm_index`` tells
+    which arm that is) and their prices give the digest and the counters of the Python
+    replicas."""
     from lpserve.cost.speculation import Arm
+    from lpserve.policies.speculation import FixedSpeculation
 
-    inst = _inst(_trace(n=5)).with_(cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b"))
-    pol = lp.make_policy("spec-never", prefix_caching=False)
-    assert Simulation(inst, _user_copy(pol)).compiled
-    odd = _user_copy(pol, arms=(Arm(0), Arm(2, 0)))
-    assert not Simulation(inst, odd).compiled
+    class Reordered(FixedSpeculation):
+        """Plays k = 3, 1, 2, 0 in turn, its arms listed in that order."""
+
+        def __init__(self) -> None:
+            super().__init__(3, max_k=3, acceptance=0.7)
+            self.arms = (Arm(0), Arm(3, 0), Arm(1, 0), Arm(2, 0))
+            self.turn = 0
+
+        def arm_index(self, k: int, draft: int) -> int:
+            return next(j for j, a in enumerate(self.arms) if a.k == k and
+                        (k == 0 or a.draft == draft))
+
+        def choose(self, ctx) -> int:
+            self.turn += 1
+            return (1, 2, 3, 0)[self.turn % 4]
+
+    inst = _inst(_trace(n=60, rate_per_s=6.0, max_output=300), frac=0.17)
+    base = lp.make_policy("spec-fixed")
+
+    def policy() -> lp.Policy:
+        return base.with_(engine=dataclasses.replace(base.engine, speculation=Reordered()))
+
+    fast = lp.simulate(inst, policy(), seed=3, check=True)
+    ref = lp.simulate(inst, policy(), seed=3, reference=True)
+    assert fast.stats["engine"] == "compiled+python-speculation"
+    assert ref.stats["engine"] == "python"
+    assert fast.digest() == ref.digest()
+    assert fast.stats["speculation"] == ref.stats["speculation"]
+    assert fast.stats["speculation"]["speculative_steps"] > 50
 
 
 # ------------------------------------------------------------------ errors
