@@ -417,6 +417,12 @@ class CompiledReplica:
         while self._call(t, 1) == SK.STEPPED:  # check the invariants after every step
             self.ctx.check(self)
 
+    def wake_s(self) -> float:
+        """The replica's next event of its own (a release, a copy end on its host link, a
+        load from its host tier; inf if none): the earliest it can run again after a
+        :meth:`step` that found nothing to do."""
+        return float(SK.next_event_s(self.rep))
+
     def step(self, stop: float) -> bool:
         """One planning step before ``stop`` (see :meth:`Replica.step`)."""
         code = self._call(stop, 1)

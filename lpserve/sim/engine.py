@@ -25,11 +25,11 @@ from lpserve.policy.checks import check_prediction, check_routes
 from lpserve.sim import compiled, twins
 from lpserve.sim.dependencies import Dependencies, has_dependencies
 from lpserve.sim.invariants import ReplicaChecker, check_final
-from lpserve.sim.memory import check_replicas, kv_memory
+from lpserve.sim.memory import kv_memory
 from lpserve.sim.migration import Migrator
 from lpserve.sim.replica import Replica
 from lpserve.sim.state import FINISHED, PENDING, REJECTED, WAITING, Events, RunContext, State
-from lpserve.sim.vacant import lazy_ok, vacant_pool
+from lpserve.sim.vacant import lazy_ok, replica_pool
 
 __all__ = ["Simulation"]
 
@@ -40,21 +40,11 @@ def _has_work(r: Any) -> bool:
     return bool(r.running or r.waiting or r.releases or getattr(r, "loading", None))
 
 
-def _pool(make: Any, role: str, count: int, lazy_up_to: int | None,
-          scale: float = 1.0) -> list[Any]:
-    """``count`` replicas of ``role``, refused up front (:mod:`lpserve.sim.memory`) when
-    the machine cannot hold them. With ``lazy_up_to`` (the most replicas requests can
-    reach: the run's request count) every replica but the first is built when a request
-    first reaches it (:mod:`lpserve.sim.vacant`), and the check counts at most that many.
-    ``scale``: the largest replica's KV blocks over the first's (a heterogeneous cluster)."""
-    if count < 1:
-        return []
-    first = make(0, role)
-    check_replicas(first, count if lazy_up_to is None else min(count, lazy_up_to), role,
-                   scale=scale)
-    if lazy_up_to is not None:
-        return vacant_pool(first, make, role, count)
-    return [first] + [make(k, role) for k in range(1, count)]
+def _wake_s(r: Any) -> float:
+    """When replica ``r``, idle for the limit it had, may run again: its next own event
+    (compiled replicas); a Python replica runs one iteration per step (the reference
+    mode), so no other replica gets past it in one step: inf."""
+    return r.wake_s() if hasattr(r, "wake_s") else math.inf
 
 
 class Simulation:
@@ -209,11 +199,11 @@ class Simulation:
                 return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
         lazy = self.state.n + 1 if lazy_ok(policy, replica_kw is not None) else None
         if cl.disaggregated:
-            self.front = _pool(make, "prefill", cl.prefill_replicas, lazy)
-            self.back = _pool(make, "decode", cl.decode_replicas, lazy)
+            self.front = replica_pool(make, "prefill", cl.prefill_replicas, lazy)
+            self.back = replica_pool(make, "decode", cl.decode_replicas, lazy)
         else:
             scale = largest / replica_kw[0]["total_blocks"] if replica_kw else 1.0
-            self.front = _pool(make, "colocated", cl.replicas, lazy, scale)
+            self.front = replica_pool(make, "colocated", cl.replicas, lazy, scale)
             self.back = []
 
     # ------------------------------------------------------------------ routing
@@ -398,27 +388,36 @@ class Simulation:
 
     def _advance_conservatively(self, t: float) -> None:
         """Run every iteration that starts before ``t`` or before an event released
-        meanwhile (whichever is earlier); returns when nothing more may run."""
+        meanwhile (whichever is earlier); returns when nothing more may run. The replica
+        furthest behind steps, up to the next one's time; a replica that had nothing to do
+        counts as being at its next own event (``_wake_s``), so no other replica runs past
+        a copy end or release that lets it run again (and release a dependent request)."""
         reps = self.replicas()
-        idle: set[int] = set()  # replicas with nothing to do before the limit
+        idle: dict[int, float] = {}  # replica -> its next own event (nothing to do before)
         while True:
             lim = min(t, self._next_dependent_event_s(), self.horizon_s)
-            best, second = None, math.inf
+            best, best_t, second = None, math.inf, math.inf
             for k, r in enumerate(reps):
-                if k in idle or not _has_work(r) or r.now >= lim:
-                    continue
-                if best is None or r.now < reps[best].now:
-                    if best is not None:
-                        second = min(second, reps[best].now)
-                    best = k
+                if k in idle:
+                    tk = idle[k]
+                elif _has_work(r):
+                    tk = r.now
                 else:
-                    second = min(second, r.now)
+                    continue
+                if tk >= lim:
+                    continue
+                if best is None or tk < best_t:
+                    second = min(second, best_t)
+                    best, best_t = k, tk
+                else:
+                    second = min(second, tk)
             if best is None:
                 return
             r = reps[best]
-            stop = min(lim, max(second, math.nextafter(r.now, math.inf)))
+            stop = min(lim, max(second, math.nextafter(best_t, math.inf)))
             if not r.step(stop):
-                idle.add(best)
+                w = _wake_s(r)
+                idle[best] = w if w > r.now else math.inf
             else:
                 idle.clear()
             self._release_children()

@@ -20,7 +20,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, Callable
 
-__all__ = ["FRESH_FIELDS", "Vacant", "lazy_ok", "vacant_pool"]
+from lpserve.sim.memory import check_replicas
+
+__all__ = ["FRESH_FIELDS", "Vacant", "lazy_ok", "replica_pool", "vacant_pool"]
 
 #: replica attributes read of every replica by the event loop, the routers and the run's
 #: statistics; a vacant replica answers them with the values of a fresh one
@@ -117,3 +119,21 @@ def vacant_pool(first: Any, make: Callable[[int, str], Any], role: str,
     pool: list = [first]
     pool += [Vacant(make, pool, k, role, fresh, bm) for k in range(1, count)]
     return pool
+
+
+def replica_pool(make: Callable[[int, str], Any], role: str, count: int,
+                 lazy_up_to: int | None, scale: float = 1.0) -> list[Any]:
+    """``count`` replicas of ``role`` (``make(k, role)`` builds replica ``k``), refused up
+    front (:mod:`lpserve.sim.memory`) when the machine cannot hold them. With
+    ``lazy_up_to`` (the most replicas requests can reach: the run's request count) every
+    replica but the first is built when a request first reaches it (:class:`Vacant`), and
+    the check counts at most that many. ``scale``: the largest replica's KV blocks over
+    the first's (a heterogeneous cluster)."""
+    if count < 1:
+        return []
+    first = make(0, role)
+    check_replicas(first, count if lazy_up_to is None else min(count, lazy_up_to), role,
+                   scale=scale)
+    if lazy_up_to is not None:
+        return vacant_pool(first, make, role, count)
+    return [first] + [make(k, role) for k in range(1, count)]

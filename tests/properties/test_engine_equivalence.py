@@ -157,6 +157,17 @@ def test_fast_equals_reference_every_policy(seed, name):
     check_case(seed, name)
 
 
+def test_a_replica_idle_until_its_copy_end_holds_the_others_back():
+    """Named counterexample of the random search (seed 170, ``spec-never``: two replicas,
+    dependencies, swaps on the overlapped link, draft KV making memory tight). Replica 0
+    stalls until a swap-out's copy end (rule (29)); the event loop counted it idle and let
+    replica 1 take a whole speculative run past that copy end, so the child that replica
+    0's next completion released reached replica 1 after replica 1's clock had passed it
+    (request 3 finished 23 ms early). An idle replica now bounds the others by its next own
+    event (``CompiledReplica.wake_s``)."""
+    check_case(170, "spec-never")
+
+
 def test_swaps_past_the_table_are_priced_exactly():
     """Named example (found by the random search below): round robin with priority
     preemption by swap on a mixed batch swapped more blocks in one iteration than the
