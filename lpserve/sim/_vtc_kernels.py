@@ -9,8 +9,9 @@ finished). Every request that ever runs was a candidate of some decision on its 
 and stays in that replica's last-decision list until a decision it no longer belongs to,
 so the counters read at every decision equal the metered ones (requests do not move
 between replicas: :func:`lpserve.sim.twins.vtc_in_pauses` ranks VTC in Python, in
-pauses, beside a rebalancer or on a disaggregated cluster). :func:`final_service` gives the counters at the end of
-the run for :meth:`~lpserve.sim.compiled.CompiledRun.sync_policy_state`.
+pauses, beside a rebalancer or on a disaggregated cluster). :func:`final_service` gives
+the counters at the end of the run for
+:meth:`~lpserve.sim.compiled.CompiledRun.sync_policy_state`.
 
 Parameters (:func:`vtc_params`, from the scheduler and the run's tenant ids): ``fp =
 [quantum_s, input_price, output_price, weight of dense tenant 0..T-1, shedding deadline of
