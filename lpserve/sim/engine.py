@@ -571,7 +571,8 @@ class Simulation:
         # the one-call History path prices every replica with the run's cost model
         history = self._history_twin() is not None and not self.heterogeneous
         return (self.predictor is None or history) and (
-            len(self.front) == 1 or twins.independent_replicas(self.policy))
+            len(self.front) == 1
+            or twins.independent_replicas(self.policy, self.ctx.ranks_in_python))
 
     def _history_twin(self) -> tuple | None:
         """The predictor's compiled state ``(state, ip, fp)`` when it is History's

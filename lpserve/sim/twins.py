@@ -49,12 +49,13 @@ def rank_spec(scheduler: Any, in_python: bool = False) -> tuple[int, np.ndarray,
     return RK.RANK_KINDS[kind], np.asarray(fp, np.float64), np.asarray(ip, np.int64)
 
 
-def independent_replicas(policy: Any) -> bool:
-    """Whether compiled replicas of ``policy`` on a colocated cluster never read each other
-    between arrivals, so that each may take its arrivals in one kernel call: round-robin
-    routing (its routes read no state) and a scheduler with a compiled twin and no state
-    shared across replicas (program-level schedulers share each program's service)."""
-    kind = rank_spec(policy.scheduler, vtc_in_pauses(policy))[0]
+def independent_replicas(policy: Any, ranks_in_python: bool) -> bool:
+    """Whether compiled replicas of ``policy`` never read each other between arrivals, so
+    that each may take its arrivals in one kernel call: round-robin routing (its routes
+    read no state) and a scheduler with a compiled twin and no state shared across
+    replicas (program-level schedulers share each program's service);
+    ``ranks_in_python``: the run's ``RunContext.ranks_in_python``."""
+    kind = rank_spec(policy.scheduler, ranks_in_python)[0]
     return twin_spec(policy.router) == ("round-robin", ()) and \
         kind not in (T.RANK_EXTERNAL, RK.R_PROG)
 

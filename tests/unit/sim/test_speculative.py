@@ -251,14 +251,19 @@ def test_a_decider_with_arms_of_its_own_runs_on_the_compiled_replicas():
             super().__init__(3, max_k=3, acceptance=0.7)
             self.arms = (Arm(0), Arm(3, 0), Arm(1, 0), Arm(2, 0))
             self.turn = 0
+            self.last = None  # the arm chosen last, and the steps that fell back from it
+            self.fallbacks = 0
 
         def arm_index(self, k: int, draft: int) -> int:
+            if self.last is not None and self.arms[self.last].k != k:
+                self.fallbacks += 1  # asked by the Python replicas at a short step
             return next(j for j, a in enumerate(self.arms) if a.k == k and
                         (k == 0 or a.draft == draft))
 
         def choose(self, ctx) -> int:
             self.turn += 1
-            return (1, 2, 3, 0)[self.turn % 4]
+            self.last = (1, 2, 3, 0)[self.turn % 4]
+            return self.last
 
     inst = _inst(_trace(n=60, rate_per_s=6.0, max_output=300), frac=0.17)
     base = lp.make_policy("spec-fixed")
@@ -267,7 +272,9 @@ def test_a_decider_with_arms_of_its_own_runs_on_the_compiled_replicas():
         return base.with_(engine=dataclasses.replace(base.engine, speculation=Reordered()))
 
     fast = lp.simulate(inst, policy(), seed=3, check=True)
-    ref = lp.simulate(inst, policy(), seed=3, reference=True)
+    ref_pol = policy()
+    ref = lp.simulate(inst, ref_pol, seed=3, reference=True)
+    assert ref_pol.engine.speculation.fallbacks > 0  # the table's fallback rows are read
     assert fast.stats["engine"] == "compiled+python-speculation"
     assert ref.stats["engine"] == "python"
     assert fast.digest() == ref.digest()
