@@ -539,8 +539,11 @@ class CompiledReplica:
         anon = int(S.anon[run].sum()) + int(pend) + sum(self.inbound.values())
         if self.cfg[T.C_LINK]:  # swap-outs (and resident requests) keep their blocks,
             # swap-ins hold theirs from their starts
-            owner = S.decode_replica if self.role == "decode" else S.replica
-            on = np.flatnonzero((S.xfer != 0) & (owner == self.index))
+            if self.role == "decode":
+                mine = S.decode_replica == self.index
+            else:  # a request a decode replica holds is no longer the prefill one's
+                mine = (S.replica == self.index) & (S.decode_replica < 0)
+            on = np.flatnonzero((S.xfer != 0) & mine)
             anon += int(S.anon[on].sum())
         if anon != ist[P.P_ANON]:
             return f"anonymous blocks of requests {anon} != pool {int(ist[P.P_ANON])}"

@@ -372,3 +372,25 @@ def test_a_resident_without_host_room_is_dropped_only_when_nothing_else_frees_bl
                     check=True, reference=True)  # the Python replicas: the spies watch them
     assert r.summary()["n_finished"] == 12
     assert drops and not any(drops), drops
+
+
+def test_a_resident_on_a_decode_replica_is_not_counted_on_the_prefill_replica_of_its_index():
+    """Named counterexample of the registry fuzz: FastServe on a disaggregated cluster
+    (one prefill, one decode replica, both index 0) parks request 4 as a resident on the
+    decode replica; the compiled invariant checker of the prefill replica counted its
+    blocks as its own (the request's prefill replica is index 0 too) and raised."""
+    from lpserve.cost import UnitRoundCost
+
+    prompt = np.array([1, 1, 1, 129, 41, 127, 128, 127, 1, 1, 1, 1, 1, 1])
+    output = np.array([1, 1, 3, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1])
+    tr = lp.Trace.from_arrays(arrival_s=np.r_[np.zeros(13), 3.0], prompt_tokens=prompt,
+                              output_tokens=output, name="resident-on-decode")
+    cl = lp.Cluster(gpu="a100-80gb", llm="llama-2-7b", replicas=1, prefill_replicas=1,
+                    decode_replicas=1, block_tokens=1, host_memory_gb=1e-6)
+    inst = lp.Instance(trace=tr, cluster=cl, cost=UnitRoundCost(memory_tokens=301),
+                       slo=lp.SLO(ttft_s=4.0, tpot_s=2.0))
+    fast = lp.simulate(inst, "fastserve", seed=1, check=True)
+    ref = lp.simulate(inst, "fastserve", seed=1, reference=True, check=True)
+    assert fast.digest() == ref.digest()
+    assert fast.stats["engine"] == "compiled"
+    assert int(fast.arrays["preemptions"].sum()) > 0
