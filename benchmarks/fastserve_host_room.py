@@ -3,19 +3,17 @@
 ``fastserve`` (skip-join MLFQ, proactive swapping on the overlapped host link) on the
 bundled Mooncake conversation trace, 4 x H100 / Llama-3-8B, ``max_num_batched_tokens``
 131072 (the longest prompt is 121,924 tokens), history predictor, at a utilisation of the
-fluid capacity estimate. Prints, per replica, its clock, waiting requests, swap-outs and
-recomputes, and for the whole run the recomputes and swap-outs made inside proactive
-swapping (for the request where admission stopped, or for the free-block target), under
-memory pressure and by reactive preemption, and the number of parked requests
-(``models/simulator.md`` (30), "Host room"). ``--wall`` stops a run that thrashes and
-prints the state it reached (a SIGALRM, so POSIX only).
+fluid capacity estimate. Prints, per replica, its clock, waiting requests, swap-outs,
+recomputes (KV dropped to recompute, by proactive swapping, memory pressure or reactive
+preemption) and free host blocks, and the run's totals (``models/simulator.md`` (30),
+"Host room"). ``--wall`` stops a run that thrashes and prints the state it reached (a
+SIGALRM, so POSIX only).
 
     python benchmarks/fastserve_host_room.py --utilization 0.75 --wall 300
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import signal
 import time
 
@@ -27,7 +25,6 @@ def main() -> None:
     import lpserve as lp
     from lpserve.evaluate.utilization import fluid_capacity
     from lpserve.policies.predictors import make_predictor
-    from lpserve.sim import transfer as X
     from lpserve.sim.engine import Simulation
     from lpserve.sim.state import FINISHED
     from lpserve.trace.loaders import load_trace
@@ -47,30 +44,6 @@ def main() -> None:
     sim = Simulation(lp.Instance(trace=tr, cluster=cl),
                      lp.make_policy("fastserve", max_num_batched_tokens=131072), 0,
                      predictor=make_predictor("history"))
-    counts: collections.Counter = collections.Counter()
-
-    def counted(fn, label):
-        def wrapped(rep, *a):
-            where = label(a)
-            r0, s0 = rep.n_recomputes, rep.n_swaps
-            out = fn(rep, *a)
-            counts[f"{where}: recomputes"] += rep.n_recomputes - r0
-            counts[f"{where}: swap-outs"] += rep.n_swaps - s0
-            return out
-        return wrapped
-
-    park = X.park
-
-    def parked(rep, v):
-        counts["parked"] += 1
-        park(rep, v)
-
-    X.proactive = counted(X.proactive, lambda a: "proactive, for the blocked request"
-                          if a[0] is not None else "proactive, for the target")
-    X.relieve = counted(X.relieve, lambda a: "memory pressure, a resident")
-    X.preempt = counted(X.preempt, lambda a: "reactive preemption")
-    X.park = parked
-
     def report(tag: str) -> None:
         done = int(np.count_nonzero(sim.state.status == FINISHED))
         print(f"{tag} after {time.perf_counter() - t0:.1f} s wall; finished "
@@ -79,8 +52,8 @@ def main() -> None:
         for r in sim.front:
             print(f" {r.index:7d} {r.now:8.1f} {len(r.waiting):8d} {len(r.running):8d} "
                   f"{r.n_swaps:10d} {r.n_recomputes:11d} {r.host_free:17d}")
-        for k in sorted(counts):
-            print(f"  {k}: {counts[k]}")
+        print(f" total swap-outs {sum(r.n_swaps for r in sim.front)}, recomputes "
+              f"{sum(r.n_recomputes for r in sim.front)}")
 
     def stop(*_):
         report("stopped")

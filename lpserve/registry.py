@@ -281,7 +281,7 @@ def simulate(instance: Any, policy: str | Policy, seed: int = 0, *, predictor: A
     """``lp.simulate``: :func:`lpserve.sim.simulate` where ``policy`` may also be a
     registered name (made fresh by :func:`make_policy`) and ``predictor`` a spec
     (``"history"``, ``"noisy-oracle:sigma=0.3"``; :func:`resolve_predictor`); ``options``
-    (``reference``, ``check``) go to the simulator. Returns its
+    (``reference``, ``check``, ``iteration_log``) go to the simulator. Returns its
     :class:`~lpserve.sim.Result`.
 
     Raises :class:`MissingPredictions` for a policy that reads predictions on a trace

@@ -167,6 +167,18 @@ def fallback_predictor(inst, policy) -> str | None:
     return "none" if pol.reads_predictions and not has else None
 
 
+def python_scheduler(policy):
+    """``policy`` with its scheduler replaced by a copy whose class is a user's subclass of
+    the scheduler's that defines no ``kernel_spec``: ranked in Python, asked at every
+    planning step with candidates (in a pause of the compiled replicas), never by the
+    scheduler's compiled twin."""
+    sched = policy.scheduler
+    cls = type("User" + type(sched).__name__, (type(sched),), {})
+    user = cls.__new__(cls)
+    user.__dict__.update(sched.__dict__)
+    return policy.with_(scheduler=user)
+
+
 def fast_and_reference(inst, policy, seed: int = 0, label: str = ""):
     """Simulate ``policy`` on ``inst`` in the fast and the reference mode (both with the
     invariant checker), assert every per-request result field and the digest agree, and

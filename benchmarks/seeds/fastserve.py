@@ -35,8 +35,7 @@ Tables printed:
    ``stats["link_wait_s"]`` over the finished requests' summed E2E, the seconds the
    requests spent waiting on the PCIe link (swap-ins they waited for, iterations stalled
    for swap-outs, and under serial transfers every swap charged to an iteration they were
-   in; ``models/simulator.md`` (29)), the paper's "swap time < 5 % of latency". The serial
-   cell runs in the Python engine (reference mode, identical results), which counts it;
+   in; ``models/simulator.md`` (29)), the paper's "swap time < 5 % of latency";
 4. the attack surface, ShareGPT at the highest load: mean JCT as the one-way PCIe
    bandwidth falls (the cost model's ``pcie_efficiency``; 32 GB/s x efficiency on the
    A100), for proactive, overlapped reactive and serial reactive swapping, and, isolating
@@ -137,15 +136,14 @@ OVERLOAD = {
     "skip-join, no preemption": ("fastserve", {"priority_preemption": False}),
     "srpt (oracle lengths)": ("srpt-oracle", {}),
 }
-#: the ablation (table 3): label -> (policy, options, Python engine for the link waits)
+#: the ablation (table 3): label -> (policy, options)
 ABLATION = {
-    "fcfs": ("vllm-v0", {}, False),
-    "proactive swap": ("fastserve", {}, False),
-    "reactive swap, overlap": ("fastserve", {"proactive_swap": False}, False),
-    "reactive swap, serial": ("fastserve", {"transfers": "serial", "proactive_swap": False},
-                              True),
-    "recompute": ("fastserve", {"preemption": "recompute", "proactive_swap": False}, False),
-    "no preemption": ("fastserve", {"priority_preemption": False}, False),
+    "fcfs": ("vllm-v0", {}),
+    "proactive swap": ("fastserve", {}),
+    "reactive swap, overlap": ("fastserve", {"proactive_swap": False}),
+    "reactive swap, serial": ("fastserve", {"transfers": "serial", "proactive_swap": False}),
+    "recompute": ("fastserve", {"preemption": "recompute", "proactive_swap": False}),
+    "no preemption": ("fastserve", {"priority_preemption": False}),
 }
 #: the bandwidth sweep (table 4): pcie_efficiency (one-way GB/s = 32 x it on the A100)
 EFFS = (1.0, 0.5, 0.3, 0.2, 0.15)
@@ -175,27 +173,25 @@ def run(trace: lp.Trace, name: str, seed: int = 0) -> lp.sim.Result:
     return run_policy(trace, policy(name), seed)
 
 
-def run_policy(trace: lp.Trace, pol: lp.Policy, seed: int = 0, *, pcie_efficiency: float = 1.0,
-               reference: bool = False) -> lp.sim.Result:
+def run_policy(trace: lp.Trace, pol: lp.Policy, seed: int = 0, *,
+               pcie_efficiency: float = 1.0) -> lp.sim.Result:
     """Simulate ``pol`` on one A100-40GB serving OPT-13B (PCIe at ``pcie_efficiency`` of
-    the cost model's bandwidth; ``reference``: the Python engine, which counts link waits
-    under serial transfers too)."""
+    the cost model's bandwidth)."""
     cost = lp.cost_model(gpu=GPU, llm=LLM, pcie_efficiency=pcie_efficiency)
     inst = lp.Instance(trace=trace, cost=cost, cluster=lp.Cluster(gpu=GPU, llm=LLM))
-    return lp.simulate(inst, pol, seed=seed, reference=reference)
+    return lp.simulate(inst, pol, seed=seed)
 
 
 def cell(res: lp.sim.Result) -> dict[str, float]:
     """Mean JCT (s), preemptions, swaps, the link share of latency (link waits over the
-    finished requests' summed E2E; NaN where the compiled engine ran, which swaps nothing
-    or does not count them) and the link's busy share of the makespan (NaN for serial
+    finished requests' summed E2E) and the link's busy share of the makespan (NaN for serial
     swaps, which run inside iterations)."""
     s, st, a = res.summary(), res.stats, res.arrays
     if s["n_finished"] + s["n_rejected"] != s["n_requests"]:
         raise SystemExit(f"{res.policy}: {s['n_unfinished']} requests unfinished")
     fin = a["status"] == "finished"
     span = float(np.max(a["finish_s"][fin]) - np.min(a["arrival_s"]))
-    wait = st.get("link_wait_s", 0.0 if st["swaps"] == 0 else math.nan)
+    wait = st["link_wait_s"]
     return {"jct_s": s["e2e_s"]["mean"], "preemptions": float(s["preemptions"]),
             "swaps": float(st["swaps"]), "link_share": wait / float(np.sum(a["e2e_s"][fin])),
             "link_busy": (math.nan if st["swaps"] and not st.get("link_copies") else
@@ -204,8 +200,8 @@ def cell(res: lp.sim.Result) -> dict[str, float]:
 
 def ablation(trace: lp.Trace, seed: int = 0) -> dict[str, dict[str, float]]:
     """Table 3 on ``trace`` at its own rate: label of :data:`ABLATION` -> :func:`cell`."""
-    return {label: cell(run_policy(trace, policy(name, **kw), seed, reference=ref))
-            for label, (name, kw, ref) in ABLATION.items()}
+    return {label: cell(run_policy(trace, policy(name, **kw), seed))
+            for label, (name, kw) in ABLATION.items()}
 
 
 def tipping(trace: lp.Trace, seed: int = 0, effs: tuple[float, ...] = EFFS) -> dict:

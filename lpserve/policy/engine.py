@@ -71,12 +71,10 @@ class EngineConfig:
             ``budget_controller``.
         transfers: how swap copies use the replica's host (PCIe) link
             (``models/simulator.md`` (26)-(31)): ``"serial"`` (default, vLLM V0's blocking
-            swap: the copy time is added to the next iteration; the compiled engine runs
-            it) or ``"overlap"`` (a modern engine's copy stream: swap-outs and swap-ins are
+            swap: the copy time is added to the next iteration) or ``"overlap"`` (a modern engine's copy stream: swap-outs and swap-ins are
             queued on the link and run concurrently with iterations; a swapped-out
             request's GPU blocks are freed when its copy ends, a swapped-in one runs once
-            its KV is resident; Python engine only). Serial is the default: it runs
-            compiled, and at low PCIe bandwidth overlapped copies queue up behind MLFQ's
+            its KV is resident). Serial is the default: at low PCIe bandwidth overlapped copies queue up behind MLFQ's
             starvation promotions (``models/simulator.md``, "Why serial is the
             default").
         proactive_swap: FastServe's proactive KV swapping (needs ``transfers="overlap"``):
@@ -103,7 +101,7 @@ class EngineConfig:
             copies of computed prompt blocks in LRU order; a prompt that misses the GPU
             prefix cache loads the following blocks found there over the host link
             before its prefill (``models/simulator.md`` (35)). 0 (default) for none.
-            Needs ``prefix_caching`` and ``batching="decode-first"``; Python engine only.
+            Needs ``prefix_caching`` and ``batching="decode-first"``.
     """
 
     batching: str = "prefill-first"

@@ -52,10 +52,10 @@ class Result:
             :meth:`lpserve.sim.speculative.SpecRunner.summary`; None without speculative
             decoding); ``offload`` (``tier_blocks``, ``hit_tokens``, ``loaded_blocks``,
             ``load_s``, ``stored_blocks``, ``dropped_blocks``, summed over replicas;
-            :meth:`lpserve.sim.offload.Offload.stats`; None without CPU KV offload);
+            None without CPU KV offload);
             ``migrations``, ``migrated_gb`` and ``migration_s``, the summed copy time,
             counted when a copy starts (0 without a rebalancer). Every run has these
-            keys, whichever engine ran it).
+            keys, in either mode).
             ``arrays["migrations"]`` counts each request's live migrations and
             ``arrays["migrated_to"]`` is its last destination (-1: never migrated;
             ``replica`` stays the router's choice).
@@ -175,12 +175,16 @@ class Result:
 
 
 def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
-             reference: bool = False, check: bool = False, predictor: Any = None) -> Result:
+             reference: bool = False, check: bool = False, predictor: Any = None,
+             iteration_log: list | None = None) -> Result:
     """Simulate ``policy`` (a :class:`~lpserve.policy.Policy`) on ``instance``.
 
     A pure function of its arguments (``lp.simulate`` also takes a registered name).
-    ``reference=True`` plans every iteration in Python (slow; for tests, gives the same
-    per-request results). ``check=True`` verifies the block and timing invariants after
+    ``reference=True`` plans one iteration per step (no decode runs; slower, for tests:
+    it gives the same per-request results, ``models/simulator.md`` (15)); there,
+    ``iteration_log`` (a list) gets every iteration appended, ``(replica key, t0_s, t1_s,
+    chunks, decodes)``, with ``chunks`` ``(request, tokens, context before, generated
+    before)`` and ``decodes`` ``(request, context, generated before)``. ``check=True`` verifies the block and timing invariants after
     every event and raises :class:`~lpserve.sim.invariants.InvariantError`. ``predictor``
     (a :class:`lpserve.policy.hooks.Predictor`, copied and reset with a generator derived
     from ``seed``) replaces the trace's predicted output intervals: each request's
@@ -205,7 +209,7 @@ def simulate(instance: Instance, policy: Policy, seed: int = 0, *,
     if not isinstance(instance, Instance):
         raise ValueError(f"simulate: instance must be an Instance, got {type(instance).__name__}")
     sim = Simulation(instance, policy, seed, reference=reference, check=check,
-                     predictor=predictor)
+                     predictor=predictor, iteration_log=iteration_log)
     info = sim.run()
     S = sim.state
     # what the client sees: tokens the serving front end's latency after the engine made
@@ -268,13 +272,14 @@ def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
         "host_blocks": sim.host_blocks,
         "kv_utilization": util,
         "wall_s": wall_s,
-        # which engine ran: "compiled" (numba replicas), with "+python-ranks" (a
+        # which hooks ran in Python: "compiled" (numba replicas), with "+python-ranks" (a
         # scheduler written in Python, asked at planning steps) and "+python-evictor" (an
         # evictor written in Python, asked at evictions and told of arrivals and
         # finishes), "+python-decider" (a preemption decider written in Python, asked
         # per victim), "+python-controller" (a budget controller written in Python) and
         # "+python-speculation" (a speculation decider written in Python, asked per
-        # speculative step), or "python" (reference)
+        # speculative step), and "+reference" in the reference mode (one iteration per
+        # step)
         "engine": sim.engine_name,
     }
     # the host link (models/simulator.md (26)-(31)): seconds the finished requests waited
@@ -286,7 +291,7 @@ def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
     stats["link_busy_s"] = float(sum(k.busy_s for k in links))
     # every run has the same keys: an engine feature that is off gives None or zeros
     offloads = [r.offload for r in reps if getattr(r, "offload", None) is not None]
-    # CPU KV offload (lpserve/sim/offload.py): summed over replicas
+    # CPU KV offload (lpserve/sim/_offload_kernels.py): summed over replicas
     stats["offload"] = {k: sum(o.stats()[k] for o in offloads)
                         for k in offloads[0].stats()} if offloads else None
     # speculative decoding counters (lpserve/sim/speculative.py)

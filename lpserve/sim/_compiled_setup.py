@@ -83,6 +83,7 @@ def engine_config(ctx: RunContext, kind: int, decider: int, ctl_kind: int,
     cfg[T.C_PRIO] = int(eng.priority_preemption)
     cfg[T.C_EVICT_BATCH] = eng.evict_batch_blocks
     cfg[T.C_REFERENCE] = int(ctx.reference)
+    cfg[T.C_LOG] = int(ctx.iteration_log is not None)
     cfg[T.C_TRACK_FIN] = int(track_finished)
     cfg[T.C_RANK_KIND] = kind
     cfg[T.C_DECIDER] = decider  # T.DECIDER_*

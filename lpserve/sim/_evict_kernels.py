@@ -3,11 +3,9 @@
 heaps (``_pool``'s table of kinds), and the pause in which an evictor written in Python
 chooses instead (kind ``external``).
 
-The pause: the compiled replica stops where the Python replica would call
-``Evictor.evict`` (``make_room``), hands the evictable blocks' arrays to
-:func:`lpserve.sim.hooks.evict` in object mode, which builds the same
-:class:`~lpserve.policy.EvictorView` as :func:`lpserve.sim.eviction.choose_evictions`
-(blocks in ascending slot order), asks the evictor, checks its answer with the
+The pause: the replica stops where an eviction needs the evictor (``make_room``), hands
+the evictable blocks' arrays to :func:`lpserve.sim.hooks.evict` in object mode, which
+builds the :class:`~lpserve.policy.EvictorView` (blocks in ascending slot order), asks the evictor, checks its answer with the
 contract's checks and returns the slots; the kernel drops them and goes on. The same
 hook tells an evictor that ``observes_requests`` of each arrival and finish
 (:func:`observe`). Python runs once per eviction batch and per request event, never

@@ -1,5 +1,5 @@
-"""The host link's copy queue for the compiled replicas (numba): the twin of
-:class:`lpserve.sim.transfer.HostLink` (``models/simulator.md`` (26)-(31)).
+"""The host link's copy queue of a replica (numba; ``models/simulator.md`` (26)-(31)); its
+plain-Python model, the oracle of the tests, is ``tests/oracles/host_link.py``.
 
 One copy runs at a time; a free link starts the queued copy that comes first in the link
 order (``fifo``, ``priority``, ``llf``, ``rmlq``) among those that can start. A request has
@@ -28,10 +28,15 @@ import numpy as np
 from numba import njit
 
 from lpserve.sim._structs import LINK_FIELDS, new_link
-from lpserve.sim.transfer import RMLQ_BASE_S, RMLQ_LEVELS
 
 __all__ = ["Link", "ORDER_CODES", "RMLQ_BASE_S", "RMLQ_LEVELS", "link_struct", "enqueue",
            "next_end_s", "pop_end", "start_order", "start", "key"]
+
+#: the reverse multi-level queue of ``link_order="rmlq"``: level ``k`` holds copies whose
+#: laxity is in ``[base * 2**k, base * 2**(k+1))`` (level 0 below ``2 * base``, the last
+#: level everything above, including copies without a deadline); lower levels start first
+RMLQ_BASE_S = 0.01
+RMLQ_LEVELS = 8
 
 #: the arrays of one link (Python side; the kernels take the structure over them)
 Link = namedtuple("Link", LINK_FIELDS)

@@ -1,5 +1,14 @@
 """vLLM's CPU KV offload on the compiled replica engine (numba): the host tier and the load
-stream of ``models/simulator.md`` (35), the compiled twin of :mod:`lpserve.sim.offload`.
+stream of ``models/simulator.md`` (35) (``EngineConfig.kv_offload_gib``).
+
+vLLM V1's ``OffloadingConnector`` (``--kv-offloading-backend native
+--kv-offloading-size GIB``) copies every full KV block to pinned host memory as it is
+computed (write-through) and keeps the host blocks in LRU order. A request whose prompt
+misses the GPU prefix cache at block ``k`` looks the following blocks up in the host tier;
+the leading run found there is loaded to the GPU (host to device, asynchronously, beside
+the model's iterations) and the request is scheduled once its load ends, with those tokens
+counted as computed. Its plain-Python model, the oracle of the tests, is
+``tests/oracles/offload.py``.
 
 The tier holds block keys (the content keys of :func:`lpserve.sim._state_kernels.block_keys`)
 in least-recently-used order: an open-addressing table (linear probing, backward-shift
@@ -27,10 +36,20 @@ from numba import njit
 
 from lpserve.sim import _pool as P
 from lpserve.sim._structs import OFF_FIELDS, new_off
-from lpserve.sim.offload import tier_blocks
 
-__all__ = ["Off", "CompiledOffload", "for_replica", "offload_struct", "match", "touch",
-           "admit_load", "next_end", "loading"]
+__all__ = ["GIB", "Off", "CompiledOffload", "for_replica", "offload_struct", "match", "touch",
+           "admit_load", "next_end", "loading", "tier_blocks"]
+
+#: bytes per GiB (vLLM's ``--kv-offloading-size`` is in GiB)
+GIB = 1 << 30
+
+
+def tier_blocks(gib: float, kv_bytes_per_token: float, block_tokens: int) -> int:
+    """Host blocks of ``block_tokens`` tokens in ``gib`` GiB of host memory for a model whose
+    KV takes ``kv_bytes_per_token`` bytes per token (every tensor-parallel rank together)."""
+    if kv_bytes_per_token <= 0:
+        raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token!r}")
+    return int(gib * GIB // (kv_bytes_per_token * block_tokens))
 
 Off = namedtuple("Off", OFF_FIELDS)
 
@@ -88,8 +107,7 @@ def for_replica(ctx: Any, req: Any, cost: Any = None) -> tuple[Any, "CompiledOff
 
 
 class CompiledOffload:
-    """The counters of a compiled replica's offload, as :meth:`lpserve.sim.offload.Offload.stats`
-    reports them."""
+    """The counters of a compiled replica's offload (``Result.stats["offload"]``)."""
 
     def __init__(self, arrays: Off) -> None:
         self.a = arrays

@@ -1,9 +1,9 @@
 """Numba kernels of a replica's paged KV pool with hash-chained prefix caching.
 
-The compiled twin of :class:`lpserve.sim.blocks.BlockManager` and of the built-in
-evictors (:mod:`lpserve.policies.evictors_kv`, :class:`lpserve.policy.LRU`): the same
-four block states (plain free, anonymous used, hashed used, evictable), the same slot
-order (a LIFO stack of free slots, first ``0, 1, 2, ...``), and the same eviction order.
+The block pool of a replica and the built-in evictors' order (``evictors_kv``, ``LRU``):
+four block states (plain free, anonymous used, hashed used, evictable), a LIFO stack of
+free slots (first ``0, 1, 2, ...``); its plain-Python model, the oracle of the tests, is
+``tests/oracles/blocks.py`` (the same states, slot order and eviction order).
 Every cost is per operation, never per cached block: keys live in an open-addressing
 table (linear probing, backward-shift deletion) and evictable blocks in lazy binary
 heaps, each beside a sorted run that takes the pushes ordering after its last entry

@@ -1,8 +1,6 @@
-"""The compiled replicas' preemption decisions that read the ranks (numba): priority
-preemption (:func:`preempt_outranked`, the twin of
-:func:`lpserve.sim.preempt.outranked_victims`) and FastServe's proactive swapping (the
-twin of :func:`lpserve.sim.transfer.proactive` and :func:`lpserve.sim.transfer.relieve`,
-``models/simulator.md`` (30)).
+"""The replicas' preemption decisions that read the ranks (numba): priority preemption
+(:func:`preempt_outranked`) and FastServe's proactive swapping (:func:`proactive`,
+:func:`relieve`; ``models/simulator.md`` (30)).
 
 Under proactive swapping a victim of priority preemption stays *resident* (its KV on the
 GPU; parked by :func:`preempt_outranked` when its KV has room on the host). Once per planning
@@ -28,9 +26,9 @@ from lpserve.sim import _swap_kernels as X
 
 @njit(cache=True)
 def preempt_outranked(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ready):
-    """``EngineConfig.priority_preemption`` (:func:`lpserve.sim.preempt.outranked_victims`)
-    for the waiting requests with ``req.ready <= ready``; under proactive swapping a victim
-    is parked if its KV has host room (``transfer.HostRoom``), else it keeps running and
+    """``EngineConfig.priority_preemption`` for the waiting requests with
+    ``req.ready <= ready``; under proactive swapping a victim is parked if its KV has host
+    room (:func:`lpserve.sim._swap_kernels.resident_host_left`), else it keeps running and
     frees no blocks."""
     S.ensure_ranks(req, rep, cfg, rk)
     p = rep.pool
@@ -131,7 +129,7 @@ def relieve(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
 
 @njit(cache=True)
 def proactive(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, blocked, blocked_need):
-    """Proactive swapping once per planning step after admission (``transfer.proactive``):
+    """Proactive swapping once per planning step after admission:
     ``blocked`` the waiting request at which admission stopped (-1: none) and its need.
     True if an evicted request was dropped (its blocks are free now); sets
     ``I_PRO_EVICTED`` to the requests swapped out or dropped."""

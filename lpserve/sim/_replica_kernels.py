@@ -1,6 +1,6 @@
 """The compiled replica engine's entry points (numba): :func:`advance` (run planning
-steps until an event), :func:`enqueue` (a request joins a replica) and the step itself,
-the twin of :meth:`lpserve.sim.replica.Replica._step` (``models/simulator.md``).
+steps until an event), :func:`enqueue` (a request joins a replica) and the step itself
+(``models/simulator.md``).
 Layouts are in :mod:`lpserve.sim._state_kernels`, the step's parts in
 :mod:`lpserve.sim._step_kernels`.
 """
@@ -69,7 +69,7 @@ def enqueue(req, rep, cfg, i, t):
 @njit(cache=True)
 def preempt_worst(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk):
     """Preempt the worst-ranked running request for KV memory (rules (10), (34)); the last
-    one running, with nothing being released, is dropped (``Replica._preempt_worst``).
+    one running, with nothing being released, is dropped.
     Returns it."""
     S.ensure_ranks(req, rep, cfg, rk)
     v = S.worst_running(req, rep)

@@ -3,7 +3,7 @@ of the built-in speculation deciders (:mod:`lpserve.policies.speculation`): neve
 UCB1 per (request class, batch bucket), optimistic acceptance rates, and the oracle; a
 decider written in Python is asked in pauses (:func:`lpserve.sim.hooks.spec_choose`).
 Equations are ``models/speculative-decoding.md`` (4)-(11); acceptance draws come from the
-replica's numpy ``Generator`` (the same stream as the Python engine's).
+replica's numpy ``Generator`` (:meth:`lpserve.sim.speculative.SpecRunner.replica_rng`).
 
 ``SpecRun`` holds the run's arrays (decider parameters ``ip``, the target's and drafts'
 cost parameters, every request's acceptance rates ``(n, n_drafts)``, the batch-bucket
@@ -50,7 +50,7 @@ def arm_table(arms, arm_index, n_drafts: int) -> np.ndarray:
     """The ``ip`` entries after the header for a decider's ``arms`` (each with ``k`` and
     ``draft``) and its ``arm_index(k, draft)``: int64 ``(2 n_arms + n_drafts (K + 1),)``,
     ``K`` the largest ``k``; an index outside the arms is stored as -1 (a step that needs
-    it fails, as ``arms[j]`` does on the Python replica)."""
+    it fails, as ``arms[j]`` would)."""
     n = len(arms)
     K = max(int(a.k) for a in arms)
     out = np.full(2 * n + max(n_drafts, 1) * (K + 1), -1, np.int64)
@@ -329,8 +329,8 @@ def _count(cn, k, m, accepted, emitted):
 @njit(cache=True)
 def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     """One speculative step of the decode batch ``dec[:n_dec]`` (blocks for one token
-    each already allocated): :meth:`lpserve.sim.speculative.ReplicaSpeculation.step`.
-    ``ws``: the :func:`workspace` of a batch of ``n_dec``."""
+    each already allocated; ``models/speculative-decoding.md``); ``ws``: the
+    :func:`workspace` of a batch of ``n_dec``."""
     ip = sr.ip
     bt = cfg[T.C_BT]
     p = rep.pool

@@ -1,8 +1,7 @@
 """Array layout of the compiled replica engine and its memory operations (numba).
 
-The compiled twin of :class:`lpserve.sim.replica.Replica`'s queues and memory
-(``models/simulator.md``): the waiting list (a doubly linked list over request ids, so
-appends, front inserts and removals are O(1) and the order is the Python list's), the
+A replica's queues and memory (``models/simulator.md``): the waiting list (a doubly
+linked list over request ids, so appends, front inserts and removals are O(1)), the
 running list (admission order), request-level KV allocation with prefix keys, releases
 of outgoing copies, and preemption (recompute, swap, compress-and-swap, the cost-based
 per-victim rule). The step planner is :mod:`lpserve.sim._step_kernels`.
@@ -18,10 +17,11 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _pool as P
+from lpserve.sim import hooks as H
 from lpserve.sim._structs import REP_FIELDS, REQ_FIELDS
 
 #: the per-request arrays of a run and one replica's arrays, for the Python side (the
@@ -42,14 +42,15 @@ EV_FINISH, EV_KV_READY = 0, 1
  C_PREEMPT, C_PRIO, C_EVICT_BATCH, C_ROLE, C_REFERENCE, C_TRACK_FIN, C_RANK_KIND,
  C_DECIDER, C_CTL, C_TRACE_BT, C_MAX_LEN, C_HAS_PRED, C_INDEX, C_SPEC,
  C_SWAP_STEP, C_AHEAD, C_HOOK, C_OBSERVE, C_EV_QUEUE, C_EV_TREE, C_LINK, C_PROACTIVE,
- C_PRO_TARGET, C_HOST_BLOCKS) = range(33)
-N_CFG = 33
+ C_PRO_TARGET, C_HOST_BLOCKS, C_LOG) = range(34)
+N_CFG = 34
 # C_HOOK: the replica's key in lpserve.sim.hooks (0: none); C_OBSERVE: its evictor observes
 # requests (written in Python); C_EV_QUEUE, C_EV_TREE: that evictor reads the queued
 # blocks, the blocks' parents; C_LINK: swaps are copies on the overlapped host link
 # (lpserve/sim/_swap_kernels.py), else serial; C_PROACTIVE: FastServe's proactive
 # swapping on it (lpserve/sim/_preempt_kernels.py) with C_PRO_TARGET free blocks;
-# C_HOST_BLOCKS: the host memory's blocks
+# C_HOST_BLOCKS: the host memory's blocks; C_LOG: the reference mode's iteration log is
+# kept (every iteration is told to lpserve.sim.hooks.log_iteration)
 BATCH_PREFILL, BATCH_DECODE, BATCH_MIXED, BATCH_STATIC = range(4)
 PRE_RECOMPUTE, PRE_SWAP, PRE_COMPRESS = range(3)
 # C_DECIDER: no preemption decider, the cost-based one's twin, one written in Python
@@ -497,3 +498,14 @@ def handoff(req, rep, cfg, cff, i):
     req.kv_remote[i] = True
     req.status[i] = ST_TRANSFER
     emit(rep, np.int64(EV_KV_READY), i, end)
+
+
+@njit(cache=True)
+def log_iteration(cfg, t0, dt, ch_i, ch_c, ch_h, dec):
+    """Tell the reference mode's iteration log (:func:`lpserve.sim.hooks.log_iteration`)
+    of an iteration starting at ``t0`` (s) and lasting ``dt`` (s), before its tokens are
+    counted: prefill chunks ``ch_i`` of ``ch_c`` tokens on ``ch_h`` tokens of context,
+    and decodes ``dec``."""
+    handle = cfg[C_HOOK]
+    with objmode():
+        H.log_iteration(handle, t0, dt, ch_i, ch_c, ch_h, dec)

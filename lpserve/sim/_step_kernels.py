@@ -1,13 +1,12 @@
-"""The compiled replica engine's step planner (numba): the twin of
-:meth:`lpserve.sim.replica.Replica._step` and everything it calls, on the arrays of
-:mod:`lpserve.sim._state_kernels`.
+"""The replica engine's step planner (numba): one scheduling step, rules (9)-(13) of
+``models/simulator.md``, on the arrays of :mod:`lpserve.sim._state_kernels`.
 
 One call of :func:`advance` runs every planning step that starts before ``stop_s``
 (at most ``max_steps``; one for the event loop's conservative stepping and for
 ``check=True``), each either one iteration or a run of pure-decode iterations between
 events (:func:`lpserve.sim._kernels.decode_advance`). Ranks come from the scheduler's
-compiled twin (:mod:`lpserve.sim._ranks`), computed at the points of the step where the
-Python engine asks for them, or, for a scheduler written in Python, from ``req.rk`` as
+compiled twin (:mod:`lpserve.sim._ranks`), computed at the points of the step where a
+decision needs them, or, for a scheduler written in Python, from ``req.rk`` as
 the event loop filled them at the start of the step (:data:`NEED_RANKS`). The
 drift-plus-penalty budget controller runs as :mod:`lpserve.kernels.dpp`.
 """
@@ -31,7 +30,6 @@ from lpserve.sim import _swap_kernels as X
 from lpserve.sim import hooks as H
 from lpserve.sim._kernels import decode_advance
 from lpserve.sim._structs import CTL_FIELDS, RK_FIELDS
-from lpserve.sim.eviction import SESSION_MIN_HIT_TOKENS
 
 #: the scheduler's compiled state and the budget controller's parameters (Python side;
 #: the kernels take the structures of :mod:`lpserve.sim._structs` over them)
@@ -41,6 +39,9 @@ Ctl = namedtuple("Ctl", CTL_FIELDS)
 # advance() results
 IDLE, STEPPED, NEED_RANKS, NEED_ROOM = 0, 1, 2, 3
 # budget controllers: none, the twins of DPP and the TBT recorder, one written in Python
+#: a request hitting this many cached tokens is a returning session (two 512-token blocks,
+#: the rule of the replay's session evictor)
+SESSION_MIN_HIT_TOKENS = 1024
 CTL_NONE, CTL_DPP, CTL_RECORDER, CTL_PYTHON = 0, 1, 2, 3
 # ctl_x (per replica controller scalars)
 X_U, X_CAP, X_QTOK, X_RESUMABLE, X_NPLAN = range(5)
@@ -71,7 +72,7 @@ def ensure_ranks(req, rep, cfg, rk):
     if rep.ist[T.I_RANKED]:
         return
     if rep.ist[T.I_NRUN] == 0 and rep.ist[T.I_NWAIT] == 0:
-        return  # nothing to rank (the Python engine asks only with candidates)
+        return  # nothing to rank (a scheduler is asked only with candidates)
     rep.ist[T.I_RANKED] = 1
     kind = cfg[T.C_RANK_KIND]
     if kind == T.RANK_EXTERNAL:
@@ -122,8 +123,8 @@ def waiting_by_rank(req, rep):
 
 @njit(cache=True)
 def free_cap(req, rep, cfg, rk):
-    """:func:`lpserve.sim.preempt.free_cap`: most blocks a decode run may take before a
-    priority preemption could fire."""
+    """Most blocks a decode run may take before a priority preemption could fire (the
+    free blocks less what the outranking waiting requests need)."""
     ensure_ranks(req, rep, cfg, rk)
     worst = -np.inf
     for j in range(rep.ist[T.I_NRUN]):
@@ -449,6 +450,9 @@ def iterate(req, rep, cfg, cff, params, swap_tab, ctl, sr, ch_i, ch_c, ch_h, n_c
             req.link_wait[ch_i[k]] += wait
         for k in range(n_dec):
             req.link_wait[dec[k]] += wait
+    if cfg[T.C_LOG]:
+        T.log_iteration(cfg, fst[T.F_NOW], dt, ch_i[:n_ch].copy(), ch_c[:n_ch].copy(),
+                      ch_h[:n_ch].copy(), dec[:n_dec].copy())
     account(rep, dt, np.int64(1), n_ch == 0)
     done = np.empty(n_ch + n_dec, np.int64)
     nd = 0
@@ -490,8 +494,8 @@ def tick_replans(rep, cfg):
     """Whether a planning step at the scheduler's next quantum boundary can plan
     differently from the decode run in progress (rule (15)): a request waits (admission
     and priority preemption read ranks), a budget controller decides per run, or the
-    scheduler is written in Python (asked at every planning step on both engines, so the
-    run stops where the Python replica's does). Otherwise the step there would read no
+    scheduler is written in Python (asked at every planning step, so the run stops where
+    the reference mode's does). Otherwise the step there would read no
     rank (a built-in scheduler's ranks are computed only when a decision needs one, from
     the step's clock) and run the same batch on: the run goes past the boundary."""
     return rep.ist[T.I_NWAIT] > 0 or cfg[T.C_CTL] != CTL_NONE or \
@@ -569,6 +573,9 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
             rep.ctl_lt[idx[k]] = end
     if n == 0:
         raise RuntimeError("internal: empty decode run")
+    if cfg[T.C_LOG]:  # the reference mode: one iteration
+        e = np.empty(0, np.int64)
+        T.log_iteration(cfg, now, now2 - now, e, e, e, idx)
     P.take_anon(p, taken)
     for k in range(n_dec):
         i = idx[k]

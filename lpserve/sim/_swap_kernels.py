@@ -1,5 +1,5 @@
-"""Preemption and the overlapped host link of the compiled replicas (numba): the twin of
-:mod:`lpserve.sim.transfer` and :func:`lpserve.sim.preempt.preemption_mode`
+"""Preemption and the overlapped host link of the replicas (numba): a victim's preemption
+mode, swap-outs, copy ends and starts, swap-in admission, resident requests
 (``models/simulator.md`` (10), (26)-(29), (31); ``models/kv-compression-swap.md``).
 
 Serial swaps (``C_LINK`` off) free a victim's blocks at once and price the copy in the
@@ -30,7 +30,7 @@ from lpserve.sim import hooks as H
 @njit(cache=True)
 def copy_s(cff, swap_tab, held, compressed):
     """Link seconds of one copy of ``held`` GPU blocks: a full swap's time (``kv_scale``
-    included) or a compressed swap's PCIe bytes (``transfer._copy_s``)."""
+    included) or a compressed swap's PCIe bytes."""
     if compressed:
         return swap_tab[held] / cff[T.D_RATIO]
     return swap_tab[held] * cff[T.D_KV_SCALE]
@@ -38,7 +38,7 @@ def copy_s(cff, swap_tab, held, compressed):
 
 @njit(cache=True)
 def deadline_s(req, cff, i):
-    """Request ``i``'s SLO deadline (``transfer.deadline_s``): arrival + TTFT SLO before
+    """Request ``i``'s SLO deadline: arrival + TTFT SLO before
     its first token, then the time its next token is due at the TPOT SLO."""
     if math.isnan(req.first_token[i]):
         return req.arrival[i] + cff[T.D_SLO_TTFT]
@@ -55,7 +55,7 @@ def link_net(rep):
 @njit(cache=True)
 def joins_by(link, now):
     """Whether a copy ends by ``now`` while a swap-in that puts its request into the
-    batch is running or queued (``transfer.joins_by``)."""
+    batch is running or queued."""
     a = link.li[L.L_ACTIVE]
     if a < 0 or link.lf[L.LF_END] > now:
         return False
@@ -83,7 +83,7 @@ def issue(req, rep, cff, cfg, kind, i, blocks, duration_s, then_run):
 
 @njit(cache=True)
 def _end(req, rep, i, t):
-    """Apply the end at ``t`` of request ``i``'s copy (``transfer.tick``'s ``end``)."""
+    """Apply the end at ``t`` of request ``i``'s copy."""
     link = rep.link
     if link.q_kind[i] == L.KIND_OUT:  # the KV is on the host: the GPU blocks are free
         T.release_request(req, rep, i, t)
@@ -133,7 +133,7 @@ def _start_next(req, rep, cfg, t):
 @njit(cache=True)
 def tick(req, rep, cfg, now):
     """Bring the link up to ``now``: copy ends and the starts that follow, in time order
-    (``transfer.HostLink.advance``)."""
+   ."""
     link = rep.link
     t = now
     while True:
@@ -149,7 +149,7 @@ def tick(req, rep, cfg, now):
 @njit(cache=True)
 def admit_swapped(req, rep, cfg, cff, swap_tab, i):
     """Admission of waiting request ``i`` whose KV is on the link, on the host or resident
-    (``transfer.admit_swapped``): 1 admitted (a resident request joins the batch; a
+   : 1 admitted (a resident request joins the batch; a
     swapped-out one gets its swap-in issued and a seat), 0 not yet (its swap-out is still
     copying), -1 its blocks do not fit above the watermark with the blocks promised to
     swap-ins and those the running decodes need next (28)."""
@@ -227,7 +227,7 @@ def preemption_mode(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, held):
 
 @njit(cache=True)
 def preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v):
-    """Preempt running request ``v`` (``transfer.preempt``): swap or compress-and-swap it
+    """Preempt running request ``v``: swap or compress-and-swap it
     out when its KV fits in host memory (serially: its blocks freed now, the copy priced
     in the next iteration; on the link: a swap-out copy, its blocks freed at its end),
     else recompute; it goes to the front of the waiting list."""
@@ -247,7 +247,7 @@ def preempt(req, rep, cfg, cff, params, swap_tab, cswap_tab, v):
 @njit(cache=True)
 def host_need(req, rep, cfg, cff, params, swap_tab, cswap_tab, v):
     """``(mode, host blocks)``: request ``v``'s preemption mode and the host blocks
-    swapping it out takes in that mode (0 to recompute) (``transfer._host_need``)."""
+    swapping it out takes in that mode (0 to recompute)."""
     held = req.anon[v] + req.nslots[v]
     mode = preemption_mode(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, held)
     if mode == T.PRE_SWAP:
@@ -259,7 +259,7 @@ def host_need(req, rep, cfg, cff, params, swap_tab, cswap_tab, v):
 
 @njit(cache=True)
 def resident_host_left(req, rep):
-    """Host blocks left after the resident requests' KV (``transfer.HostRoom``)."""
+    """Host blocks left after the resident requests' KV."""
     left = rep.ist[T.I_HOST_FREE]
     k = rep.ist[T.I_WHEAD] if rep.ist[T.I_NRES] else -1
     while k >= 0:
@@ -272,7 +272,7 @@ def resident_host_left(req, rep):
 @njit(cache=True)
 def park(req, rep, v):
     """Priority preemption under proactive swapping: running ``v`` keeps its KV on the
-    GPU (resident) and waits at the front (``transfer.park``)."""
+    GPU (resident) and waits at the front."""
     req.xfer[v] = T.XF_RESIDENT
     rep.ist[T.I_NRES] += 1
     req.preempt[v] += 1
@@ -284,7 +284,7 @@ def park(req, rep, v):
 @njit(cache=True)
 def swap_out(req, rep, cfg, cff, swap_tab, cswap_tab, v, held, mode):
     """Move ``v``'s KV (``held`` GPU blocks) to host memory by ``mode`` if it fits there
-    (``transfer._swap_out``); False (nothing done) otherwise."""
+   ; False (nothing done) otherwise."""
     ist = rep.ist
     host = -1
     if mode == T.PRE_SWAP and held <= ist[T.I_HOST_FREE]:
@@ -321,7 +321,7 @@ def swap_out(req, rep, cfg, cff, swap_tab, cswap_tab, v, held, mode):
 
 @njit(cache=True)
 def drop_kv(req, rep, v):
-    """Drop ``v``'s KV to recompute it (``transfer._drop_kv``)."""
+    """Drop ``v``'s KV to recompute it."""
     req.computed[v] = 0
     req.dcomp[v] = 0
     req.kv_remote[v] = False
@@ -333,7 +333,7 @@ def drop_kv(req, rep, v):
 def evict_resident(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, mode):
     """Swap out (or, without host room or with recompute preemption, drop) resident
     ``v`` by ``mode`` (-1: its preemption mode, asked now); True if it was dropped (its
-    blocks are free now) (``transfer._evict_resident``)."""
+    blocks are free now)."""
     req.xfer[v] = T.XF_NONE
     rep.ist[T.I_NRES] -= 1
     held = req.anon[v] + req.nslots[v]
@@ -348,7 +348,7 @@ def evict_resident(req, rep, cfg, cff, params, swap_tab, cswap_tab, v, mode):
 @njit(cache=True)
 def resident_cap(req, rep, cfg):
     """Most blocks a decode run may take before proactive swapping could act
-    (``transfer.resident_cap``): unbounded without a resident request."""
+   : unbounded without a resident request."""
     if rep.ist[T.I_NRES] == 0:
         return np.int64(1) << 62
     floor = cfg[T.C_PRO_TARGET]

@@ -1,19 +1,16 @@
-"""The compiled replica engine: replicas whose planning runs in numba.
+"""The replica engine: replicas whose planning runs in numba.
 
 A :class:`CompiledRun` holds the arrays one run's replicas share (the per-request state,
-the scheduler's compiled state) and builds :class:`CompiledReplica` objects, which have
-the interface of :class:`lpserve.sim.replica.Replica` that the event loop, the migrator
-and the invariant checker use. The kernels are the twins of the Python engine
-(``_pool``, ``_ranks``, ``_state_kernels``, ``_step_kernels``, ``_replica_kernels``): the
-same per-request results, tested against the reference mode.
-
-Used outside the reference mode (see :func:`lpserve.sim.twins.eligible`); an evictor, a
-preemption decider, a budget controller or a speculation decider written in Python is
-asked in a pause (:mod:`lpserve.sim.hooks`). A
-scheduler written in Python runs too: the replica stops at the start of each planning
-step that has candidates, the scheduler ranks them from a
-:class:`~lpserve.policy.SchedulerView` (the same view the Python engine builds) and the
-step continues in numba.
+the scheduler's compiled state) and builds :class:`CompiledReplica` objects, the
+replicas that the event loop, the migrator and the invariant checker drive; the kernels
+(``_pool``, ``_ranks``, ``_state_kernels``, ``_step_kernels``, ``_replica_kernels``) do
+the planning. Every run uses them: the reference mode (``reference=True``) plans one
+iteration per step, and gives the same per-request results (``models/simulator.md``
+(15), (16)). An evictor, a preemption decider, a budget controller or a speculation
+decider written in Python is asked in a pause (:mod:`lpserve.sim.hooks`). A scheduler
+written in Python runs too: the replica stops at the start of each planning step that
+has candidates, the scheduler ranks them from a :class:`~lpserve.policy.SchedulerView`
+and the step continues in numba.
 """
 from __future__ import annotations
 
@@ -43,7 +40,6 @@ from lpserve.sim._compiled_setup import (
     transfer_coefficients,
 )
 from lpserve.sim.state import RunContext, State
-from lpserve.sim.transfer import proactive_target
 from lpserve.sim.twins import rank_spec, twin_spec
 
 __all__ = ["CompiledReplica", "CompiledRun", "enqueue_all_cluster", "finalize_reasons"]
@@ -184,7 +180,8 @@ class CompiledRun:
         self.python_controller = self.ctl_kind == SK.CTL_PYTHON
         self.python_speculation = int(self.sr_a.ip[SP.Q_KIND]) == SP.SP_PYTHON
         self.hooked = self.python_evictor or self.python_decider or \
-            self.python_controller or self.python_speculation
+            self.python_controller or self.python_speculation or \
+            ctx.iteration_log is not None
 
     def swap_step_of(self, total: int) -> int:
         """Most blocks one planning step of a replica with ``total`` KV blocks can swap:
@@ -254,6 +251,12 @@ class CompiledRun:
                     self.ctl_obj.restore(r.key, r.r.ctl_st)
 
 
+def proactive_target(rep: "CompiledReplica") -> int:
+    """Free blocks proactive swapping keeps for arrivals (``models/simulator.md`` (30))."""
+    v = rep.eng.proactive_free_blocks
+    return int(v) if v is not None else max(int(rep.eng.max_num_seqs), rep.wm_blocks)
+
+
 class CompiledReplica:
     """One replica driven by :mod:`lpserve.sim._replica_kernels` (see the module
     docstring); ``role`` is ``"colocated"``, ``"prefill"`` or ``"decode"``."""
@@ -264,7 +267,7 @@ class CompiledReplica:
                  params: np.ndarray | None = None, total_blocks: int | None = None) -> None:
         """Replica ``index`` of ``role``; ``cost``, ``params`` and ``total_blocks`` (its own
         cost model, its float64 parameters and its KV blocks, in a heterogeneous cluster)
-        default to the run's, as :class:`lpserve.sim.replica.Replica`'s."""
+        default to the run's."""
         self.runset = run
         ctx = run.ctx
         self.ctx = ctx
@@ -317,8 +320,8 @@ class CompiledReplica:
         n_arms = int(sip[SP.Q_N_ARMS])
         n_ctx = max(int(sip[SP.Q_CLASSES]) * int(sip[SP.Q_BUCKETS]), 1)
         n_cls, n_dr = max(int(sip[SP.Q_CLASSES]), 1), max(int(sip[SP.Q_DRAFTS]), 1)
-        # the acceptance draws: the replica's own generator, spawned as the Python engine's
-        rng = (ctx.spec.start(self.key).rng if ctx.spec is not None
+        # the acceptance draws: the replica's own generator (SpecRunner.replica_rng)
+        rng = (ctx.spec.replica_rng() if ctx.spec is not None
                else np.random.default_rng(0))
         self.ss = ST.new_specrep(np.zeros((n_ctx, n_arms), np.int64),
                                  np.zeros((n_ctx, n_arms)), np.zeros((n_cls, n_dr), np.int64),
@@ -424,7 +427,8 @@ class CompiledReplica:
         return float(SK.next_event_s(self.rep))
 
     def step(self, stop: float) -> bool:
-        """One planning step before ``stop`` (see :meth:`Replica.step`)."""
+        """One planning step before ``stop``: True if the replica stepped, False if it is
+        idle until ``stop`` (nothing to plan before it)."""
         code = self._call(stop, 1)
         if code == SK.STEPPED and self.ctx.check is not None:
             self.ctx.check(self)
@@ -525,33 +529,15 @@ class CompiledReplica:
         S.status[i] = T.ST_RUNNING
         T.r_append(self.rep, int(i))
 
-    def check(self) -> str:
-        """Empty string when the block and queue counters are consistent."""
-        S, p = self.S, self.pool
-        ist = p.ist
-        if min(ist[P.P_PLAIN], ist[P.P_ANON], ist[P.P_HASHED], ist[P.P_EVICTABLE]) < 0:
-            return "negative block count"
-        if ist[P.P_PLAIN] + ist[P.P_ANON] + ist[P.P_HASHED] + ist[P.P_EVICTABLE] != \
-                ist[P.P_TOTAL]:
-            return "free + used != total"
-        run = self.running
-        pend = self.r.rel_anon[:self.r.ist[T.I_NREL]].sum()
-        anon = int(S.anon[run].sum()) + int(pend) + sum(self.inbound.values())
-        if self.cfg[T.C_LINK]:  # swap-outs (and resident requests) keep their blocks,
-            # swap-ins hold theirs from their starts
-            if self.role == "decode":
-                mine = S.decode_replica == self.index
-            else:  # a request a decode replica holds is no longer the prefill one's
-                mine = (S.replica == self.index) & (S.decode_replica < 0)
-            on = np.flatnonzero((S.xfer != 0) & mine)
-            anon += int(S.anon[on].sum())
-        if anon != ist[P.P_ANON]:
-            return f"anonymous blocks of requests {anon} != pool {int(ist[P.P_ANON])}"
-        if run and np.any(S.arrival[run] > self.now):
-            return "a request ran before it arrived"
-        if self.host_free < 0:
-            return f"host_free = {self.host_free} < 0"
-        return ""
+    @property
+    def pending_release_anon(self) -> int:
+        """Anonymous blocks that departed requests hold until their release times."""
+        return int(self.r.rel_anon[:self.r.ist[T.I_NREL]].sum())
+
+    cfg_link = property(lambda self: bool(self.cfg[T.C_LINK]),
+                        doc="Whether swaps run on the overlapped host link.")
+    link_arrays = property(lambda self: self._link_a,
+                           doc="The host link's arrays (``_link_kernels.Link``).")
 
 
 def enqueue_all_cluster(replicas: list[CompiledReplica], ids: np.ndarray, times_s: np.ndarray,

@@ -27,7 +27,6 @@ from lpserve.sim.dependencies import Dependencies, has_dependencies
 from lpserve.sim.invariants import ReplicaChecker, check_final
 from lpserve.sim.memory import kv_memory
 from lpserve.sim.migration import Migrator
-from lpserve.sim.replica import Replica
 from lpserve.sim.state import FINISHED, PENDING, REJECTED, WAITING, Events, RunContext, State
 from lpserve.sim.vacant import lazy_ok, replica_pool
 
@@ -35,16 +34,9 @@ __all__ = ["Simulation"]
 
 
 def _has_work(r: Any) -> bool:
-    """Whether replica ``r`` holds requests or outgoing copies (a Python replica also
-    counts the swap-ins in flight on its host link, ``lpserve.sim.transfer``)."""
-    return bool(r.running or r.waiting or r.releases or getattr(r, "loading", None))
-
-
-def _wake_s(r: Any) -> float:
-    """When replica ``r``, idle for the limit it had, may run again: its next own event
-    (compiled replicas); a Python replica runs one iteration per step (the reference
-    mode), so no other replica gets past it in one step: inf."""
-    return r.wake_s() if hasattr(r, "wake_s") else math.inf
+    """Whether replica ``r`` holds requests, outgoing copies or swap-ins in flight on its
+    host link."""
+    return bool(r.running or r.waiting or r.releases or r.loading)
 
 
 class Simulation:
@@ -53,10 +45,19 @@ class Simulation:
     Randomness: one ``SeedSequence(seed)``; :meth:`Policy.reset` spawns its children 0-7
     for the policy's roles and hooks, then the predictor gets the next child and the
     speculative acceptance draws the one after (spawned again per replica).
+
+    ``iteration_log`` (reference mode only): a list that every iteration is appended to,
+    ``(replica key, t0_s, t1_s, chunks, decodes)`` (:func:`lpserve.sim.hooks.log_iteration`;
+    speculative steps are not iterations of the log: a policy with speculative decoding
+    refuses it).
     """
 
     def __init__(self, instance: Instance, policy: Policy, seed: int = 0, *,
-                 reference: bool = False, check: bool = False, predictor: Any = None) -> None:
+                 reference: bool = False, check: bool = False, predictor: Any = None,
+                 iteration_log: list | None = None) -> None:
+        if iteration_log is not None and not (reference and policy.engine.speculation is None):
+            raise ValueError(f"policy {policy.name!r}: an iteration log is kept in the "
+                             "reference mode of a policy without speculative decoding only")
         self.instance = instance
         # engine fields and role parameters that mirror the instance (Policy.bind)
         policy = policy.bind(instance.cluster, instance.slo, instance.tiers)
@@ -113,7 +114,8 @@ class Simulation:
             pred_hi=pred_hi, events=self.events, check=checker, spec=spec,
             slo_ttft_s=float(instance.slo.ttft_s), slo_tpot_s=float(instance.slo.tpot_s),
             ranks_in_python=twins.rank_spec(policy.scheduler, twins.vtc_in_pauses(
-                policy, cl.disaggregated))[0] == twins.RANK_EXTERNAL)
+                policy, cl.disaggregated))[0] == twins.RANK_EXTERNAL,
+            iteration_log=iteration_log)
         self.spec = spec
         # the routing roles that read completions (RouterView.completions); a role whose
         # pool has one replica is never asked (_route), so it reads none
@@ -147,7 +149,7 @@ class Simulation:
     @staticmethod
     def _replica_kw(instance: Instance, policy: Policy, bt: int) -> list[dict[str, Any]]:
         """Per replica of a heterogeneous cluster: its cost model, float64 parameters and
-        KV blocks (``Replica(..., cost=, params=, total_blocks=)``)."""
+        KV blocks (``CompiledRun.replica(..., cost=, params=, total_blocks=)``)."""
         cl = instance.cluster
         for what, on in (("speculative decoding", policy.engine.speculation is not None),
                          ("a rebalancer", policy.rebalancer is not None),
@@ -169,34 +171,27 @@ class Simulation:
         return out
 
     def _build_replicas(self, replica_kw: list[dict] | None) -> None:
-        """Choose the engine (compiled replicas when ``twins.eligible``, else Python ones)
-        and make the replica pools: ``front`` (colocated, or prefill) and ``back`` (the
-        decode pool of a disaggregated cluster, else empty), built when first reached
-        where ``lazy_ok``."""
+        """Make the compiled replica pools: ``front`` (colocated, or prefill) and ``back``
+        (the decode pool of a disaggregated cluster, else empty), built when first reached
+        where ``lazy_ok``; ``engine_name`` says which hooks run in Python and whether the
+        run is the reference mode (one iteration per step)."""
         policy, cl = self.policy, self.cluster
         self.heterogeneous = replica_kw is not None
         # a heterogeneous cluster's largest KV pool, over the first replica's
         largest = max(kw["total_blocks"] for kw in replica_kw) if replica_kw else None
-        self.compiled = twins.eligible(policy, self.reference)
-        self.engine_name = "python"
-        self.runset = None
-        if self.compiled:
-            self.runset = compiled.CompiledRun(
-                self.ctx, cl, self.deps is not None or self.predictor is not None
-                or bool(self._done_roles), largest)
-            run = self.runset
-            self.engine_name = "+".join(
-                ["compiled"] + ["python-ranks"] * self.ctx.ranks_in_python
-                + ["python-evictor"] * run.python_evictor
-                + ["python-decider"] * run.python_decider
-                + ["python-controller"] * run.python_controller
-                + ["python-speculation"] * run.python_speculation)
+        run = self.runset = compiled.CompiledRun(
+            self.ctx, cl, self.deps is not None or self.predictor is not None
+            or bool(self._done_roles), largest)
+        self.engine_name = "+".join(
+            ["compiled"] + ["python-ranks"] * self.ctx.ranks_in_python
+            + ["python-evictor"] * run.python_evictor
+            + ["python-decider"] * run.python_decider
+            + ["python-controller"] * run.python_controller
+            + ["python-speculation"] * run.python_speculation
+            + ["reference"] * self.reference)
 
-            def make(k: int, role: str) -> Any:
-                return self.runset.replica(k, role, **(replica_kw[k] if replica_kw else {}))
-        else:
-            def make(k: int, role: str) -> Replica:
-                return Replica(self.ctx, k, role, **(replica_kw[k] if replica_kw else {}))
+        def make(k: int, role: str) -> Any:
+            return run.replica(k, role, **(replica_kw[k] if replica_kw else {}))
         lazy = self.state.n + 1 if lazy_ok(policy, replica_kw is not None) else None
         if cl.disaggregated:
             self.front = replica_pool(make, "prefill", cl.prefill_replicas, lazy)
@@ -390,7 +385,7 @@ class Simulation:
         """Run every iteration that starts before ``t`` or before an event released
         meanwhile (whichever is earlier); returns when nothing more may run. The replica
         furthest behind steps, up to the next one's time; a replica that had nothing to do
-        counts as being at its next own event (``_wake_s``), so no other replica runs past
+        counts as being at its next own event (``CompiledReplica.wake_s``), so no other replica runs past
         a copy end or release that lets it run again (and release a dependent request)."""
         reps = self.replicas()
         idle: dict[int, float] = {}  # replica -> its next own event (nothing to do before)
@@ -416,7 +411,7 @@ class Simulation:
             r = reps[best]
             stop = min(lim, max(second, math.nextafter(best_t, math.inf)))
             if not r.step(stop):
-                w = _wake_s(r)
+                w = r.wake_s()
                 idle[best] = w if w > r.now else math.inf
             else:
                 idle.clear()
@@ -486,7 +481,7 @@ class Simulation:
         """Whether the replicas (advanced to ``t``) may still have candidates after ``t``;
         a replica that idles before ``t`` with requests waiting holds them back for good."""
         return bool(self.events.kv_heap) or any(
-            r.running or r.releases or getattr(r, "loading", None) or (r.waiting and r.now >= t)
+            r.running or r.releases or r.loading or (r.waiting and r.now >= t)
             for r in self.replicas())
 
     # ------------------------------------------------------------------ main loop
@@ -546,9 +541,8 @@ class Simulation:
             self._flush_kv(math.inf)
             for r in self.back:
                 r.advance(math.inf)
-        if self.compiled:
-            compiled.finalize_reasons(S)
-            self.runset.sync_policy_state(self.replicas())
+        compiled.finalize_reasons(S)
+        self.runset.sync_policy_state(self.replicas())
         self._label_unfinished()
         if deps is not None:
             deps.label(S)
@@ -565,8 +559,8 @@ class Simulation:
         invariant checks, and no predictor or one with a compiled twin (History: the kernel
         asks it at each arrival, after every replica advanced to that time) on a
         homogeneous cluster."""
-        if not (self.compiled and not self.check and self.deps is None and not self.back
-                and self.migrator is None):
+        if self.check or self.reference or self.deps is not None or self.back or \
+                self.migrator is not None:
             return False
         # the one-call History path prices every replica with the run's cost model
         history = self._history_twin() is not None and not self.heterogeneous

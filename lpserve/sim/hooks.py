@@ -4,17 +4,14 @@ budget controller or a speculation decider written in Python (:mod:`lpserve.sim.
 
 A :class:`~lpserve.sim.compiled.CompiledReplica` whose policy has such a role without a
 compiled twin registers itself here (:func:`register`) and stores the key it gets in its
-configuration (``C_HOOK``). Its kernels then call :func:`evict` where the Python replica
-calls ``Evictor.evict``, :func:`observe` where it calls ``Evictor.observe``,
-:func:`preemption_mode` where it asks its preemption decider, and :func:`budget`,
-:func:`observe_iteration`, :func:`decode_limit` and :func:`observe_decode_run` where it
-asks its budget controller, and :func:`spec_choose` and :func:`spec_observe` where it
-asks its speculation decider, with the replica's arrays; the view each builds is the one
-the Python replica builds
-(:func:`lpserve.sim.eviction.choose_evictions`, :func:`lpserve.sim.views.request_event`,
-:func:`lpserve.sim.preempt.preemption_mode`, :mod:`lpserve.sim.views`),
-with the compiled pool's int64 prefix keys in place of the Python ones (equal where the
-Python keys are equal). A replica is held weakly: it leaves the registry with its run.
+configuration (``C_HOOK``). Its kernels then call :func:`evict` and :func:`observe` for
+its evictor, :func:`preemption_mode` for its preemption decider, :func:`budget`,
+:func:`observe_iteration`, :func:`decode_limit` and :func:`observe_decode_run` for its
+budget controller, and :func:`spec_choose` and :func:`spec_observe` for its speculation
+decider, with the replica's arrays; each builds the role's view
+(:mod:`lpserve.sim.views`) with the compiled pool's int64 prefix keys and checks the
+answer with the contract's checks (:mod:`lpserve.policy.checks`). A replica is held
+weakly: it leaves the registry with its run.
 """
 from __future__ import annotations
 
@@ -26,15 +23,14 @@ import numpy as np
 
 from lpserve.arrays import readonly
 from lpserve.policy import EvictorView, RequestEvent, StepResult
-from lpserve.policy.checks import check_arm
+from lpserve.policy.checks import check_arm, check_evictions, check_preemption_choice
 from lpserve.sim import _pool as P
 from lpserve.sim import views as V
-from lpserve.sim.eviction import ask_evictor
-from lpserve.sim.preempt import preemption_mode as preemption_mode_of
 from lpserve.sim.speculative import step_context
 
-__all__ = ["budget", "decode_limit", "evict", "observe", "observe_decode_run",
-           "observe_iteration", "preemption_mode", "register", "spec_choose", "spec_observe"]
+__all__ = ["ask_evictor", "budget", "decode_limit", "evict", "log_iteration", "observe",
+           "observe_decode_run", "observe_iteration", "preemption_mode", "register",
+           "spec_choose", "spec_observe"]
 
 #: preemption modes by their kernel codes (``_state_kernels.PRE_*``)
 _MODE_CODES = {"recompute": 0, "swap": 1, "compress-swap": 2}
@@ -48,6 +44,14 @@ def register(replica: Any) -> int:
     key = next(_KEYS)
     _REPLICAS[key] = replica
     return key
+
+
+def ask_evictor(evictor: Any, view: EvictorView, need: int, who: str) -> np.ndarray:
+    """Positions into ``view.block`` of the ``need`` blocks ``evictor`` gives up, checked
+    (distinct, in range, exactly ``need``: a :class:`~lpserve.policy.PolicyError` naming
+    ``who`` otherwise); int64 ``(need,)``."""
+    return check_evictions(evictor.evict(view, int(need)), int(need), int(view.block.size),
+                           who)
 
 
 def evict(key: int, need: int, now_s: float, slots: np.ndarray, parent: np.ndarray,
@@ -95,7 +99,15 @@ def observe(key: int, kind: int, i: int, now_s: float, keys: np.ndarray) -> None
 def preemption_mode(key: int, v: int, held: int) -> int:
     """The kernel code of the mode that the preemption decider of replica ``key`` chooses
     for victim ``v`` holding ``held`` blocks (its answer checked by the contract)."""
-    return _MODE_CODES[preemption_mode_of(_REPLICAS[key], int(v), int(held))]
+    rep = _REPLICAS[key]
+    view = V.preemption_view(
+        now_s=rep.now, replica=rep.index, request=int(v),
+        context_tokens=int(rep.S.computed[v]), held_blocks=int(held), block_tokens=rep.bt,
+        host_free_blocks=rep.host_free, eng=rep.eng, cost=rep.cost, params=rep.params)
+    d = rep.eng.preemption_decider
+    mode = rep.eng.preemption if d is None else \
+        check_preemption_choice(d.decide(view), rep.ctx.who("preemption_decider"))
+    return _MODE_CODES[mode]
 
 
 # ------------------------------------------------------------ a budget controller in Python
@@ -145,8 +157,7 @@ _STEP_CONTEXTS: dict[int, Any] = {}  # the StepContext of each replica's specula
 def spec_choose(key: int, request: np.ndarray, context: np.ndarray, lag: np.ndarray) -> int:
     """The arm the speculation decider of replica ``key`` plays at a speculative step of
     the decode batch ``request`` (int64 ids; their contexts and draft lags), from the
-    :class:`~lpserve.policy.StepContext` the Python replica builds
-    (``ReplicaSpeculation.step``), checked by the contract's check."""
+    :class:`~lpserve.policy.StepContext` of the step, checked by the contract's check."""
     rep = _REPLICAS[key]
     run = rep.ctx.spec
     ctx = _STEP_CONTEXTS[key] = step_context(run, rep.key, rep.ctx.state.tenant, request,
@@ -166,3 +177,19 @@ def spec_observe(key: int, arm: int, k: int, accepted: np.ndarray, emitted: int,
         reward = min(1.0, float(emitted) / float(dt_s) / ctx.reward_bound)
         dec.observe(ctx, StepResult(arm=int(arm), k=int(k), accepted=readonly(accepted),
                                     reward=reward))
+
+
+# ------------------------------------------------------------- the reference mode's log
+def log_iteration(key: int, t0_s: float, dt_s: float, chunk_request: np.ndarray,
+                  chunk_tokens: np.ndarray, chunk_context: np.ndarray,
+                  decodes: np.ndarray) -> None:
+    """Append an iteration of replica ``key`` to its run's ``iteration_log``, read before
+    its tokens are counted: ``(replica key, t0_s, t1_s, chunks, decodes)`` with ``chunks``
+    ``(request, tokens, context before the chunk, generated before)`` and ``decodes``
+    ``(request, context, generated before)``."""
+    rep = _REPLICAS[key]
+    S = rep.S
+    chunks = [(int(i), int(c), int(h), int(S.gen[i]))
+              for i, c, h in zip(chunk_request, chunk_tokens, chunk_context)]
+    dec = [(int(i), int(S.computed[i]), int(S.gen[i])) for i in decodes]
+    rep.ctx.iteration_log.append((rep.key, float(t0_s), float(t0_s + dt_s), chunks, dec))

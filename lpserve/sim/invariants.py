@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from lpserve.cost.preemption import compressed_host_blocks
-from lpserve.sim.blocks import BlockError
-from lpserve.sim.state import RUNNING, TRANSFER, WAITING, XF_IN, XF_NONE, XF_OUT, State
+from lpserve.sim import _link_kernels as LK
+from lpserve.sim.state import RUNNING, TRANSFER, WAITING, XF_NONE, State
 
 __all__ = ["InvariantError", "ReplicaChecker", "check_final"]
 
@@ -19,113 +19,108 @@ class InvariantError(AssertionError):
 
 
 class ReplicaChecker:
-    """``checker(replica)`` raises :class:`InvariantError` unless the replica's blocks,
-    host memory, clock and queues are consistent with the per-request ``state``.
+    """``checker(replica)`` raises :class:`InvariantError` unless the compiled replica's
+    blocks, host memory, clock and queues are consistent with the per-request ``state``.
 
-    Checked: the block pool's own counts (:meth:`BlockManager.check`); anonymous blocks and
-    slot references equal what the running requests, pending releases and inbound
-    migrations hold; used <= total; time never goes back; no running request before its
-    arrival; host memory ``free + held by swapped requests == capacity`` with each
-    swapped request holding ``ceil(GPU blocks / ratio)`` host blocks when compressed
-    (``models/kv-compression-swap.md`` (2)), its GPU blocks otherwise; the host link
-    (``models/simulator.md`` (32)): at most one copy running, its counters equal to the
-    queued copies, every running request's KV resident (no copy of it pending), a
-    swapping-out request still holding its GPU blocks, a swapping-in one holding them
-    exactly once its copy started.
+    Checked: the block pool's counts (free + used == total, none negative); the anonymous
+    blocks equal what the running requests, pending releases, inbound KV copies and (on
+    the host link) the requests with a copy or resident KV hold; time never goes back; no
+    running request before its arrival, every running request's status RUNNING and its KV
+    resident (not swapped, no copy of it pending); host memory ``free + held by swapped
+    requests == capacity`` with each swapped request holding ``ceil(GPU blocks / ratio)``
+    host blocks when compressed (``models/kv-compression-swap.md`` (2)), its GPU blocks
+    otherwise, and no more computed tokens than those blocks hold; the overlapped host
+    link (``models/simulator.md`` (32)): at most one copy running and one copy per
+    request, the running copy not ending before it starts, its counters of blocks freeing
+    (swap-outs not ended) and promised (swap-ins not started) equal to its copies'.
     """
 
     def __init__(self, state: State, host_blocks: int, compression_ratio: float) -> None:
         self.state = state
         self.host_blocks = int(host_blocks)
         self.ratio = float(compression_ratio)
-        self._last_now: dict[int, float] = {}
+        self._last_now: dict[tuple[str, int], float] = {}
 
     def __call__(self, r: Any) -> None:
-        if getattr(r, "compiled", False):
-            msg = r.check()
-            if msg:
-                raise InvariantError(f"replica {r.index}: {msg}")
-            return
-        try:
-            r.bm.check()
-        except BlockError as exc:
-            raise InvariantError(f"replica {r.role}{r.index}: {exc}") from None
+        msg = self._blocks(r) or self._clock_and_queues(r) or self._host(r) or \
+            self._link(r)
+        if msg:
+            raise InvariantError(f"replica {r.role} {r.index}: {msg}")
+
+    def _mine(self, r: Any) -> np.ndarray:
+        """Whether each request was last placed on ``r`` (bool ``(n,)``): a request that
+        joined a decode replica no longer belongs to the prefill one of the same index."""
         S = self.state
-        last = self._last_now.get(id(r), -math.inf)
+        if r.role == "decode":
+            return S.decode_replica == r.index
+        return (S.replica == r.index) & (S.decode_replica < 0)
+
+    def _blocks(self, r: Any) -> str:
+        S, bm = self.state, r.bm
+        counts = (bm.plain_free, bm.anon_used, bm.hashed_used, bm.evictable)
+        if min(counts) < 0:
+            return f"negative block count {counts}"
+        if sum(counts) != bm.total:
+            return f"free + used {sum(counts)} != total {bm.total}"
+        run = r.running
+        anon = int(S.anon[run].sum()) + r.pending_release_anon + sum(r.inbound.values())
+        if r.cfg_link:  # swap-outs and residents keep their blocks, swap-ins hold theirs
+            anon += int(S.anon[np.flatnonzero((S.xfer != XF_NONE) & self._mine(r))].sum())
+        if anon != bm.anon_used:
+            return f"anonymous blocks of requests {anon} != pool {bm.anon_used}"
+        return ""
+
+    def _clock_and_queues(self, r: Any) -> str:
+        S = self.state
+        last = self._last_now.get(r.key, -math.inf)
         if r.now < last:
-            raise InvariantError(f"replica {r.index}: time went back {last} -> {r.now}")
-        self._last_now[id(r)] = r.now
-        holders = r.running + r.waiting + r.loading  # waiting: resident or swapping out
-        anon = int(S.anon[holders].sum()) + sum(a for *_, a in r.releases) + \
-            sum(r.inbound.values())
-        if anon != r.bm.anon_used:
-            raise InvariantError(f"replica {r.index}: anonymous blocks of requests {anon} != "
-                                 f"pool {r.bm.anon_used}")
-        refs = np.zeros(r.bm.total, np.int64)
-        for i in holders:
-            np.add.at(refs, np.asarray(S.slots[i], np.int64), 1)
-        for _, _, slots, _ in r.releases:
-            np.add.at(refs, np.asarray(slots, np.int64), 1)
-        if not np.array_equal(refs, r.bm.ref):
-            raise InvariantError(f"replica {r.index}: slot references do not match holders")
-        if r.bm.used > r.bm.total:
-            raise InvariantError(f"replica {r.index}: {r.bm.used} blocks used > {r.bm.total}")
-        if r.running:
-            idx = np.asarray(r.running)
-            if np.any(S.arrival[idx] > r.now):
-                raise InvariantError(f"replica {r.index}: a request ran before it arrived")
-            if np.any(S.status[idx] != RUNNING):
-                raise InvariantError(f"replica {r.index}: running list holds non-running ids")
-        self._check_host(r)
-        self._check_link(r)
+            return f"time went back {last} -> {r.now}"
+        self._last_now[r.key] = r.now
+        run = np.asarray(r.running, np.int64)
+        if run.size and np.any(S.arrival[run] > r.now):
+            return "a request ran before it arrived"
+        if run.size and np.any(S.status[run] != RUNNING):
+            return "running list holds non-running ids"
+        if run.size and np.any(S.swapped[run] | (S.xfer[run] != XF_NONE)):
+            return "a running request's KV is not resident"
+        return ""
 
-    def _check_link(self, r: Any) -> None:
-        S, link = self.state, r.link
-        if any(S.swapped[i] or S.xfer[i] != XF_NONE for i in r.running):
-            raise InvariantError(f"replica {r.index}: a running request's KV is not resident")
-        if link is None:
-            if r.loading or np.any(S.xfer[r.waiting] != XF_NONE):
-                raise InvariantError(f"replica {r.index}: copies in flight without a link")
-            return
-        copies = link.copies()
-        if link.active is not None and not link.start_s <= link.end_s:
-            raise InvariantError(f"replica {r.index}: link copy ends before it starts")
-        if len({c.request for c in copies}) != len(copies) or \
-                set(link.by_request) != {c.request for c in copies}:
-            raise InvariantError(f"replica {r.index}: a request has two copies on the link")
-        if link.freeing != sum(c.blocks for c in copies if c.kind == "out") or \
-                link.promised != sum(c.blocks for c in link.queue if c.kind == "in"):
-            raise InvariantError(f"replica {r.index}: link block counters out of date")
-        for c in copies:
-            i, held = c.request, int(S.anon[c.request] + S.nslots[c.request])
-            started = c is link.active
-            want = XF_OUT if c.kind == "out" else XF_IN
-            ok = S.xfer[i] == want and S.swapped[i] and c.blocks == S.swap_gpu_blocks[i]
-            ok = ok and (held == c.blocks if c.kind == "out" or started else held == 0)
-            if not ok:
-                raise InvariantError(f"replica {r.index}: {c.kind} copy of request {i} does "
-                                     f"not match its state ({held} GPU blocks held)")
-        for i in r.loading:
-            if S.status[i] != TRANSFER or i not in link.by_request:
-                raise InvariantError(f"replica {r.index}: request {i} swapping in has no copy")
-
-    def _check_host(self, r: Any) -> None:
+    def _host(self, r: Any) -> str:
         S = self.state
         if r.host_free < 0:
-            raise InvariantError(f"replica {r.index}: host_free = {r.host_free} < 0")
-        sw = [i for i in r.waiting + r.loading if S.swapped[i]]
-        held = int(S.host_blocks[sw].sum()) if sw else 0
+            return f"host_free = {r.host_free} < 0"
+        sw = np.flatnonzero(S.swapped & self._mine(r)
+                            & ((S.status == WAITING) | (S.status == TRANSFER)))
+        held = int(S.host_blocks[sw].sum())
         if r.host_free + held != self.host_blocks:
-            raise InvariantError(f"replica {r.index}: host_free {r.host_free} + swapped "
-                                 f"{held} != host capacity {self.host_blocks}")
-        for i in sw:
+            return (f"host_free {r.host_free} + swapped {held} != host capacity "
+                    f"{self.host_blocks}")
+        for i in sw.tolist():
             g = int(S.swap_gpu_blocks[i])
             want = compressed_host_blocks(g, self.ratio) if S.compressed[i] else g
             if int(S.host_blocks[i]) != want or int(S.computed[i]) > g * r.bt:
-                raise InvariantError(f"replica {r.index}: swapped request {i} holds "
-                                     f"{int(S.host_blocks[i])} host blocks for {g} GPU "
-                                     f"blocks and {int(S.computed[i])} tokens")
+                return (f"swapped request {i} holds {int(S.host_blocks[i])} host blocks "
+                        f"for {g} GPU blocks and {int(S.computed[i])} tokens")
+        return ""
 
+
+    @staticmethod
+    def _link(r: Any) -> str:
+        if not r.cfg_link:
+            return ""
+        a = r.link_arrays
+        queued = a.queue[:int(a.li[LK.L_NQ])].tolist()
+        active = int(a.li[LK.L_ACTIVE])
+        copies = queued + ([active] if active >= 0 else [])
+        if len(set(copies)) != len(copies):
+            return "a request has two copies on the link"
+        if active >= 0 and not a.lf[LK.LF_START] <= a.lf[LK.LF_END]:
+            return "link copy ends before it starts"
+        freeing = sum(int(a.q_blocks[i]) for i in copies if a.q_kind[i] == LK.KIND_OUT)
+        promised = sum(int(a.q_blocks[i]) for i in queued if a.q_kind[i] == LK.KIND_IN)
+        if (freeing, promised) != (int(a.li[LK.L_FREEING]), int(a.li[LK.L_PROMISED])):
+            return "link block counters out of date"
+        return ""
 
 def check_final(state: State) -> None:
     """After the run: every request still swapped out (or swapping in, cut by the horizon)

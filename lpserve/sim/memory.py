@@ -22,8 +22,7 @@ MAX_SHARE = 0.8
 
 
 def replica_bytes(replica: Any) -> int:
-    """Bytes of the arrays a compiled replica holds (its pool and its state; 0 for a
-    Python replica, whose objects grow with what it holds)."""
+    """Bytes of the arrays a compiled replica holds (its pool and its state)."""
     total = 0
     for group in (getattr(replica, "r", None), getattr(replica, "pool", None)):
         for a in (group or ()):

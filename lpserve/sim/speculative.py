@@ -19,13 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from lpserve.arrays import readonly
 from lpserve.cost import iteration_time
 from lpserve.cost.speculation import batch_bucket
-from lpserve.policy import StepContext, StepResult
-from lpserve.policy.checks import check_arm
+from lpserve.policy import StepContext
 
-__all__ = ["ReplicaSpeculation", "SpecRunner", "batch_class", "speculation_memory"]
+__all__ = ["SpecRunner", "batch_class", "speculation_memory", "step_context"]
 
 _EMPTY = np.zeros(0, np.int64)
 
@@ -92,22 +90,10 @@ class SpecRunner:
         self.counts = {"steps": 0, "speculative_steps": 0, "draft_tokens": 0,
                        "accepted_tokens": 0, "emitted_tokens": 0, "sequence_steps": 0}
 
-    def start(self, replica: tuple[str, int]) -> "ReplicaSpeculation":
-        """The speculative steps of one replica ``(role, index)``, with a generator of its
-        own spawned from the run's seeds (in the order the replicas are built)."""
-        return ReplicaSpeculation(self, replica, np.random.default_rng(self.seeds.spawn(1)[0]))
-
-    def prefill_s(self, chunks: list) -> float:
-        """Seconds the drafts add to an iteration with these prefill chunks ``(request,
-        tokens, cached)``, eq. (4); records the drafts' KV as caught up with the chunks."""
-        if not self.eager or not chunks:
-            return 0.0
-        pt = np.array([c for _, c, _ in chunks], np.int64)
-        pc = np.array([h for _, _, h in chunks], np.int64)
-        t = sum(float(iteration_time(D, pt, pc, _EMPTY)) for D in self.draft_params)
-        idx = np.array([i for i, _, _ in chunks], np.int64)
-        self.state.draft_computed[idx] = pc + pt
-        return t
+    def replica_rng(self) -> np.random.Generator:
+        """The acceptance draws of the next replica built: a generator of its own spawned
+        from the run's seeds (in the order the replicas are built)."""
+        return np.random.default_rng(self.seeds.spawn(1)[0])
 
     def summary(self) -> dict[str, Any]:
         """Counters of the run: steps, speculative steps, drafted/accepted/emitted tokens,
@@ -168,81 +154,3 @@ def step_context(run: SpecRunner, replica: tuple[str, int], tenant: np.ndarray,
                        idx.size, dec.arms, run.step_timer(c, lag),
                        run.rates[idx] if dec.meta.clairvoyant else None, ten,
                        replica=replica)
-
-
-class ReplicaSpeculation:
-    """Speculative decode steps of one replica (see the module docstring)."""
-
-    def __init__(self, runner: SpecRunner, replica: tuple[str, int],
-                 rng: np.random.Generator) -> None:
-        self.runner = runner
-        self.replica = replica
-        self.rng = rng
-
-    def prefill_s(self, chunks: list) -> float:
-        """See :meth:`SpecRunner.prefill_s`."""
-        return self.runner.prefill_s(chunks)
-
-    def step(self, r: Any, decodes: list[int]) -> bool:
-        """One speculative step of replica ``r``'s decode batch ``decodes`` (blocks for one
-        token each already allocated by the planner), through ``r``'s public methods.
-        Returns True (an iteration ran)."""
-        run = self.runner
-        S, bm, bt, dec = r.S, r.bm, r.bt, run.decider
-        idx = np.asarray(decodes, np.int64)
-        m = idx.size
-        c = S.computed[idx].copy()
-        lag = c - S.draft_computed[idx]  # (4)
-        held0 = S.anon[idx] + S.nslots[idx]
-        rates = run.rates[idx]
-        ctx = step_context(run, self.replica, S.tenant, idx, c, lag)
-        j = check_arm(dec.choose(ctx), len(dec.arms), run.who)
-        arm = dec.arms[j]
-        k, d = arm.k, max(arm.draft, 0)
-        # (7) blocks for the k + 1 verified positions; fewer drafts when memory is short
-        grow = np.zeros(m, np.int64)
-        while k > 0:
-            grow = np.maximum(-(-(c + k + 1) // bt) - held0, 0)
-            need = int(grow.sum())
-            if need == 0 or r.make_room(need):
-                break
-            k -= 1
-            grow = np.zeros(m, np.int64)
-        j = dec.arm_index(k, d)
-        if grow.any():
-            bm.take_anon(int(grow.sum()))
-            S.anon[idx] += grow
-        dt = ctx.time_s(j)
-        r.account(dt, 1, decode_only=True)
-        # (8) accepted drafts: the leading run of i.i.d. Bernoulli(a_i) acceptances
-        if k:
-            acc = self.rng.random((m, k)) < rates[:, d][:, None]
-            accepted = np.cumprod(acc, axis=1).sum(axis=1)
-        else:
-            accepted = np.zeros(m, np.int64)
-        # (9) tokens emitted: accepted + 1, never past the request's output
-        emit = np.minimum(accepted + 1, S.out[idx] - S.gen[idx])
-        new_c = c + emit
-        S.computed[idx] = new_c
-        S.gen[idx] += emit
-        if k:
-            S.draft_computed[idx] = np.minimum(c + k, new_c)
-        # blocks of rejected positions go back: keep max(planned, ceil(new context / b))
-        trim = held0 + grow - np.maximum(held0, -(-new_c // bt))
-        if trim.any():
-            S.anon[idx] -= trim
-            bm.release([], int(trim.sum()), r.now)
-        if dec.learns:  # (10) normalized reward in [0, 1]
-            reward = min(1.0, float(emit.sum()) / dt / ctx.reward_bound)
-            dec.observe(ctx, StepResult(arm=j, k=k, accepted=readonly(accepted),
-                                        reward=reward))
-        cnt = run.counts
-        cnt["steps"] += 1
-        cnt["speculative_steps"] += int(k > 0)
-        cnt["draft_tokens"] += k * m
-        cnt["accepted_tokens"] += int(accepted.sum())
-        cnt["emitted_tokens"] += int(emit.sum())
-        cnt["sequence_steps"] += m
-        for i in idx[S.gen[idx] >= S.out[idx]].tolist():
-            r.finish(i)
-        return True

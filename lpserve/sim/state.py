@@ -14,7 +14,7 @@ from lpserve.trace import Trace
 # request status codes
 PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFER = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = ("pending", "waiting", "running", "finished", "rejected", "transfer")
-# where a preempted request's KV is on the transfer engine's host link (lpserve.sim.transfer):
+# where a preempted request's KV is on the host link (lpserve.sim._swap_kernels):
 # nothing in flight, preempted but resident on the GPU (proactive swapping), swap-out
 # queued or copying (GPU blocks still held), swap-in queued or copying
 XF_NONE, XF_RESIDENT, XF_OUT, XF_IN = 0, 1, 2, 3
@@ -240,8 +240,10 @@ class RunContext:
         slo_ttft_s, slo_tpot_s: the instance's SLO (deadlines of the ``llf``/``rmlq`` link
             orders; ``inf`` when none).
         ranks_in_python: the scheduler is ranked in Python (it has no compiled twin, or
-            it is VTC outside its own meter, :func:`lpserve.sim.twins.vtc_in_pauses`): both
-            engines ask it at the start of every planning step that has candidates.
+            it is VTC outside its own meter, :func:`lpserve.sim.twins.vtc_in_pauses`): it
+            is asked at the start of every planning step that has candidates.
+        iteration_log: the reference mode's record of every iteration (a list that
+            :func:`lpserve.sim.hooks.log_iteration` appends to), or None.
     """
 
     state: State
@@ -263,6 +265,7 @@ class RunContext:
     slo_ttft_s: float = float("inf")
     slo_tpot_s: float = float("inf")
     ranks_in_python: bool = False
+    iteration_log: list | None = None
 
     def who(self, role: str) -> str:
         """``policy 'name' (role 'its name')``: how errors name the policy's ``role``

@@ -1,7 +1,7 @@
-"""Which parts of a policy have compiled twins, and so which runs the compiled replica
-engine (:mod:`lpserve.sim.compiled`) takes: each role or hook opts in with its own
-``kernel_spec()``; a subclass that does not define one is a different policy and runs in
-Python."""
+"""Which parts of a policy have compiled twins in the replica kernels
+(:mod:`lpserve.sim.compiled`): each role or hook opts in with its own ``kernel_spec()``;
+a subclass that does not define one is a different policy and is asked in Python, in a
+pause of the compiled replica (:mod:`lpserve.sim.hooks`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +11,7 @@ import numpy as np
 from lpserve.sim import _ranks as RK
 from lpserve.sim import _state_kernels as T
 
-__all__ = ["RANK_EXTERNAL", "eligible", "independent_replicas", "rank_spec", "twin_spec",
+__all__ = ["RANK_EXTERNAL", "independent_replicas", "rank_spec", "twin_spec",
            "vtc_in_pauses"]
 
 RANK_EXTERNAL = T.RANK_EXTERNAL  # rank_spec kind of a scheduler ranked in Python
@@ -59,13 +59,3 @@ def independent_replicas(policy: Any, ranks_in_python: bool) -> bool:
     return twin_spec(policy.router) == ("round-robin", ()) and \
         kind not in (T.RANK_EXTERNAL, RK.R_PROG)
 
-
-def eligible(policy: Any, reference: bool) -> bool:
-    """Whether a run of ``policy`` uses compiled replicas: every run but the reference
-    mode (on any cluster: in a heterogeneous one each compiled replica has its own cost
-    parameters, swap prices and KV blocks; a scheduler, an evictor, a preemption decider,
-    a budget controller or a speculation decider written in Python is asked in a pause,
-    :mod:`lpserve.sim.hooks`, as is VTC outside its own meter, :func:`vtc_in_pauses`).
-    Completions reach a router that reads them through the event loop as with Python
-    replicas."""
-    return not reference

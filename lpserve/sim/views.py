@@ -1,5 +1,6 @@
-"""The read-only views a replica builds for its policy: the scheduler's candidates and the
-budget controller's iterations (the view types are in :mod:`lpserve.policy`).
+"""The read-only views a compiled replica builds for its policy's hooks written in Python:
+the scheduler's candidates, the budget controller's iterations, a preemption decider's
+victim (the view types are in :mod:`lpserve.policy`).
 
 Each function reads the replica it is given and returns a fresh view; nothing here
 changes the replica.
@@ -11,18 +12,22 @@ from typing import Any, Sequence
 import numpy as np
 
 from lpserve.arrays import readonly
+from lpserve.cost import iteration_time
+from lpserve.cost.preemption import compressed_host_blocks, swap_one_way_s
 from lpserve.policy import (
     BudgetView,
     DecodeRunView,
     IterationView,
+    PreemptionView,
     RequestEvent,
     SchedulerView,
 )
-from lpserve.sim.eviction import PREFIX_ESTIMATE_MAX
 from lpserve.sim.state import WAITING
 
 __all__ = ["budget_view", "cached_estimate", "decode_run_view", "iteration_view",
-           "request_event", "scheduler_view"]
+           "preemption_view", "request_event", "scheduler_view"]
+
+PREFIX_ESTIMATE_MAX = 256  # waiting requests whose cached prefix is estimated or matched
 
 
 def cached_estimate(rep: Any, cand: Sequence[int]) -> np.ndarray:
@@ -120,3 +125,25 @@ def request_event(rep: Any, kind: str, i: int) -> RequestEvent:
         kind, rep.now, rep.index, i, int(S.thread[i]), int(S.wait[i]) if fin else -1,
         p, p + int(S.gen[i]) if fin else p, rep.bt, rep.bm.total,
         tuple(S.block_keys(i, rep.bt)) if fin else ())
+
+
+def preemption_view(*, now_s: float, replica: int, request: int, context_tokens: int,
+                    held_blocks: int, block_tokens: int, host_free_blocks: int, eng: Any,
+                    cost: Any, params: np.ndarray) -> PreemptionView:
+    """The :class:`~lpserve.policy.hooks.PreemptionView` of one victim, priced by ``cost``
+    (``models/kv-compression-swap.md`` (1)-(5))."""
+    ctx = int(context_tokens)
+    rec = float(iteration_time(params, np.array([ctx], np.int64), np.zeros(1, np.int64),
+                               np.zeros(0, np.int64))) if ctx else 0.0
+    ratio = float(eng.compression_ratio)
+    return PreemptionView(
+        now_s=now_s, replica=replica, request=int(request), context_tokens=ctx,
+        held_blocks=int(held_blocks), block_tokens=block_tokens,
+        host_free_blocks=int(host_free_blocks), compression_ratio=ratio,
+        compression_accuracy_cost=float(eng.compression_accuracy_cost),
+        recompute_s=rec,
+        swap_s=2.0 * swap_one_way_s(cost, held_blocks, block_tokens, "swap", ratio),
+        compress_swap_s=2.0 * swap_one_way_s(cost, held_blocks, block_tokens, "compress-swap",
+                                             ratio),
+        swap_host_blocks=int(held_blocks),
+        compress_host_blocks=compressed_host_blocks(held_blocks, ratio))

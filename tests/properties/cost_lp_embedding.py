@@ -5,52 +5,18 @@ schedule the simulator runs gives a feasible LP point with the schedule's total 
 objective. This helper builds that point, so a test can check every row family of the LP
 on it (a violated row is a bug in the LP or in its proof).
 
-It records each iteration of the Python engine in reference mode (one iteration per call of
-``Replica._iterate`` / ``Replica._decode_run``), splits each iteration's tokens and time
-over the LP's intervals in proportion to time (the fluid splitting of the proof), and
-writes each piece as a mix of the two adjacent levels of its per-token time.
+It reads each iteration of a reference-mode run (its ``iteration_log``), splits each
+iteration's tokens and time over the LP's intervals in proportion to time (the fluid
+splitting of the proof), and writes each piece as a mix of the two adjacent levels of its
+per-token time.
 """
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 from scipy.sparse import csc_matrix
 
-import lpserve.sim.replica as replica_mod
 from lpserve.opt.cost_lp_build import KIND_NAMES, build_cost_lp, request_floors
 from lpserve.opt.cost_lp_terms import iteration_minorant, prefill_classes, share_levels
-
-
-@contextlib.contextmanager
-def recording():
-    """Record ``(t0, t1, chunks, decodes)`` of every iteration run inside the block;
-    ``chunks``: (request, tokens, cached, generated before); ``decodes``: (request, context,
-    generated before)."""
-    log: list = []
-    it, dr = replica_mod.Replica._iterate, replica_mod.Replica._decode_run
-
-    def iterate(self, chunks, decodes):
-        t0 = self.now
-        pre = [(i, c, h, int(self.S.gen[i])) for i, c, h in chunks]
-        dec = [(i, int(self.S.computed[i]), int(self.S.gen[i])) for i in decodes]
-        out = it(self, chunks, decodes)
-        log.append((t0, self.now, pre, dec))
-        return out
-
-    def decode_run(self, decodes, stop):
-        t0, n0 = self.now, self.n_iters
-        dec = [(i, int(self.S.computed[i]), int(self.S.gen[i])) for i in decodes]
-        out = dr(self, decodes, stop)
-        assert self.n_iters - n0 == 1, "reference mode runs one decode iteration per call"
-        log.append((t0, self.now, [], dec))
-        return out
-
-    replica_mod.Replica._iterate, replica_mod.Replica._decode_run = iterate, decode_run
-    try:
-        yield log
-    finally:
-        replica_mod.Replica._iterate, replica_mod.Replica._decode_run = it, dr
 
 
 def _mix(levels: np.ndarray, t: float) -> tuple[int, float]:
@@ -96,7 +62,7 @@ def embed(instance, result, log, model=None):
 
     levels = {}
     owed = fl.uncached.astype(np.float64).copy()
-    for t0, t1, pre, dec in log:
+    for _, t0, t1, pre, dec in log:
         T = t1 - t0
         # a chunk larger than the prompt tokens still owed (a cache miss, or a prefill
         # recomputed after preemption) counts as a chunk of those tokens taking the whole

@@ -18,7 +18,7 @@ from lpserve.evaluate.interval import fitting_subset
 from lpserve.opt import solve
 from lpserve.opt.cost_lp_build import build_cost_lp
 from lpserve.registry import policy_names
-from tests.properties.cost_lp_embedding import embed, recording, violations
+from tests.properties.cost_lp_embedding import embed, violations
 from tests.strategies import ANALYTIC_SLO, fallback_predictor
 
 #: the default tier runs these; the slow tier runs every registered policy
@@ -74,9 +74,9 @@ def _check(inst, names, dt_scale=1.0):
     assert lb.status.value in ("optimal", "feasible"), lb.message
     checked = 0
     for name in names:
-        with recording() as log:
-            res = lp.simulate(sub, name, seed=0, reference=True,
-                              predictor=fallback_predictor(sub, name))
+        log: list = []
+        res = lp.simulate(sub, name, seed=0, reference=True, iteration_log=log,
+                          predictor=fallback_predictor(sub, name))
         fin = res.arrays["status"] == "finished"
         if not fin.all():
             continue  # a run that drops a request is not a schedule of the instance

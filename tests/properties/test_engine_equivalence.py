@@ -1,13 +1,14 @@
-"""The compiled engine equals the reference mode, per request, for every registered
-policy under every engine option.
+"""The fast mode equals the reference mode, per request, for every registered policy under
+every engine option: a decode run equals its iterations (``models/simulator.md`` (15)).
 
 A case draws a registered policy, an engine configuration (batching, chunked prefill,
 preemption mode, priority preemption, prefix caching, batch caps, scheduling one
 iteration ahead, swaps on the overlapped host link in each link order), a small trace (shared
 prefix blocks, bursts, agentic parents for some) and a cluster with a tight KV pool (for
 some two-replica cases a mixed A100 + H100 one), then
-compares the fast run (compiled replicas where the policy has twins) with the reference
-mode (Python replicas, the scheduler consulted every iteration) under ``check=True`` (the
+compares the fast run (decode runs between events, arrivals taken in one call where the
+loop reads nothing between them) with the reference mode (the same kernels planning one
+iteration per step, the scheduler's rank evaluated at each) under ``check=True`` (the
 block, host-memory and timing invariants at every event) by ``Result.digest()``; a
 mismatch names the first request that differs. The default tier runs a few hundred
 cases; the slow tier at least 2,000 random (not derandomized) ones.
@@ -179,7 +180,7 @@ def test_swaps_past_the_table_are_priced_exactly():
 def test_proactive_swap_ins_wait_for_the_next_planning_step():
     """Named example (found by the random search below): with FastServe's proactive
     swapping, a step that swaps a resident request out considers swap-ins only at the next
-    planning step (rule (30)); the Python replica ran a decode run after such a step,
+    planning step (rule (30)); the fast mode ran a decode run after such a step,
     issued the swap-in an iteration later than the reference, and its KV utilization
     differed (0.86994 against 0.86996) while every request's timeline was the same."""
     check_case(66131049, "fastserve-adaptive")

@@ -185,8 +185,9 @@ def test_compiled_twin_equals_python_meter_with_one_token_requests():
 @given(st.integers(0, 2**31 - 1))
 def test_tiered_twin_equals_python_and_reference(seed):
     """TieredShedding in the compiled engine (tiers, admission caps, deadline shedding,
-    weights, one or two replicas, tight KV) equals the Python engine and the reference
-    mode per request, with the same shed requests and service counters."""
+    weights, one or two replicas, tight KV) equals the reference mode and the policy
+    metered in Python (``record=True``) per request, with the same shed requests and
+    service counters."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(20, 120))
     tr = lp.Trace.from_arrays(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import lpserve as lp
 from lpserve.opt.exact import preemptive_flow_optimal, weighted_completion_optimal
 from lpserve.policies.schedulers import single_machine_flow_times
+from tests.strategies import python_scheduler
 
 
 def _one_machine(name, release, size, tenant=None, **params):
@@ -26,10 +27,14 @@ def _one_machine(name, release, size, tenant=None, **params):
     pol = lp.make_policy(name, max_num_seqs=1, prefix_caching=False, **params)
     res = lp.simulate(inst, pol, seed=0, check=True)
     assert (res.arrays["status"] == "finished").all()
-    # the claim is checked on the compiled replica; its Python twin (the reference engine,
-    # with the policy's own rank) must make the same decisions
+    # the claim is checked on the fast mode with the scheduler's compiled twin; the
+    # reference mode (one iteration per step) and the scheduler's own rank in Python
+    # (asked in pauses) must make the same decisions
     ref = lp.simulate(inst, pol, seed=0, reference=True)
-    assert ref.digest() == res.digest(), f"{name}: the compiled and Python engines disagree"
+    assert ref.digest() == res.digest(), f"{name}: the fast and reference modes disagree"
+    py = lp.simulate(inst, python_scheduler(pol), seed=0)
+    assert py.stats["engine"] == "compiled+python-ranks"
+    assert py.digest() == res.digest(), f"{name}: its twin and its Python rank disagree"
     return res
 
 

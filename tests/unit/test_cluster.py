@@ -115,7 +115,7 @@ def test_heterogeneous_runs_refuse_what_they_cannot_simulate():
                                   "sarathi", "mlfq", "vllm-compress-swap", "fastserve"])
 def test_a_mixed_cluster_runs_compiled_replicas_equal_to_the_reference(name):
     """Each compiled replica of a mixed cluster is priced by its own cost model, swap
-    prices and KV blocks: the same requests' times as the Python replicas, per request
+    prices and KV blocks: the same requests' times as the reference mode, per request
     (fastserve's overlapped host link and proactive swapping included)."""
     rng = np.random.default_rng(5)
     n = 120
@@ -135,7 +135,7 @@ def test_a_mixed_cluster_runs_compiled_replicas_equal_to_the_reference(name):
 def test_a_mixed_cluster_prices_offload_and_predicts_per_replica(case):
     """The CPU offload's loads are priced by each replica's own cost model, and with the
     History predictor a mixed cluster takes its arrivals one at a time (the one-call path
-    prices every replica with one model): both equal the Python replicas per request."""
+    prices every replica with one model): both equal the reference mode per request."""
     rng = np.random.default_rng(7)
     n = 150
     tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 8, n)),

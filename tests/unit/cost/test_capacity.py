@@ -78,8 +78,8 @@ def test_unit_round():
     UnitRoundCost(memory_tokens=64)], ids=["a100-7b", "h100-70b-tp4", "unit-round"])
 def test_vectorized_swap_and_quantize_times_are_the_scalar_floats(model):
     """The simulator's price tables (``swap_times_s``, ``kv_quantize_times_s``) give the
-    very floats of the scalar methods, so the compiled and Python engines agree bit for
-    bit; bad counts are refused."""
+    very floats of the scalar methods, so a swap is priced the same whether a table or
+    the cost model prices it; bad counts are refused."""
     import numpy as np
 
     from lpserve.cost import TableCost

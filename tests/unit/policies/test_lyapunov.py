@@ -133,9 +133,8 @@ def test_fast_equals_reference_with_the_controller(V):
 def test_a_controller_written_in_python_is_asked_in_pauses_of_the_compiled_replicas(
         recorder):
     """A budget controller without a compiled twin (a subclass of DPP or of the TBT
-    recorder: the same decisions in Python) is asked where the Python replica asks it
-    (its budget, each iteration, each decode run's limit and length), with the same
-    views: the run stays compiled and equals the reference mode and the twin's run, and
+    recorder: the same decisions in Python) is asked in pauses (its budget, each
+    iteration, each decode run's limit and length), with its views: the run stays compiled and equals the reference mode and the twin's run, and
     the controller's report is the twin's."""
     inst = _instance()
 

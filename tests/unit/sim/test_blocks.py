@@ -6,7 +6,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lpserve.sim.blocks import BlockError, BlockManager
+from tests.oracles.blocks import BlockError, BlockManager
 
 
 def test_prefix_reuse_needs_every_earlier_block():

@@ -138,3 +138,39 @@ def test_seeded_determinism_and_digest():
     assert lp.simulate(inst, p, seed=1).digest() != lp.simulate(inst, p, seed=2).digest()
     df = lp.simulate(inst, "vllm").requests
     assert len(df) == 200 and {"ttft_s", "tpot_s", "queue_s", "replica"} <= set(df.columns)
+
+
+def test_the_reference_mode_logs_every_iteration_and_nothing_else_does():
+    """``iteration_log=`` (reference mode only): one entry per iteration, in time order and
+    without overlap per replica; each request's chunks compute its uncached prompt once
+    (no preemption here) and it decodes once per output token after the first."""
+    rng = np.random.default_rng(4)
+    n = 30
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 2, n)),
+                              prompt_tokens=rng.integers(20, 900, n),
+                              output_tokens=rng.integers(1, 60, n))
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                    replicas=2))
+    log: list = []
+    res = lp.simulate(inst, "sarathi", seed=0, reference=True, iteration_log=log)
+    assert res.digest() == lp.simulate(inst, "sarathi", seed=0).digest()
+    assert len(log) == res.stats["iterations"]
+    chunked = np.zeros(n, np.int64)
+    decodes = np.zeros(n, np.int64)
+    for key in {e[0] for e in log}:
+        times = np.array([(t0, t1) for k, t0, t1, _, _ in log if k == key])
+        assert np.all(times[:, 1] > times[:, 0]) and np.all(times[1:, 0] >= times[:-1, 1])
+    for _, _, _, chunks, decs in log:
+        for i, c, _, _ in chunks:
+            chunked[i] += c
+        for i, _, g in decs:
+            assert g >= 1
+            decodes[i] += 1
+    a = res.arrays
+    assert (a["preemptions"] == 0).all()
+    assert np.array_equal(chunked, a["prompt_tokens"] - a["cached_prompt_tokens"])
+    assert np.array_equal(decodes, a["output_tokens"] - 1)
+    with pytest.raises(ValueError, match="iteration log is kept in the reference mode"):
+        lp.simulate(inst, "sarathi", iteration_log=[])
+    with pytest.raises(ValueError, match="without speculative decoding"):
+        lp.simulate(inst, "spec-fixed", reference=True, iteration_log=[])

@@ -1,8 +1,8 @@
 """Digests of runs on the overlapped host link (``models/simulator.md`` (26)-(31): copies
 queued in each link order, swap-outs freeing their blocks at the copy's end, swap-ins
 taking them at its start, proactive swapping, host memory too small for some victims),
-pinned from the Python replicas. The compiled replicas take these runs and must give the
-same digests; so must the reference mode, always."""
+pinned from the object replica engine the simulator had before its replicas were
+compiled. The replicas must give the same digests, in the fast and the reference mode."""
 from __future__ import annotations
 
 import copy
@@ -42,7 +42,8 @@ CASES = [(seed, name, order, pre, pro) for seed in range(4) for name in ("fastse
          for order in ORDERS for pre in ("swap", "compress-swap") for pro in (True, False)
          if (seed + ORDERS.index(order) + (pre == "swap") + pro) % 2 == 0]
 
-# Result.digest() of each case on the Python replicas (fast and reference mode equal)
+# Result.digest() of each case on the object replicas of that time (fast and reference
+# mode equal)
 PINNED: dict[tuple, str] = {
     (0, 'fastserve', 'fifo', 'swap', True):
         '3fa750c2582659f05612bb85334c52d35d39782496ec5c36c9e9ff6f191f30d7',

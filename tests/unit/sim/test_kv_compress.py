@@ -96,8 +96,7 @@ def test_decider_in_the_engine_and_reported_quality_loss():
 @pytest.mark.parametrize("transfers", ["serial", "overlap"])
 def test_a_decider_written_in_python_is_asked_in_a_pause_of_the_compiled_replicas(transfers):
     """A preemption decider without a compiled twin (here a subclass of the cost-based
-    one: the same choices in Python) is asked where the Python replica asks it, with the
-    same view: the run stays compiled and equals the reference mode and the twin's run."""
+    one: the same choices in Python) is asked in a pause for each victim, with its view: the run stays compiled and equals the reference mode and the twin's run."""
     class InPython(CostBasedDecider):
         pass
 

@@ -1,5 +1,5 @@
-"""The compiled host link's copy queue (``lpserve/sim/_link_kernels.py``) against
-:class:`lpserve.sim.transfer.HostLink`: the same copies issued at the same times, with the
+"""The compiled host link's copy queue (``lpserve/sim/_link_kernels.py``) against its
+plain-Python model (``tests/oracles/host_link.py``): the same copies issued at the same times, with the
 same start rule (a swap-in starts only when enough GPU blocks are free; a swap-out frees
 its blocks at its end), start and end in the same order at the same times, in every link
 order."""
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lpserve.sim import _link_kernels as L
-from lpserve.sim.transfer import HostLink
+from tests.oracles.host_link import HostLink
 
 ORDERS = tuple(L.ORDER_CODES)
 

@@ -7,7 +7,7 @@ import pytest
 
 import lpserve as lp
 from lpserve.policy import EngineConfig
-from lpserve.sim.offload import GIB, HostTier, Offload, found_tokens, tier_blocks
+from tests.oracles.offload import GIB, HostTier, Offload, found_tokens, tier_blocks
 
 A100 = dict(gpu="a100-80gb", llm="llama-2-7b")
 

@@ -1,5 +1,5 @@
 """The compiled engine's CPU KV offload (``lpserve/sim/_offload_kernels.py``) against the
-Python replica's (``lpserve/sim/offload.py``), operation by operation."""
+plain-Python model (``tests/oracles/offload.py``), operation by operation."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import lpserve as lp
 from lpserve.sim import _offload_kernels as O
-from lpserve.sim.offload import GIB, HostTier
+from tests.oracles.offload import GIB, HostTier
 
 COST = lp.cost_model(gpu="a100-80gb", llm="llama-2-7b")
 BLOCK_BYTES = COST.kv_bytes_per_token * 16
@@ -71,7 +71,7 @@ def test_loads_queue_on_one_stream_and_a_readmission_replaces_a_load():
 
 
 def test_a_tier_of_no_block_is_refused():
-    """A tier too small for one block is refused as on the Python engine."""
+    """A tier too small for one block is refused as by the plain-Python model."""
     import pytest
 
     with pytest.raises(ValueError, match=r"kv_offload_gib=1e-06 holds no KV block of 16"):

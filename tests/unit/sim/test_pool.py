@@ -12,8 +12,7 @@ from lpserve.policies.evictors_kv import make_evictor
 from lpserve.policy import LRU
 from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _pool as P
-from lpserve.sim.blocks import BlockManager
-from lpserve.sim.eviction import choose_evictions
+from tests.oracles.blocks import BlockManager, choose_evictions
 
 KINDS = {"lru": None, "kv-lru": "lru", "prefix-lru": "prefix-lru", "session": "session",
          "gdsf": "gdsf", "radix-lru": "radix-lru", "lfu": "lfu", "knapsack": "knapsack",

@@ -1,7 +1,7 @@
 """The event loop feeds an online predictor from the completion stream
 (``Events.predictor_finished``): every request it observes has finished by the time of
 the prediction that shows it, each is shown once, in finish order, and by the last
-arrival every request finished before it has been shown; compiled and Python engines
+arrival every request finished before it has been shown; the fast and the reference mode
 show the same."""
 from __future__ import annotations
 

@@ -38,24 +38,31 @@ def _inst(trace, llm="llama-2-7b", frac=0.9, replicas=1, **cl):
 
 def _run_recording(inst, policy, seed=0, reference=True):
     """Simulate and record, for every speculative step, (k played, tokens per sequence,
-    remaining output before the step). The steps are read from the Python replicas
-    (reference mode); the compiled ones give the same per-request results
-    (tests/properties/test_engine_equivalence.py)."""
-    sim = Simulation(inst, policy, seed, reference=reference, check=True)
-    steps = []
-    for r in sim.replicas():
-        orig = r.spec.step
+    remaining output before the step), read in the pauses where the compiled replicas ask
+    the decider (a user's copy of it, written in Python: :func:`_user_copy`); its digest
+    is the built-in twin's (test_a_speculation_decider_written_in_python_is_asked_in_pauses)."""
+    import pytest as _pytest
 
-        def step(rep, decodes, orig=orig):
-            idx = np.asarray(decodes, np.int64)
-            S, c = sim.state, sim.spec.counts
-            gen0, left0, drafted0 = S.gen[idx].copy(), S.out[idx] - S.gen[idx], c["draft_tokens"]
-            out = orig(rep, decodes)
-            steps.append(((c["draft_tokens"] - drafted0) // idx.size, S.gen[idx] - gen0, left0))
-            return out
+    from lpserve.sim import hooks as H
 
-        r.spec.step = step
-    sim.run()
+    sim = Simulation(inst, _user_copy(policy), seed, reference=reference, check=True)
+    steps, before = [], {}
+    choose, observe = H.spec_choose, H.spec_observe
+
+    def spec_choose(key, request, context, lag):
+        S = sim.state
+        before[key] = (request.copy(), S.gen[request].copy(), S.out[request] - S.gen[request])
+        return choose(key, request, context, lag)
+
+    def spec_observe(key, arm, k, accepted, emitted, dt_s):
+        idx, gen0, left0 = before.pop(key)  # the step's tokens are counted by now
+        steps.append((int(k), sim.state.gen[idx] - gen0, left0))
+        return observe(key, arm, k, accepted, emitted, dt_s)
+
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setattr(H, "spec_choose", spec_choose)
+        mp.setattr(H, "spec_observe", spec_observe)
+        sim.run()
     return sim, steps
 
 
@@ -217,8 +224,8 @@ def _user_copy(pol, cls_name="UserDecider", arms=None):
 def test_a_speculation_decider_written_in_python_is_asked_in_pauses(name):
     """A user's subclass of a built-in decider, without a compiled twin, runs on the
     compiled replicas, asked at each speculative step in a pause (and told of each step
-    it learns from): the digest and the speculation counters of the built-in twin and of
-    the Python replicas."""
+    it learns from): the digest and the speculation counters of the built-in twin, and
+    the same in the reference mode (one iteration per step)."""
     inst = _inst(_trace(n=60, rate_per_s=4.0, tenants=[0, 1]), frac=0.3)
     pol = lp.make_policy(name, acceptance={0: 0.8, 1: 0.4})
     twin = lp.simulate(inst, pol, seed=3)
@@ -227,7 +234,7 @@ def test_a_speculation_decider_written_in_python_is_asked_in_pauses(name):
     ref = lp.simulate(inst, _user_copy(pol), seed=3, reference=True)
     assert twin.stats["engine"] == "compiled"
     assert fast.stats["engine"] == "compiled+python-speculation"
-    assert ref.stats["engine"] == "python"
+    assert ref.stats["engine"] == "compiled+python-speculation+reference"
     assert fast.digest() == twin.digest() == ref.digest()
     counts = [{k: "nan" if v != v else v for k, v in r.stats["speculation"].items()}
               for r in (fast, twin, ref)]  # NaN (no draft token) reads as equal
@@ -239,8 +246,8 @@ def test_a_decider_with_arms_of_its_own_runs_on_the_compiled_replicas():
     """A decider written in Python whose arms are not the base class's grid (its own order,
     its own ``arm_index``) runs on the compiled replicas, asked in pauses: the steps it
     plays, the fallbacks to fewer drafts when KV memory is short (its ``arm_index`` tells
-    which arm that is) and their prices give the digest and the counters of the Python
-    replicas."""
+    which arm that is) and their prices give the same digest and counters in the reference
+    mode (one iteration per step)."""
     from lpserve.cost.speculation import Arm
     from lpserve.policies.speculation import FixedSpeculation
 
@@ -254,11 +261,14 @@ def test_a_decider_with_arms_of_its_own_runs_on_the_compiled_replicas():
             self.last = None  # the arm chosen last, and the steps that fell back from it
             self.fallbacks = 0
 
+        learns = True  # told of each step: a step that drew fewer drafts than its arm's
+
         def arm_index(self, k: int, draft: int) -> int:
-            if self.last is not None and self.arms[self.last].k != k:
-                self.fallbacks += 1  # asked by the Python replicas at a short step
             return next(j for j, a in enumerate(self.arms) if a.k == k and
                         (k == 0 or a.draft == draft))
+
+        def observe(self, ctx, result) -> None:
+            self.fallbacks += result.k < self.arms[self.last].k
 
         def choose(self, ctx) -> int:
             self.turn += 1
@@ -276,7 +286,7 @@ def test_a_decider_with_arms_of_its_own_runs_on_the_compiled_replicas():
     ref = lp.simulate(inst, ref_pol, seed=3, reference=True)
     assert ref_pol.engine.speculation.fallbacks > 0  # the table's fallback rows are read
     assert fast.stats["engine"] == "compiled+python-speculation"
-    assert ref.stats["engine"] == "python"
+    assert ref.stats["engine"] == "compiled+python-speculation+reference"
     assert fast.digest() == ref.digest()
     assert fast.stats["speculation"] == ref.stats["speculation"]
     assert fast.stats["speculation"]["speculative_steps"] > 50

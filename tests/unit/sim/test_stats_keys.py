@@ -38,7 +38,8 @@ def test_every_run_has_the_same_stats_keys():
     keys = {name: sorted(r.stats) for name, r in runs.items()}
     assert all(k == keys["compiled"] for k in keys.values()), keys
     engines = {r.stats["engine"] for r in runs.values()}
-    assert {"compiled", "python", "compiled+python-ranks", "compiled+python-evictor"} <= engines
+    assert {"compiled", "compiled+reference", "compiled+python-ranks",
+            "compiled+python-evictor"} <= engines
     assert runs["compiled"].stats["speculation"] is None
     assert runs["compiled"].stats["offload"] is None
     assert runs["compiled"].stats["migrations"] == 0

@@ -1,4 +1,5 @@
-"""Paged KV blocks of one replica with hash-chained prefix caching.
+"""Oracle of the compiled block pool (``lpserve/sim/_pool.py``): paged KV blocks of one
+replica with hash-chained prefix caching, in plain Python, and the evictor's view of them.
 
 Every physical block is in exactly one of four states:
 
@@ -16,9 +17,14 @@ prefix caching. Hashed blocks live in slots ``0..total-1`` with per-slot arrays.
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from operator import itemgetter
+from typing import Any, Hashable, Sequence
 
 import numpy as np
+
+from lpserve.arrays import readonly
+from lpserve.policy import EvictorView
+from lpserve.sim.hooks import ask_evictor
 
 
 class BlockError(RuntimeError):
@@ -225,3 +231,45 @@ class BlockManager:
             count = np.bincount(ps[ps >= 0], minlength=self.total)
             if not np.array_equal(count[keyed_slots], self.n_children[keyed_slots]):
                 raise BlockError("cached children per block do not match the parent links")
+
+
+def choose_evictions(bm: BlockManager, evictor: Any, need: int, *, now_s: float,
+                     replica: int, queued: np.ndarray | None, who: str) -> list[int]:
+    """Slots of the ``need`` evictable blocks of ``bm`` that ``evictor`` gives up.
+
+    ``queued`` (slots the waiting requests would hit) fills ``EvictorView.queued`` for an
+    evictor that ``reads_queue``; ``who`` names the policy in errors.
+    """
+    slots = bm.evictable_slots()
+    view = EvictorView(now_s=now_s, replica=replica, block=readonly(slots),
+                       last_access_s=readonly(bm.last_access_s[slots]),
+                       hits=readonly(bm.hits[slots]), depth=readonly(bm.depth[slots]),
+                       created_s=readonly(bm.created_s[slots]),
+                       children=readonly(bm.n_children[slots]),
+                       parent=(readonly(_parent_positions(bm, slots))
+                               if getattr(evictor, "reads_tree", True) else None),
+                       turn_gap_s=readonly(bm.turn_gap_s[slots]),
+                       queued=None if queued is None else readonly(np.isin(slots, queued)),
+                       thread=readonly(bm.thread[slots]),
+                       wait_kind=readonly(bm.wait_kind[slots]), block_tokens=bm.block_tokens,
+                       key=_slot_keys(bm, slots) if getattr(evictor, "reads_keys", False)
+                       else None)
+    return slots[ask_evictor(evictor, view, need, who)].tolist()
+
+
+def _parent_positions(bm: BlockManager, slots: np.ndarray) -> np.ndarray:
+    """Per evictable slot (``slots`` ascending), the position in ``slots`` of its cached
+    parent block, -1 where the parent is not evictable or not cached (int64)."""
+    pslot = bm.parent_slot[slots]
+    parent = np.searchsorted(slots, pslot)
+    ok = (pslot >= 0) & (parent < slots.size)
+    ok[ok] = slots[parent[ok]] == pslot[ok]
+    return np.where(ok, parent, -1).astype(np.int64)
+
+
+def _slot_keys(bm: BlockManager, slots: np.ndarray) -> tuple:
+    """The prefix keys of cached ``slots`` (a tuple, in slot order)."""
+    if slots.size == 0:
+        return ()
+    keys = itemgetter(*slots.tolist())(bm.slot_key)
+    return keys if slots.size > 1 else (keys,)

@@ -13,8 +13,8 @@ The tier holds block keys only (the content keys of ``State.block_keys``): a key
 the tier, or it is not. A block is stored when the prefill chunk that completes it has
 run, and marked used when a later request finds it (on the GPU or in the tier). Work is
 per admission and per prefill chunk, linear in the blocks they touch; none per decode.
-This is the Python replica's tier; the compiled engine's is
-:mod:`lpserve.sim._offload_kernels`, checked against it by the equivalence tests.
+The plain-Python model of the compiled tier (:mod:`lpserve.sim._offload_kernels`),
+its oracle in ``tests/unit/sim/test_offload.py`` and ``test_offload_kernels.py``.
 """
 from __future__ import annotations
 
@@ -22,19 +22,9 @@ import math
 from collections import OrderedDict
 from typing import Any, Hashable, Sequence
 
+from lpserve.sim._offload_kernels import GIB, tier_blocks
+
 __all__ = ["GIB", "HostTier", "Offload", "found_tokens", "tier_blocks"]
-
-#: bytes per GiB (vLLM's ``--kv-offloading-size`` is in GiB)
-GIB = 1 << 30
-
-
-def tier_blocks(gib: float, kv_bytes_per_token: float, block_tokens: int) -> int:
-    """Host blocks of ``block_tokens`` tokens in ``gib`` GiB of host memory for a model whose
-    KV takes ``kv_bytes_per_token`` bytes per token (every tensor-parallel rank together)."""
-    if kv_bytes_per_token <= 0:
-        raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token!r}")
-    return int(gib * GIB // (kv_bytes_per_token * block_tokens))
-
 
 def found_tokens(offload: "Offload | None", keys: Sequence[Hashable], gpu_hits: int,
                  context: int, block_tokens: int) -> tuple[int, int]:
