@@ -171,11 +171,17 @@ def python_scheduler(policy):
     """``policy`` with its scheduler replaced by a copy whose class is a user's subclass of
     the scheduler's that defines no ``kernel_spec``: ranked in Python, asked at every
     planning step with candidates (in a pause of the compiled replicas), never by the
-    scheduler's compiled twin."""
+    scheduler's compiled twin; a scheduler that is also the engine's budget controller
+    (VTC's meter) is replaced there too."""
+    import dataclasses
+
     sched = policy.scheduler
     cls = type("User" + type(sched).__name__, (type(sched),), {})
     user = cls.__new__(cls)
     user.__dict__.update(sched.__dict__)
+    if policy.engine.budget_controller is sched:  # VTC meters its own service
+        return policy.with_(scheduler=user, engine=dataclasses.replace(
+            policy.engine, budget_controller=user))
     return policy.with_(scheduler=user)
 
 

@@ -385,8 +385,9 @@ class Simulation:
         """Run every iteration that starts before ``t`` or before an event released
         meanwhile (whichever is earlier); returns when nothing more may run. The replica
         furthest behind steps, up to the next one's time; a replica that had nothing to do
-        counts as being at its next own event (``CompiledReplica.wake_s``), so no other replica runs past
-        a copy end or release that lets it run again (and release a dependent request)."""
+        counts as being at its next own event (``CompiledReplica.wake_s``), so no other
+        replica runs past a copy end or release that lets it run again (and release a
+        dependent request)."""
         reps = self.replicas()
         idle: dict[int, float] = {}  # replica -> its next own event (nothing to do before)
         while True:

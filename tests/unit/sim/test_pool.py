@@ -1,5 +1,5 @@
-"""The compiled KV pool (lpserve/sim/_pool.py) against its Python twin: the block
-manager (lpserve/sim/blocks.py) with the built-in evictors, on random operation
+"""The compiled KV pool (lpserve/sim/_pool.py) against its plain-Python model: the block
+manager of tests/oracles/blocks.py with the built-in evictors, on random operation
 sequences: the same slots, counts, keys and eviction order."""
 from __future__ import annotations
 
