@@ -167,18 +167,24 @@ def fallback_predictor(inst, policy) -> str | None:
     return "none" if pol.reads_predictions and not has else None
 
 
+def python_copy(role):
+    """A copy of policy ``role`` whose class is a user's subclass of its class that defines
+    no ``kernel_spec``: the simulator asks it in Python, in pauses of the compiled
+    replicas, never through the role's compiled twin."""
+    cls = type("User" + type(role).__name__, (type(role),), {})
+    user = cls.__new__(cls)
+    user.__dict__.update(role.__dict__)
+    return user
+
+
 def python_scheduler(policy):
-    """``policy`` with its scheduler replaced by a copy whose class is a user's subclass of
-    the scheduler's that defines no ``kernel_spec``: ranked in Python, asked at every
-    planning step with candidates (in a pause of the compiled replicas), never by the
-    scheduler's compiled twin; a scheduler that is also the engine's budget controller
+    """``policy`` with its scheduler replaced by its :func:`python_copy`: ranked in Python,
+    asked at every planning step with candidates; a scheduler that is also the engine's budget controller
     (VTC's meter) is replaced there too."""
     import dataclasses
 
     sched = policy.scheduler
-    cls = type("User" + type(sched).__name__, (type(sched),), {})
-    user = cls.__new__(cls)
-    user.__dict__.update(sched.__dict__)
+    user = python_copy(sched)
     if policy.engine.budget_controller is sched:  # VTC meters its own service
         return policy.with_(scheduler=user, engine=dataclasses.replace(
             policy.engine, budget_controller=user))

@@ -534,8 +534,6 @@ class CompiledReplica:
         """Anonymous blocks that departed requests hold until their release times."""
         return int(self.r.rel_anon[:self.r.ist[T.I_NREL]].sum())
 
-    cfg_link = property(lambda self: bool(self.cfg[T.C_LINK]),
-                        doc="Whether swaps run on the overlapped host link.")
     link_arrays = property(lambda self: self._link_a,
                            doc="The host link's arrays (``_link_kernels.Link``).")
 

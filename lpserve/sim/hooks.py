@@ -100,15 +100,12 @@ def preemption_mode(key: int, v: int, held: int) -> int:
     """The kernel code of the mode that the preemption decider of replica ``key`` chooses
     for victim ``v`` holding ``held`` blocks (its answer checked by the contract)."""
     rep = _REPLICAS[key]
-    d = rep.eng.preemption_decider
-    if d is None:
-        return _MODE_CODES[rep.eng.preemption]
     view = V.preemption_view(
         now_s=rep.now, replica=rep.index, request=int(v),
         context_tokens=int(rep.S.computed[v]), held_blocks=int(held), block_tokens=rep.bt,
         host_free_blocks=rep.host_free, eng=rep.eng, cost=rep.cost, params=rep.params)
-    return _MODE_CODES[check_preemption_choice(d.decide(view),
-                                               rep.ctx.who("preemption_decider"))]
+    mode = rep.eng.preemption_decider.decide(view)
+    return _MODE_CODES[check_preemption_choice(mode, rep.ctx.who("preemption_decider"))]
 
 
 # ------------------------------------------------------------ a budget controller in Python

@@ -64,7 +64,7 @@ class ReplicaChecker:
             return f"free + used {sum(counts)} != total {bm.total}"
         run = r.running
         anon = int(S.anon[run].sum()) + r.pending_release_anon + sum(r.inbound.values())
-        if r.cfg_link:  # swap-outs and residents keep their blocks, swap-ins hold theirs
+        if r.link is not None:  # swap-outs and residents keep their blocks, swap-ins theirs
             anon += int(S.anon[np.flatnonzero((S.xfer != XF_NONE) & self._mine(r))].sum())
         if anon != bm.anon_used:
             return f"anonymous blocks of requests {anon} != pool {bm.anon_used}"
@@ -106,7 +106,7 @@ class ReplicaChecker:
 
     @staticmethod
     def _link(r: Any) -> str:
-        if not r.cfg_link:
+        if r.link is None:
             return ""
         a = r.link_arrays
         queued = a.queue[:int(a.li[LK.L_NQ])].tolist()

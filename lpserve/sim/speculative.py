@@ -1,13 +1,15 @@
 """Speculative decoding inside the simulator (``EngineConfig.speculation``).
 
 When a policy's engine has a speculation decider (:mod:`lpserve.policies.speculation`),
-every pure-decode step of a colocated or decode replica runs here instead of a run of
-decode iterations in :func:`lpserve.sim._kernels.decode_advance`: the decider picks an arm
-``(k, draft)``, the draft proposes ``k`` tokens per sequence (``k`` draft iterations over
-the batch), the target verifies ``k + 1`` positions per sequence in one iteration, and each
-sequence keeps its accepted prefix plus one target token. Each step is a decision point
-(the decider may choose differently at the next one), so steps are planned one at a time
-in Python; with speculation off nothing here runs and the fast path is unchanged.
+every pure-decode step of a colocated or decode replica is a speculative step
+(:mod:`lpserve.sim._spec_kernels`) instead of a run of decode iterations: the decider
+picks an arm ``(k, draft)``, the draft proposes ``k`` tokens per sequence (``k`` draft
+iterations over the batch), the target verifies ``k + 1`` positions per sequence in one
+iteration, and each sequence keeps its accepted prefix plus one target token. Here: the
+run's draft cost models, acceptance rates and counters (:class:`SpecRunner`), the KV
+sizing with the drafts loaded (:func:`speculation_memory`), and the
+:class:`~lpserve.policy.StepContext` a decider written in Python is shown in a pause
+(:func:`step_context`).
 
 Equations (cited as ``(n)``) are those of ``models/speculative-decoding.md``: draft
 memory (1)-(3), draft prefill and lag (4), step time (5)-(6), blocks (7), tokens (8)-(9),

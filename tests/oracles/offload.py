@@ -1,13 +1,9 @@
 """vLLM's CPU KV offload: a host-memory tier behind a replica's GPU prefix cache
 (``EngineConfig.kv_offload_gib``; ``models/simulator.md`` (35)).
 
-vLLM V1's ``OffloadingConnector`` (``--kv-offloading-backend native
---kv-offloading-size GIB``) copies every full KV block to pinned host memory as it is
-computed (write-through) and keeps the host blocks in LRU order. A request whose prompt
-misses the GPU prefix cache at block ``k`` looks the following blocks up in the host tier;
-the leading run found there is loaded to the GPU (host to device, asynchronously, beside
-the model's iterations) and the request is scheduled once its load ends, with those tokens
-counted as computed.
+The rule is vLLM V1's ``OffloadingConnector`` (write-through of every full block, LRU,
+the leading run found after the GPU hits loaded before the prefill), as
+:mod:`lpserve.sim._offload_kernels` says.
 
 The tier holds block keys only (the content keys of ``State.block_keys``): a key is in
 the tier, or it is not. A block is stored when the prefill chunk that completes it has

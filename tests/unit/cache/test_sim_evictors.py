@@ -8,6 +8,7 @@ import pytest
 import lpserve as lp
 from lpserve.policies.evictors_kv import EVICTORS, make_evictor
 from lpserve.trace import generate as g
+from tests.strategies import python_copy
 
 
 def _instance(kv_fraction: float = 0.18) -> lp.Instance:
@@ -30,11 +31,7 @@ def test_leaf_evictor_only_frees_leaves_when_it_can():
     """radix-lru: every block it gives up has no evictable cached child left behind."""
     seen = []
     base = make_evictor("radix-lru")
-    # a user's copy of it, written in Python (no compiled twin): asked in pauses, as are
-    # its views
-    cls = type("UserRadixLRU", (type(base),), {})
-    ev = cls.__new__(cls)
-    ev.__dict__.update(base.__dict__)
+    ev = python_copy(base)  # written in Python (no twin): asked in pauses, with its views
     inner = ev.evict
 
     def spy(view, need):

@@ -17,6 +17,7 @@ from lpserve.policies.speculation import (
 )
 from lpserve.policy import EngineConfig
 from lpserve.sim.engine import Simulation
+from tests.strategies import python_copy
 
 FIELDS = ("first_scheduled_s", "first_token_s", "finish_s", "preemptions",
           "cached_prompt_tokens", "replica", "status", "reason", "generated_tokens")
@@ -41,8 +42,6 @@ def _run_recording(inst, policy, seed=0, reference=True):
     remaining output before the step), read in the pauses where the compiled replicas ask
     the decider (a user's copy of it, written in Python: :func:`_user_copy`); its digest
     is the built-in twin's (test_a_speculation_decider_written_in_python_is_asked_in_pauses)."""
-    import pytest as _pytest
-
     from lpserve.sim import hooks as H
 
     sim = Simulation(inst, _user_copy(policy), seed, reference=reference, check=True)
@@ -59,7 +58,7 @@ def _run_recording(inst, policy, seed=0, reference=True):
         steps.append((int(k), sim.state.gen[idx] - gen0, left0))
         return observe(key, arm, k, accepted, emitted, dt_s)
 
-    with _pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:
         mp.setattr(H, "spec_choose", spec_choose)
         mp.setattr(H, "spec_observe", spec_observe)
         sim.run()
@@ -205,18 +204,11 @@ def test_meta_and_registry():
         "decode-first"
 
 
-def _user_copy(pol, cls_name="UserDecider", arms=None):
-    """``pol`` with its decider replaced by an instance of a user's subclass of it that
-    defines no ``kernel_spec`` (written in Python: no compiled twin of its own)."""
-    import dataclasses
-
-    decider = pol.engine.speculation
-    user_cls = type(cls_name, (type(decider),), {})
-    user = user_cls.__new__(user_cls)
-    user.__dict__.update(decider.__dict__)
-    if arms is not None:
-        user.arms = arms
-    return dataclasses.replace(pol, engine=dataclasses.replace(pol.engine, speculation=user))
+def _user_copy(pol):
+    """``pol`` with its decider replaced by its :func:`~tests.strategies.python_copy`
+    (written in Python: no compiled twin of its own, asked in pauses)."""
+    return dataclasses.replace(pol, engine=dataclasses.replace(
+        pol.engine, speculation=python_copy(pol.engine.speculation)))
 
 
 @pytest.mark.parametrize("name", ["spec-ucb", "spec-acceptance-ucb", "spec-oracle",

@@ -75,6 +75,18 @@ def test_bad_transfer_configuration_is_named():
         EngineConfig(transfers="overlap", proactive_swap="yes")
 
 
+def _after_each_step(sim: Simulation, fn) -> None:
+    """Call ``fn(replica)`` after every step of every replica of ``sim`` (built with
+    ``check=True``), after its invariant checker."""
+    check = sim.ctx.check
+
+    def both(r) -> None:
+        check(r)
+        fn(r)
+
+    object.__setattr__(sim.ctx, "check", both)
+
+
 def _spy_steps(sim: Simulation) -> list[tuple]:
     """Record, after every step of every replica of ``sim`` (where its invariant checker
     runs: ``check=True``), each request whose host-link state, swapped flag, status or
@@ -86,17 +98,16 @@ def _spy_steps(sim: Simulation) -> list[tuple]:
         return np.stack([S.xfer.astype(np.int64), S.swapped.astype(np.int64),
                          S.status.astype(np.int64), S.anon + S.nslots, S.swap_gpu_blocks])
 
-    last, seen, check = [columns()], [], sim.ctx.check
+    last, seen = [columns()], []
 
     def spy(r) -> None:
-        check(r)
         now = columns()
         for i in np.flatnonzero((now != last[0]).any(axis=0)).tolist():
             seen.append((r.key, r.now, i, tuple(last[0][:, i].tolist()),
                          tuple(now[:, i].tolist())))
         last[0] = now
 
-    object.__setattr__(sim.ctx, "check", spy)
+    _after_each_step(sim, spy)
     return seen
 
 
@@ -108,8 +119,7 @@ def test_swap_out_frees_blocks_only_at_its_end_and_swap_in_waits_for_residency()
     outs = [(i, b, a) for _, _, i, b, a in seen if b[XFER] == XF_OUT and a[XFER] != XF_OUT]
     ins = [(i, b, a) for _, _, i, b, a in seen if b[XFER] == XF_IN and a[XFER] != XF_IN]
     assert outs and ins and sum(r.link.n_copies for r in sim.replicas()) >= len(outs)
-    # copy ends are events: one is applied no later than the planning step it ends in
-    assert sim.state.link_wait.sum() > 0.0
+    assert sim.state.link_wait.sum() > 0.0  # requests waited on the link
     for _, _, i, b, a in seen:
         if a[XFER] == XF_OUT:  # a swap-out in flight holds its whole context
             assert a[HELD] == a[GPU] > 0 and a[STATUS] != RUNNING
@@ -145,10 +155,9 @@ def test_proactive_swapping_keeps_the_free_block_target():
     pol = lp.make_policy("fastserve", proactive_free_blocks=50)
     for reference in (False, True):
         sim = Simulation(inst, pol, 0, check=True, reference=reference)
-        check, residents, outs = sim.ctx.check, [], []
+        residents, outs = [], []
 
-        def spy(r, check=check, residents=residents, outs=outs):
-            check(r)
+        def spy(r, residents=residents, outs=outs):
             li, S = r.link_arrays.li, sim.state
             free = r.bm.available + int(li[LK.L_FREEING]) - int(li[LK.L_PROMISED])
             resident = [i for i in r.waiting if S.xfer[i] == XF_RESIDENT]
@@ -156,7 +165,7 @@ def test_proactive_swapping_keeps_the_free_block_target():
             residents.append(len(resident))
             outs.append(int((S.xfer == XF_OUT).sum()))
 
-        object.__setattr__(sim.ctx, "check", spy)
+        _after_each_step(sim, spy)
         sim.run()
         assert (sim.state.status == FINISHED).all()
         # requests were resident (priority preemption kept their KV, the target met)
@@ -237,13 +246,15 @@ def test_a_swapped_in_request_is_not_credited_its_link_time_as_service(name, pro
         gpu="a100-80gb", llm="llama-2-7b", pcie_efficiency=0.05))
     pol = lp.make_policy(name, transfers="overlap", proactive_swap=proactive)
     sim = Simulation(inst, pol, 0, check=True)
-    S, check, rk = sim.state, sim.ctx.check, sim.runset.rk_a
-    state = lambda: np.stack([rk.ri[RK.RI_LEVEL].astype(np.float64), rk.rf[RK.RF_USED]])
+    S, rk = sim.state, sim.runset.rk_a
+
+    def state() -> np.ndarray:  # the twin's (level, service in level) per request
+        return np.stack([rk.ri[RK.RI_LEVEL].astype(np.float64), rk.rf[RK.RF_USED]])
+
     last = [S.status.copy(), state()]
     in_end, pending, checked, bad = {}, {}, [], []  # pending: joined, not credited since
 
     def spy(r):
-        check(r)
         status, now_state = S.status.copy(), state()
         for i in np.flatnonzero((last[0] == TRANSFER) & (status != TRANSFER)).tolist():
             pending[i] = last[1][:, i]
@@ -261,7 +272,7 @@ def test_a_swapped_in_request_is_not_credited_its_link_time_as_service(name, pro
             in_end[k] = float(a.lf[LK.LF_END])
         last[0], last[1] = status, now_state
 
-    object.__setattr__(sim.ctx, "check", spy)
+    _after_each_step(sim, spy)
     sim.run()
     assert (S.status == FINISHED).all() and sum(r.link.n_copies for r in sim.replicas())
     assert checked, "no swapped-in request was credited service after joining"
@@ -349,3 +360,33 @@ def test_a_resident_on_a_decode_replica_is_not_counted_on_the_prefill_replica_of
     assert fast.digest() == ref.digest()
     assert fast.stats["engine"] == "compiled"
     assert int(fast.arrays["preemptions"].sum()) > 0
+
+
+def test_the_checker_catches_link_and_host_counters_out_of_date():
+    """The invariant checker (models/simulator.md (32)) raises when the link's blocks
+    freeing by swap-outs, or the host's free blocks, are off by one block: each is
+    changed once on a replica with a copy on its link, checked, and restored."""
+    from lpserve.sim import _link_kernels as LK
+    from lpserve.sim import _state_kernels as T
+    from lpserve.sim.invariants import InvariantError
+
+    sim = Simulation(preempting_instance(1, 64.0), lp.make_policy("fastserve"), 0,
+                     check=True)
+    checker, caught = sim.ctx.check, []
+
+    def corrupt(r):
+        if caught or r.link_arrays.li[LK.L_ACTIVE] < 0:
+            return
+        for arr, at in ((r.link_arrays.li, LK.L_FREEING), (r.r.ist, T.I_HOST_FREE)):
+            arr[at] += 1
+            try:
+                checker(r)
+            except InvariantError as exc:
+                caught.append(str(exc))
+            finally:
+                arr[at] -= 1
+
+    _after_each_step(sim, corrupt)
+    sim.run()
+    assert len(caught) == 2, caught
+    assert "link block counters" in caught[0] and "host capacity" in caught[1]
