@@ -47,13 +47,20 @@ class ReplicaChecker:
         if msg:
             raise InvariantError(f"replica {r.role} {r.index}: {msg}")
 
-    def _mine(self, r: Any) -> np.ndarray:
-        """Whether each request was last placed on ``r`` (bool ``(n,)``): a request that
-        joined a decode replica no longer belongs to the prefill one of the same index."""
-        S = self.state
-        if r.role == "decode":
-            return S.decode_replica == r.index
-        return (S.replica == r.index) & (S.decode_replica < 0)
+    @staticmethod
+    def _held_off_batch(r: Any) -> np.ndarray:
+        """Requests of ``r`` that are not running but may hold its blocks or host memory
+        (int64): its waiting requests (resident, swapping out or swapped out) and those
+        with a copy on its host link (swapping in). Read off the replica's own queues:
+        ``State.replica`` keeps the router's choice, not where a migrated request is, and
+        a request on a decode replica is not its prefill replica's."""
+        held = list(r.waiting)
+        if r.link is not None:
+            a = r.link_arrays
+            held += a.queue[:int(a.li[LK.L_NQ])].tolist()
+            if a.li[LK.L_ACTIVE] >= 0:
+                held.append(int(a.li[LK.L_ACTIVE]))
+        return np.unique(np.asarray(held, np.int64))
 
     def _blocks(self, r: Any) -> str:
         S, bm = self.state, r.bm
@@ -65,7 +72,8 @@ class ReplicaChecker:
         run = r.running
         anon = int(S.anon[run].sum()) + r.pending_release_anon + sum(r.inbound.values())
         if r.link is not None:  # swap-outs and residents keep their blocks, swap-ins theirs
-            anon += int(S.anon[np.flatnonzero((S.xfer != XF_NONE) & self._mine(r))].sum())
+            held = self._held_off_batch(r)
+            anon += int(S.anon[held[S.xfer[held] != XF_NONE]].sum())
         if anon != bm.anon_used:
             return f"anonymous blocks of requests {anon} != pool {bm.anon_used}"
         return ""
@@ -89,8 +97,8 @@ class ReplicaChecker:
         S = self.state
         if r.host_free < 0:
             return f"host_free = {r.host_free} < 0"
-        sw = np.flatnonzero(S.swapped & self._mine(r)
-                            & ((S.status == WAITING) | (S.status == TRANSFER)))
+        held = self._held_off_batch(r)
+        sw = held[S.swapped[held]]
         held = int(S.host_blocks[sw].sum())
         if r.host_free + held != self.host_blocks:
             return (f"host_free {r.host_free} + swapped {held} != host capacity "

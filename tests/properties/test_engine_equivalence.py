@@ -228,3 +228,12 @@ def test_slo_aware_with_end_to_end_deadlines_and_tiers(tiers):
     assert fast.digest() == ref.digest(), _first_difference(fast, ref)
     assert (fast.arrays["status"] == "finished").all()
     assert fast.stats["engine"] == ("compiled+python-ranks" if tiers else "compiled")
+
+
+def test_a_migrated_swapped_request_is_counted_where_it_waits():
+    """Named example (found by the random search): under rebalance-lp a swapped-out
+    request migrated to replica 0 kept ``State.replica == 1`` (the router's choice); the
+    invariant checker counted its host blocks on replica 1 by that field and raised on
+    replica 0 ("host_free 7619 + swapped 7 != host capacity 7629"). It now reads each
+    replica's own queues."""
+    check_case(230813, "rebalance-lp")
