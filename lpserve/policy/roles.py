@@ -136,7 +136,10 @@ class Scheduler(Role):
 
     @abc.abstractmethod
     def rank(self, view: SchedulerView) -> np.ndarray:
-        """One float per candidate of ``view``: lower runs first, ``+inf`` holds back."""
+        """One float per candidate of ``view``: lower runs first, ``+inf`` holds back.
+        The view is empty (shape (0,)) when a swapped-in request is about to join a
+        replica that holds no candidate: the call tells a scheduler that keeps a clock
+        that nothing ran since its last decision."""
 
 
 def tick_index(now_s: float, quantum_s: float) -> int:

@@ -345,16 +345,15 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
 def _link_to_now(req, rep, cfg, rk, external):
     """Apply the host link's copy ends (and the starts that follow) up to now, at the
     start of a planning step; the scheduler ranks first when a swapped-in request joins
-    the batch (28), so link time is never service. True: a scheduler written in Python
-    must rank first (the call is repeated after it has)."""
+    the batch (28), with no candidates too, so link time is never service. True: a
+    scheduler written in Python must rank first (the call is repeated after it has)."""
     ist = rep.ist
-    if (ist[T.I_NRUN] > 0 or ist[T.I_NWAIT] > 0) and X.joins_by(rep.link, rep.fst[T.F_NOW]):
+    if X.joins_by(rep.link, rep.fst[T.F_NOW]):
         if external:
             if ist[T.I_RANKED] == 0:
                 return True
         else:
-            ist[T.I_RANKED] = 0
-            S.ensure_ranks(req, rep, cfg, rk)
+            S.rank_now(req, rep, cfg, rk)
         X.tick(req, rep, cfg, rep.fst[T.F_NOW])
         ist[T.I_RANKED] = 0  # the step ranks again, after the join
         return False

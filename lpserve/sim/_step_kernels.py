@@ -69,10 +69,15 @@ def candidates(req, rep, rk):
 @njit(cache=True)
 def ensure_ranks(req, rep, cfg, rk):
     """Compute this step's ranks of the replica's candidates into ``req.rk`` (once)."""
-    if rep.ist[T.I_RANKED]:
-        return
-    if rep.ist[T.I_NRUN] == 0 and rep.ist[T.I_NWAIT] == 0:
-        return  # nothing to rank (a scheduler is asked only with candidates)
+    if rep.ist[T.I_RANKED] == 0 and (rep.ist[T.I_NRUN] > 0 or rep.ist[T.I_NWAIT] > 0):
+        rank_now(req, rep, cfg, rk)
+
+
+@njit(cache=True)
+def rank_now(req, rep, cfg, rk):
+    """Rank the replica's candidates into ``req.rk`` now, none too: a swap-in joining an
+    empty replica asks first with none (``models/simulator.md`` (28)), so a scheduler that
+    credits the time between two decisions never credits the time the replica was empty."""
     rep.ist[T.I_RANKED] = 1
     kind = cfg[T.C_RANK_KIND]
     if kind == T.RANK_EXTERNAL:

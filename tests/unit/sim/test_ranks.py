@@ -86,9 +86,9 @@ def _compare(name, seed, steps=60, with_pred=True):
         r = int(rng.integers(0, R))
         now[r] += float(rng.choice([0.0, 0.01, 0.05, 0.13, 0.4]))
         pool = np.flatnonzero((home == r) & (arrival <= now[r] + 1.5) & (gen < out))
-        if pool.size == 0:
-            continue
-        if rng.random() < 0.3 and step > 0:
+        if pool.size == 0 or rng.random() < 0.08:
+            cand = np.zeros(0, np.int64)  # asked with none: a swap-in joins an empty replica
+        elif rng.random() < 0.3 and step > 0:
             cand = prev.get(r, pool)  # same candidates again: a cached decision
         else:
             cand = rng.permutation(pool)[:int(rng.integers(1, pool.size + 1))]

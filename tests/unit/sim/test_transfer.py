@@ -16,7 +16,7 @@ from lpserve.policy import EngineConfig
 from lpserve.sim.engine import Simulation
 from lpserve.sim.state import FINISHED, RUNNING, TRANSFER, XF_IN, XF_NONE, XF_OUT, XF_RESIDENT
 from tests.oracles.host_link import HostLink
-from tests.strategies import preempting_instance
+from tests.strategies import preempting_instance, python_scheduler
 
 #: what _spy_steps records of a request: its host-link state, swapped flag, status, GPU
 #: blocks held (anonymous + hashed) and GPU blocks its swapped KV takes back
@@ -227,29 +227,43 @@ def test_link_runs_one_copy_at_a_time_and_skips_a_swap_in_without_blocks():
     assert link.busy_s == 3.0 and link.next_end_s == math.inf
 
 
+@pytest.mark.parametrize("in_python", [False, True], ids=["twin", "python"])
+@pytest.mark.parametrize("seed", [0, 1, 8])
 @pytest.mark.parametrize("name,proactive", [("fastserve", True), ("fastserve", False),
                                             ("mlfq", False)])
-def test_a_swapped_in_request_is_not_credited_its_link_time_as_service(name, proactive):
+def test_a_swapped_in_request_is_not_credited_its_link_time_as_service(name, proactive, seed,
+                                                                       in_python):
     """MLFQ credits the time between two decisions to the requests running at the second
     (``lpserve.policies.mlfq``): a request that joins the batch at its swap-in's end must
     not be credited the time it spent on the link. Without a decision before the join, it
     was, and at 0.64 GB/s skip-join MLFQ swapped such requests out again before they ran
     (41,924 swaps on the swap_tipping_point instance; models/simulator.md (28)). Read
-    after each step (where the checker runs): the service the scheduler's twin credits a
-    request from the step before its join to the first step that credits it after is at
-    most the time since its swap-in ended."""
+    after each step (where the checker runs): the service the scheduler (its twin, or a
+    user's copy ranked in Python) credits a request from the step before its join to the
+    first step that credits it after is at most the time since its swap-in ended. Named
+    example of the copy: the join of a swap-in to a replica with no candidates also asks
+    first (with none); without that, on seed 0 (FastServe, proactive) request 4 joined
+    the empty replica at 11.046 s and was credited 0.109 s of service, the time since the
+    last decision (10.937 s), which it had spent on the link; the twin, on seed 8, credited
+    request 10 0.329 s, 0.223 s after its swap-in ended."""
     from lpserve.sim import _link_kernels as LK
     from lpserve.sim import _ranks as RK
 
-    inst = preempting_instance(1, 64.0)
+    inst = preempting_instance(seed, 64.0)
     inst = lp.Instance(trace=inst.trace, cluster=inst.cluster, cost=lp.cost_model(
         gpu="a100-80gb", llm="llama-2-7b", pcie_efficiency=0.05))
     pol = lp.make_policy(name, transfers="overlap", proactive_swap=proactive)
+    pol = python_scheduler(pol) if in_python else pol
     sim = Simulation(inst, pol, 0, check=True)
-    S, rk = sim.state, sim.runset.rk_a
+    S, rk, n = sim.state, sim.runset.rk_a, len(inst.trace)
 
-    def state() -> np.ndarray:  # the twin's (level, service in level) per request
-        return np.stack([rk.ri[RK.RI_LEVEL].astype(np.float64), rk.rf[RK.RF_USED]])
+    def state() -> np.ndarray:  # (level, service in level) per request
+        if not in_python:
+            return np.stack([rk.ri[RK.RI_LEVEL].astype(np.float64), rk.rf[RK.RF_USED]])
+        out = np.zeros((2, n))
+        for i, st in pol.scheduler._state.items():
+            out[:, i] = st[0], st[1]
+        return out
 
     last = [S.status.copy(), state()]
     in_end, pending, checked, bad = {}, {}, [], []  # pending: joined, not credited since
