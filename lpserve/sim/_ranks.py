@@ -32,6 +32,11 @@ RANK_KINDS = {"fcfs": R_FCFS, "sjf": R_SJF, "wspt": R_WSPT, "sjf-predicted": R_S
               "mlfq": R_MLFQ, "program": R_PROG, "dpp-classes": R_DPP, "static": R_STATIC,
               "vtc": R_VTC, "wait": R_WAIT}
 TICKED = (R_LAS, R_RR, R_MCSF, R_SLO, R_MLFQ, R_PROG, R_VTC, R_WAIT)
+#: kinds whose state moves when they are asked (MLFQ's service credit, the program-level
+#: schedulers' attained service, VTC's lift of a tenant that rejoins the backlog): asked at
+#: every planning step with candidates, as a scheduler ranked in Python is
+#: (``models/simulator.md`` (16))
+ASK_TIMED = (R_MLFQ, R_PROG, R_VTC)
 
 # per-request float state rows
 RF_SERVED, RF_USED, RF_ENTERED, RF_LAST, RF_C1, RF_C4, RF_C5, RF_C6, RF_C7 = range(9)
@@ -505,6 +510,15 @@ def _wait(fp, ip, cand, run, m, now, arrival, prompt, out, res):
                 for q in range(start, min(end, start + n)):
                     res[w[q]] = arrival[cand[w[q]]]
         start = end
+
+
+@njit(cache=True)
+def ask_timed(kind):
+    """Whether the scheduler of ``kind`` is in :data:`ASK_TIMED`."""
+    for t in ASK_TIMED:
+        if kind == t:
+            return True
+    return False
 
 
 @njit(cache=True)

@@ -18,6 +18,7 @@ from lpserve.sim import _offload_kernels as O
 from lpserve.sim import _pool as P
 from lpserve.sim import _preempt_kernels as PK
 from lpserve.sim import _ranks as RK
+from lpserve.sim import _run_kernels as RUN
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as S
@@ -232,6 +233,8 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
     if ist[T.I_NRUN] == 0 and ist[T.I_NWAIT] == 0:
         return False
     ist[T.I_RANKED] = 1 if cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL else 0
+    if RK.ask_timed(cfg[T.C_RANK_KIND]):  # asked at every planning step, as in Python (16)
+        S.ensure_ranks(req, rep, cfg, rk)
     ist[T.I_RESUMED] = 0
     batch = cfg[T.C_BATCH]
     cap = cfg[T.C_MAX_SEQS] + 1
@@ -307,7 +310,7 @@ def step(req, rep, cfg, cff, params, swap_tab, cswap_tab, rk, ctl, sr, ss, stop)
                          dec, n_dec)
     if cfg[T.C_SPEC]:  # speculative steps (lpserve/sim/_spec_kernels.py)
         return spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop)
-    return S.decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop)
+    return RUN.decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop)
 
 
 @njit(cache=True)
@@ -322,8 +325,8 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
     ist, fst, p = rep.ist, rep.fst, rep.pool
     stop_s = min(stop, S.next_event_s(rep))
     q = cff[T.D_QUANTUM]
-    if q > 0.0 and S.tick_replans(rep, cfg):  # the tick after the run's start, as a decode run's
-        stop_s = min(stop_s, (RK.tick_index(fst[T.F_NOW], q) + 1.0) * q)
+    if q > 0.0 and (S.tick_replans(rep, cfg) or RK.ask_timed(cfg[T.C_RANK_KIND])):
+        stop_s = min(stop_s, (RK.tick_index(fst[T.F_NOW], q) + 1.0) * q)  # the next tick
     one = cfg[T.C_REFERENCE] != 0 or cfg[T.C_CTL] != S.CTL_NONE or ist[T.I_NRUN] != n_dec \
         or (cfg[T.C_PRIO] != 0 and ist[T.I_NWAIT] > 0)
     ws = SP.workspace(sr, n_dec)

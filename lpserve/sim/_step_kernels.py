@@ -4,7 +4,7 @@
 One call of :func:`advance` runs every planning step that starts before ``stop_s``
 (at most ``max_steps``; one for the event loop's conservative stepping and for
 ``check=True``), each either one iteration or a run of pure-decode iterations between
-events (:func:`lpserve.sim._kernels.decode_advance`). Ranks come from the scheduler's
+events (:mod:`lpserve.sim._run_kernels`). Ranks come from the scheduler's
 compiled twin (:mod:`lpserve.sim._ranks`), computed at the points of the step where a
 decision needs them, or, for a scheduler written in Python, from ``req.rk`` as
 the event loop filled them at the start of the step (:data:`NEED_RANKS`). The
@@ -28,7 +28,6 @@ from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _swap_kernels as X
 from lpserve.sim import hooks as H
-from lpserve.sim._kernels import decode_advance
 from lpserve.sim._structs import CTL_FIELDS, RK_FIELDS
 
 #: the scheduler's compiled state and the budget controller's parameters (Python side;
@@ -500,100 +499,9 @@ def tick_replans(rep, cfg):
     differently from the decode run in progress (rule (15)): a request waits (admission
     and priority preemption read ranks), a budget controller decides per run, or the
     scheduler is written in Python (asked at every planning step, so the run stops where
-    the reference mode's does). Otherwise the step there would read no
-    rank (a built-in scheduler's ranks are computed only when a decision needs one, from
-    the step's clock) and run the same batch on: the run goes past the boundary."""
+    the reference mode's does). Otherwise the step there would run the same batch on: the
+    run goes past the boundary (a built-in scheduler's ranks are computed only when a
+    decision needs one, from the step's clock; an ask-timed one is asked within the run,
+    ``_run_kernels._advance``)."""
     return rep.ist[T.I_NWAIT] > 0 or cfg[T.C_CTL] != CTL_NONE or \
         cfg[T.C_RANK_KIND] == T.RANK_EXTERNAL
-
-
-@njit(cache=True)
-def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
-    """A run of pure-decode iterations of ``dec[:n_dec]`` until an event."""
-    ist, fst = rep.ist, rep.fst
-    idx = dec[:n_dec].copy()
-    ctx = np.empty(n_dec, np.int64)
-    gen = np.empty(n_dec, np.int64)
-    out = np.empty(n_dec, np.int64)
-    held0 = np.empty(n_dec, np.int64)
-    for k in range(n_dec):
-        i = idx[k]
-        ctx[k] = req.computed[i]
-        gen[k] = req.gen[i]
-        out[k] = req.out[i]
-        held0[k] = req.anon[i] + req.nslots[i]
-    held = held0.copy()
-    now = fst[T.F_NOW]
-    stop_s = min(stop, next_event_s(rep))  # releases, copy and load ends (29), (35)
-    q = cff[T.D_QUANTUM]
-    if q > 0.0 and tick_replans(rep, cfg):
-        stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now
-    max_iters = 1 if cfg[T.C_REFERENCE] else _BIG
-    p = rep.pool
-    used0 = float(P.used(p))
-    total = float(p.ist[P.P_TOTAL])
-    c = cfg[T.C_CTL]
-    if c != CTL_NONE:
-        left = out[0] - gen[0]
-        for k in range(n_dec):
-            left = min(left, out[k] - gen[k])
-        max_iters = min(max_iters, left)
-        if c == CTL_PYTHON:  # the controller may decide again within the run (a pause)
-            handle = cfg[T.C_HOOK]
-            with objmode(lim="int64"):
-                lim = H.decode_limit(handle, idx, ctx, held0, max_iters)
-            max_iters = lim
-        if c == CTL_DPP and rep.ctl_x[X_QTOK] > 0 and max_iters > 1:
-            npl = int(rep.ctl_x[X_NPLAN])
-            first = ctl_first_gaps(rep, idx, now)
-            k_lim, _ = D.dpp_decode_run(params, ctl.cp, rep.ctl_st, ctx.copy(), held0.copy(),
-                                        first, used0, total, rep.ctl_x[X_QTOK], rep.ctl_q,
-                                        ctl.w, rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl],
-                                        int(rep.ctl_x[X_CAP]), int(rep.ctl_x[X_U]), max_iters,
-                                        np.bool_(True), now)
-            max_iters = max(k_lim, 1)
-    free = p.ist[P.P_PLAIN]
-    if cfg[T.C_PROACTIVE]:
-        free = min(free, X.resident_cap(req, rep, cfg))
-    if cfg[T.C_PRIO] and ist[T.I_NWAIT] > 0:
-        cap = free_cap(req, rep, cfg, rk)
-        free = min(free, max(cap, 0))
-        if cap < 0:
-            max_iters = 1
-    ctx0 = ctx.copy()
-    n, now2, taken, _, area = decode_advance(params, ctx, gen, out, held, cfg[T.C_BT], free,
-                                             P.used(p), now, stop_s, max_iters)
-    if c == CTL_PYTHON:
-        handle = cfg[T.C_HOOK]
-        with objmode():
-            H.observe_decode_run(handle, n)
-    elif c != CTL_NONE:
-        first = ctl_first_gaps(rep, idx, now)
-        npl = int(rep.ctl_x[X_NPLAN]) if c == CTL_DPP else 0
-        _, end = D.dpp_decode_run(params, ctl.cp, rep.ctl_st, ctx0, held0, first, used0,
-                                  total, rep.ctl_x[X_QTOK], rep.ctl_q, ctl.w,
-                                  rep.ctl_plan[0, :npl], rep.ctl_plan[1, :npl], np.int64(0), np.int64(0), n,
-                                  np.bool_(False), now)
-        for k in range(n_dec):
-            rep.ctl_lt[idx[k]] = end
-    if n == 0:
-        raise RuntimeError("internal: empty decode run")
-    if cfg[T.C_LOG]:  # the reference mode: one iteration
-        e = np.empty(0, np.int64)
-        T.log_iteration(cfg, now, now2 - now, e, e, e, idx)
-    P.take_anon(p, taken)
-    for k in range(n_dec):
-        i = idx[k]
-        req.anon[i] += held[k] - held0[k]
-        req.computed[i] = ctx[k]
-        req.gen[i] = gen[k]
-    fst[T.F_BUSY] += now2 - now
-    fst[T.F_NOW] = now2
-    fst[T.F_AREA] += area
-    ist[T.I_ITERS] += n
-    ist[T.I_DITERS] += n
-    for k in range(n_dec):
-        i = idx[k]
-        if req.gen[i] >= req.out[i]:
-            T.finish(req, rep, cfg, i)
-    return True

@@ -178,12 +178,6 @@ def test_wait_twin_equals_python_on_repeated_types(flush_after_s):
     assert not done[held].any() and done[~held].sum() > 0
 
 
-#: twins whose state moves when the scheduler is asked (MLFQ's service credit, the
-#: program-level schedulers' attained service, VTC's lift of a tenant that rejoins the
-#: backlog): a scheduler ranked in Python is asked at every planning step with
-#: candidates, the twin only when a decision needs a rank, so their runs differ
-#: (measured; models/simulator.md (16)); the rank-by-rank checks above cover them
-ASK_TIMED = {"mlfq", "program", "vtc"}
 
 
 def _registered_twins() -> list[str]:
@@ -194,8 +188,7 @@ def _registered_twins() -> list[str]:
     for name in policy_names():
         pol = lp.make_policy(name)
         spec = twin_spec(pol.scheduler)
-        if spec is not None and spec[0] not in ASK_TIMED and pol.engine.speculation is None \
-                and name != "lyapunov-disagg":
+        if spec is not None and pol.engine.speculation is None and name != "lyapunov-disagg":
             out.append(name)
     return out
 
@@ -204,7 +197,10 @@ def _registered_twins() -> list[str]:
 def test_each_registered_twin_runs_as_its_python_rank(name):
     """Every registered policy's scheduler twin gives the run of the scheduler's own Python
     rank asked in pauses (a user's subclass of it without ``kernel_spec``), on a tight KV
-    pool where requests queue, in the fast mode."""
+    pool where requests queue, in the fast mode. The twins whose state moves when they
+    are asked (``_ranks.ASK_TIMED``: MLFQ, the program-level schedulers, VTC) are asked
+    at every planning step, as a Python scheduler is; before they were asked only where a
+    decision read a rank, and 10 of these 47 policies differed here."""
     from tests.strategies import python_scheduler
 
     rng = np.random.default_rng(11)
@@ -225,6 +221,7 @@ def test_each_registered_twin_runs_as_its_python_rank(name):
     py = lp.simulate(inst, python_scheduler(lp.make_policy(name)), seed=0, **kw)
     assert np.mean(twin.arrays["status"] == "finished") > 0.5
     assert "python-ranks" in py.stats["engine"] and "python-ranks" not in twin.stats["engine"]
-    a = twin.arrays  # requests queue, so the order matters
-    assert float(np.nanmean(a["first_scheduled_s"] - a["arrival_s"])) > 0.1
+    a = twin.arrays  # requests queue, or are preempted by rank, so the order matters
+    assert float(np.nanmean(a["first_scheduled_s"] - a["arrival_s"])) > 0.1 or \
+        int(a["preemptions"].sum()) >= n
     assert py.digest() == twin.digest()
