@@ -64,10 +64,10 @@ makespan with every request queued at once) holds the longest requests' lone dec
 after the queue emptied; on 400 alpaca-like requests (output CV 1.43) every load of
 table 1 leaves the batch room for every request, nothing is preempted and every
 scheduler gives the same JCT. At a real overload (3,000 requests, 1.2 x the rate while
-requests wait, seed 0) skip-join MLFQ is 1.78x *worse* than FCFS (17.06 s against
-9.60 s) and naive MLFQ 1.76x: with 10,196 preemptions against FCFS's 1,236, the same
-tokens take 3,552 iterations instead of 2,426 and 104 s of GPU time instead of 81 s
-(makespan 103.9 s against 81.2 s). A request swapped out keeps its GPU blocks until its
+requests wait, seed 0) skip-join MLFQ is 1.71x *worse* than FCFS (16.38 s against
+9.60 s) and naive MLFQ 1.71x: with 9,641 preemptions against FCFS's 1,236, the same
+tokens take 3,586 iterations instead of 2,426 and 104.5 s of GPU time instead of 81.2 s
+(makespan 104.8 s against 81.2 s). A request swapped out keeps its GPU blocks until its
 copy ends and a swapped-in one joins the batch only when its copy ends
 (``models/simulator.md`` (27)-(28)), so on this KV-bound GPU (989 blocks of OPT-13B on an
 A100-40GB) preemption shrinks the batches, and at overload the throughput lost outweighs
@@ -78,18 +78,18 @@ copy ends), which rules (27)-(28) do not allow: copies here run off the critical
 but the blocks they move are not usable while they move.
 
 **The tipping point** (table 4; ``--effs 1,0.5,0.3,0.2,0.15,0.1`` adds 3.2 GB/s). With
-proactive swapping the link is busy 8.0 % of the makespan at 32 GB/s (444 swaps, JCT
-15.6 s), 30 % at 9.6 GB/s (559, 18.8 s), 55 % at 6.4 GB/s (855, 28.3 s), 92 % at
-4.8 GB/s (5,337, 195 s) and 98 % at 3.2 GB/s (11,900, 685 s); it loses to recompute
-(42.4 s) below 6.25 GB/s. Overlapped reactive swapping crosses recompute at the same
-bandwidth but is ahead of proactive swapping down to 6.4 GB/s (22.1 s) and behind below
-it (273 s at 4.8 GB/s, 931 s at 3.2 GB/s); serial reactive swapping collapses first
-(below 16.4 GB/s, 148 s at 9.6 GB/s), so proactive swapping's gain over reactive appears
-only on a saturated link. The mechanism is MLFQ's starvation promotion (3 s without service
+proactive swapping the link is busy 8.1 % of the makespan at 32 GB/s (461 swaps, JCT
+15.7 s), 27 % at 9.6 GB/s (520, 17.7 s), 43 % at 6.4 GB/s (596, 21.8 s) and 89 % at
+4.8 GB/s (3,860, 136 s); it loses to recompute (43.9 s) below 6.05 GB/s. Overlapped
+reactive swapping crosses recompute at about the same bandwidth (6.29 GB/s) and is level
+with proactive swapping down to 9.6 GB/s (17.2 s) and behind below it (32.0 s at
+6.4 GB/s, 238 s at 4.8 GB/s); serial reactive swapping collapses first (below
+15.6 GB/s, 144 s at 9.6 GB/s), so proactive swapping's gain over reactive appears only on
+a loaded link. The mechanism is MLFQ's starvation promotion (3 s without service
 sends a request to queue 0): once copies queue, swapped-out requests wait longer than the
 threshold for their swap-ins, are promoted together and preempt the running ones, which
-queues more copies. Without it (``starvation_s=None``) the same cell at 3.2 GB/s gives
-293 swaps and 20.2 s. This is FastServe's policy at a bandwidth its paper did not
+queues more copies. Without it (``starvation_s=None``) the same cell at 4.8 GB/s gives
+317 swaps and 17.9 s. This is FastServe's policy at a bandwidth its paper did not
 analyse (its threshold is fixed in seconds while a copy's time grows as 1/bandwidth), not
 a simulator artefact. An artefact that made it far worse is fixed: a request that joined
 the batch at its swap-in's end was credited the time it had spent on the link as MLFQ
@@ -97,7 +97,10 @@ service and was swapped out again before it ran (``models/simulator.md`` (28)); 
 livelock in which a swap-in took the blocks the running decodes needed (rule (28) now
 leaves them those blocks; it moved the figures where copies queue, most of all
 overlapped reactive swapping at 6.4 GB/s, 115 s before and 22.1 s after, and table 5's
-skip-join without priority preemption, 0.99x FCFS before and 0.94x after).
+skip-join without priority preemption, 0.99x FCFS before and 0.94x after). The figures
+above are those of MLFQ asked at every planning step, as a scheduler ranked in Python is
+(``models/simulator.md`` (16)); asked only where a decision read a rank, as its compiled
+form once was, it gave 1.78x FCFS at overload and 42.4 s for recompute.
 
 Run: ``python benchmarks/seeds/fastserve.py [--requests 400] [--seed 0]``.
 """
