@@ -35,6 +35,7 @@ class Dependencies:
     """
 
     def __init__(self, trace) -> None:
+        """The children of each request of ``trace``, and its roots (no parent)."""
         parent = np.asarray(trace.parent, np.int64)
         self.trace_arrival = np.asarray(trace.arrival_s, np.float64)
         self.children: dict[int, list[int]] = {}

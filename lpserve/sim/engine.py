@@ -377,6 +377,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ events
     def _next_arrival_s(self, i: int) -> float:
+        """When the next request (``i`` in trace order, or the next released one) arrives."""
         if self.deps is not None:
             return self.deps.next_s()
         return float(self.state.arrival[i]) if i < self.state.n else math.inf
@@ -419,6 +420,8 @@ class Simulation:
             self._release_children()
 
     def _next_dependent_event_s(self) -> float:
+        """The next request released (a root arriving, a child whose parent finished) or
+        KV handoff to the decode pool (s)."""
         t = self.deps.next_s()
         if self.events.kv_heap:
             t = min(t, self.events.kv_heap[0][0])
@@ -576,6 +579,7 @@ class Simulation:
         return spec[1] if spec is not None and spec[0] == "history" else None
 
     def _label_unfinished(self) -> None:
+        """Give every request left unfinished the reason the run ended without it."""
         S = self.state
         finite = math.isfinite(self.horizon_s)
         for i in np.flatnonzero((S.status != FINISHED) & (S.status != REJECTED)).tolist():

@@ -36,12 +36,17 @@ class ReplicaChecker:
     """
 
     def __init__(self, state: State, host_blocks: int, compression_ratio: float) -> None:
+        """``state``: the run's per-request arrays; ``host_blocks``: each replica's host
+        (CPU) swap capacity in blocks; ``compression_ratio``: KV compression of a
+        compressed swap (``EngineConfig.compression_ratio``)."""
         self.state = state
         self.host_blocks = int(host_blocks)
         self.ratio = float(compression_ratio)
         self._last_now: dict[tuple[str, int], float] = {}
 
     def __call__(self, r: Any) -> None:
+        """Check compiled replica ``r`` after a planning step; raises
+        :class:`InvariantError` naming the replica and the first failed check."""
         msg = self._blocks(r) or self._clock_and_queues(r) or self._host(r) or \
             self._link(r)
         if msg:
@@ -63,6 +68,8 @@ class ReplicaChecker:
         return np.unique(np.asarray(held, np.int64))
 
     def _blocks(self, r: Any) -> str:
+        """The pool's counts add up, and its anonymous blocks are the ones the requests
+        hold (running, releasing, arriving by a KV copy, on the host link); "" if so."""
         S, bm = self.state, r.bm
         counts = (bm.plain_free, bm.anon_used, bm.hashed_used, bm.evictable)
         if min(counts) < 0:
@@ -79,6 +86,8 @@ class ReplicaChecker:
         return ""
 
     def _clock_and_queues(self, r: Any) -> str:
+        """The replica's clock never goes back; each running request has arrived, has
+        status RUNNING and its KV resident; "" if so."""
         S = self.state
         last = self._last_now.get(r.key, -math.inf)
         if r.now < last:
@@ -94,6 +103,9 @@ class ReplicaChecker:
         return ""
 
     def _host(self, r: Any) -> str:
+        """Host memory: free + held by the swapped requests == capacity, each holding
+        what its GPU blocks (compressed or not) need and no more tokens than they hold;
+        "" if so."""
         S = self.state
         if r.host_free < 0:
             return f"host_free = {r.host_free} < 0"
@@ -111,9 +123,11 @@ class ReplicaChecker:
                         f"for {g} GPU blocks and {int(S.computed[i])} tokens")
         return ""
 
-
     @staticmethod
     def _link(r: Any) -> str:
+        """The overlapped host link: one copy per request, the running one not ending
+        before it starts, its freeing and promised block counters equal to its copies'
+        (rule (32)); "" if so, or without a link."""
         if r.link is None:
             return ""
         a = r.link_arrays
@@ -129,6 +143,7 @@ class ReplicaChecker:
         if (freeing, promised) != (int(a.li[LK.L_FREEING]), int(a.li[LK.L_PROMISED])):
             return "link block counters out of date"
         return ""
+
 
 def check_final(state: State) -> None:
     """After the run: every request still swapped out (or swapping in, cut by the horizon)

@@ -42,6 +42,8 @@ class Migrator:
     and :meth:`land` in time order (``next_tick_s``, ``next_landing_s``)."""
 
     def __init__(self, ctx: RunContext, pool: list[Any]) -> None:
+        """The rebalancer of ``ctx.policy`` over the replicas ``pool`` (colocated or
+        decode): its first tick at ``period_s``, no migration in flight."""
         self.ctx = ctx
         self.S = ctx.state
         self.rb = ctx.policy.rebalancer
@@ -89,6 +91,8 @@ class Migrator:
             self.start(i, d)
 
     def _candidates(self) -> list[tuple[int, int]]:
+        """``(request, replica index)`` of every running request that can move now: past
+        its first token, its KV complete up to the next token's position."""
         S = self.S
         out = []
         for k, r in enumerate(self.pool):
@@ -112,6 +116,7 @@ class Migrator:
         params = ctx.params
 
         def decode_iteration_s(context_tokens: np.ndarray) -> float:
+            """Seconds of one decode iteration of these contexts (0 for none)."""
             c = np.ascontiguousarray(context_tokens, dtype=np.int64)
             z = np.zeros(0, np.int64)
             return float(iteration_time(params, z, z, c)) if c.size else 0.0

@@ -64,6 +64,11 @@ class SpecRunner:
 
     def __init__(self, decider: Any, target: Any, state: Any, seeds: np.random.SeedSequence,
                  policy_name: str) -> None:
+        """``decider``: the policy's speculation decider (its draft models and arms);
+        ``target``: the target model's analytic cost model; ``state``: the run's
+        :class:`~lpserve.sim.state.State` (its ``draft_computed``); ``seeds``: spawns each
+        replica's acceptance draws. Raises ValueError (naming ``policy_name``) for a cost
+        model without weights and KV bytes, or a draft the GPU cannot hold."""
         from lpserve.cost import cost_model
 
         where = f"policy {policy_name!r}: EngineConfig.speculation"
@@ -114,6 +119,7 @@ class SpecRunner:
         memo: dict[tuple[int, int], float] = {}
 
         def draft_iter_s(d: int, i: int) -> float:
+            """Seconds of draft ``d``'s ``i``-th iteration (the first one catching up)."""
             key = (d, i)
             t = memo.get(key)
             if t is None:
@@ -127,6 +133,8 @@ class SpecRunner:
             return t
 
         def timer(arm: Any) -> float:
+            """Seconds of one step of ``arm``: its ``k`` draft iterations, then the
+            target's verification of ``k + 1`` tokens per request (``k = 0``: one decode)."""
             if arm.k == 0:  # plain decoding, the iteration the fast path would run
                 return float(iteration_time(P, _EMPTY, _EMPTY, c))
             t = 0.0

@@ -36,6 +36,8 @@ class State:
     """
 
     def __init__(self, trace: Trace) -> None:
+        """Every request of ``trace`` pending, nothing computed or held; the trace's
+        columns copied into writable arrays (the compiled replicas write them)."""
         n = len(trace)
         self.n = n
         self.trace = trace
@@ -196,6 +198,8 @@ class Events:
     ``predictor_finished`` (the loop shows them to an online predictor)."""
 
     def __init__(self, track_finished: bool = False) -> None:
+        """No handoff or completion yet; the loop sets ``track_router`` and
+        ``track_predictor`` where a role reads completions."""
         self.kv_heap: list[tuple[float, int]] = []
         self.track_finished = bool(track_finished)
         self.finished: list[tuple[float, int]] = []
