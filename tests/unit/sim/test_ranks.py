@@ -200,7 +200,8 @@ def test_each_registered_twin_runs_as_its_python_rank(name):
     pool where requests queue, in the fast mode. The twins whose state moves when they
     are asked (``_ranks.ASK_TIMED``: MLFQ, the program-level schedulers, VTC) are asked
     at every planning step, as a Python scheduler is; before they were asked only where a
-    decision read a rank, and 10 of these 47 policies differed here."""
+    decision read a rank, and 9 of these 47 policies differed here (the ask-timed ones
+    but mlfq-predicted)."""
     from tests.strategies import python_scheduler
 
     rng = np.random.default_rng(11)
