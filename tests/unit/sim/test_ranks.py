@@ -226,3 +226,29 @@ def test_each_registered_twin_runs_as_its_python_rank(name):
     assert float(np.nanmean(a["first_scheduled_s"] - a["arrival_s"])) > 0.1 or \
         int(a["preemptions"].sum()) >= n
     assert py.digest() == twin.digest()
+
+
+@pytest.mark.parametrize("name", ["mlfq", "fastserve", "plas"])
+def test_an_ask_timed_twin_with_speculation_runs_as_its_python_rank(name):
+    """A run of speculative steps stops at the quantum ticks of a scheduler whose state
+    moves when it is asked, so the step there asks it as it asks a Python scheduler: with
+    draft-model speculation, the twin's run equals the Python subclass's and its own
+    reference mode's (the runs went past the ticks before, and both differed)."""
+    import dataclasses
+
+    from tests.strategies import python_scheduler
+
+    rng = np.random.default_rng(11)
+    n = 60
+    tr = lp.Trace.from_arrays(arrival_s=np.sort(rng.uniform(0, 3, n)),
+                              prompt_tokens=rng.integers(20, 700, n),
+                              output_tokens=rng.integers(1, 150, n))
+    inst = lp.Instance(trace=tr, cluster=lp.Cluster(gpu="a100-80gb", llm="llama-2-7b",
+                                                    gpu_memory_fraction=0.175))
+    base = lp.make_policy(name)
+    spec = lp.make_policy("spec-fixed").engine.speculation
+    pol = base.with_(engine=dataclasses.replace(base.engine, speculation=spec))
+    twin = lp.simulate(inst, pol, seed=0, check=True)
+    assert int(twin.arrays["preemptions"].sum()) >= n  # preempted by rank: order matters
+    assert twin.digest() == lp.simulate(inst, python_scheduler(pol), seed=0).digest()
+    assert twin.digest() == lp.simulate(inst, pol, seed=0, reference=True).digest()
