@@ -513,6 +513,13 @@ def _wait(fp, ip, cand, run, m, now, arrival, prompt, out, res):
 
 
 @njit(cache=True)
+def next_tick_s(now_s, quantum_s):
+    """Twin of :func:`lpserve.policy.roles.next_tick_s`: start (s) of the quantum tick after
+    the one holding ``now_s`` (always > ``now_s``)."""
+    return (tick_index(now_s, quantum_s) + 1.0) * quantum_s
+
+
+@njit(cache=True)
 def ask_timed(kind):
     """Whether the scheduler of ``kind`` is in :data:`ASK_TIMED`."""
     for t in ASK_TIMED:

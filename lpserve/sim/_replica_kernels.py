@@ -326,7 +326,7 @@ def spec_run(req, rep, cfg, cff, sr, ss, dec, n_dec, stop):
     stop_s = min(stop, S.next_event_s(rep))
     q = cff[T.D_QUANTUM]
     if q > 0.0 and (S.tick_replans(rep, cfg) or RK.ask_timed(cfg[T.C_RANK_KIND])):
-        stop_s = min(stop_s, (RK.tick_index(fst[T.F_NOW], q) + 1.0) * q)  # the next tick
+        stop_s = min(stop_s, RK.next_tick_s(fst[T.F_NOW], q))  # the next tick
     one = cfg[T.C_REFERENCE] != 0 or cfg[T.C_CTL] != S.CTL_NONE or ist[T.I_NRUN] != n_dec \
         or (cfg[T.C_PRIO] != 0 and ist[T.I_NWAIT] > 0)
     ws = SP.workspace(sr, n_dec)

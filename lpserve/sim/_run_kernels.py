@@ -42,7 +42,7 @@ def _advance(req, rep, cfg, cff, params, rk, ctx, gen, out, held, free, now, sto
                               max_iters)
     n, taken, area, t = 0, 0, 0.0, now
     while True:
-        tick_s = min(stop_s, (RK.tick_index(t, q) + 1.0) * q)
+        tick_s = min(stop_s, RK.next_tick_s(t, q))
         k, t, got, reason, a = decode_advance(params, ctx, gen, out, held, bt, free - taken,
                                               used + taken, t, tick_s, max_iters - n)
         n += k
@@ -105,7 +105,7 @@ def decode_run(req, rep, cfg, cff, params, rk, ctl, dec, n_dec, stop):
     stop_s = min(stop, S.next_event_s(rep))  # releases, copy and load ends (29), (35)
     q = cff[T.D_QUANTUM]
     if q > 0.0 and S.tick_replans(rep, cfg):
-        stop_s = min(stop_s, (RK.tick_index(now, q) + 1.0) * q)  # always > now
+        stop_s = min(stop_s, RK.next_tick_s(now, q))  # always > now
     p = rep.pool
     used0 = float(P.used(p))
     total = float(p.ist[P.P_TOTAL])
