@@ -18,7 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from lpserve.cost._kernels import (
+    context_sum,
     decode_sums,
+    decode_time_at,
     iteration_time,
     iteration_time_ref,
     iteration_time_sums,
@@ -44,7 +46,7 @@ from lpserve.cost.table import TableCost, UnitRoundCost
 __all__ = [
     "AnalyticCost", "CostModel", "GPUSpec", "LLMSpec", "TableCost", "UnitRoundCost",
     "calibration_for", "calibrations", "cost_model", "cost_model_for", "cost_models_for",
-    "decode_sums", "engine_names", "fit", "get_engine", "get_gpu", "get_link", "get_llm",
+    "context_sum", "decode_sums", "decode_time_at", "engine_names", "fit", "get_engine", "get_gpu", "get_link", "get_llm",
     "gpu_names", "iteration_time", "iteration_time_ref", "iteration_time_sums",
     "llm_from_hf_config", "llm_names",
     "load_calibration_file", "load_catalog_file",

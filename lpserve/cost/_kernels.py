@@ -21,6 +21,11 @@ Interface (stable; the simulator's numba code calls these directly):
     As ``decode_run`` but writes the end time of iteration ``k`` (seconds since the
     start of the run) into ``out[k]``; ``out`` is float64 of length >= ``n_iters``.
 
+``decode_time_at(params, decode_context, ctx_sum, k) -> float64``
+    Seconds of the pure-decode iteration at contexts ``decode_context + k`` given the
+    contexts' float sum ``ctx_sum`` (:func:`context_sum`): iteration ``k`` of a decode run,
+    or of a speculative step's draft, at O(1) unless a layer slides.
+
 ``batch_times(params, prefill_tokens, prefill_cached, prefill_offsets, decode_context,
 decode_offsets, out) -> None``
     Vectorized: batch ``b`` is ``prefill_*[prefill_offsets[b]:prefill_offsets[b+1]]``
@@ -277,9 +282,7 @@ def decode_sums(params, decode_context):
     the sliding window (the same as ``ctx_sum`` without one), for
     :func:`iteration_time_sums`."""
     window = _window(params)
-    ctx_sum = 0.0
-    for j in range(decode_context.shape[0]):
-        ctx_sum += float(decode_context[j])
+    ctx_sum = context_sum(decode_context)
     win_sum = _windowed_sum(decode_context, window, 0.0) if window > 0.0 else ctx_sum
     return ctx_sum, win_sum
 
@@ -318,36 +321,45 @@ def iteration_time_sums(params, prefill_tokens, prefill_cached, n_decode, ctx_su
 
 
 @njit(cache=True)
+def decode_time_at(params, decode_context, ctx_sum, k):
+    """Seconds of one pure-decode iteration at contexts ``decode_context + k``, given
+    ``ctx_sum``, the float sum of ``decode_context``: the same float as
+    :func:`iteration_time` of that batch (integer contexts sum exactly), without its
+    pass over the batch unless a layer slides."""
+    nd = float(decode_context.shape[0])
+    s = ctx_sum + k * nd
+    window = _window(params)
+    w = _windowed_sum(decode_context, window, float(k)) if window > 0.0 else s
+    return _time_from_totals(params, nd, nd, 0.0, 0.0, decode_context.shape[0], s, 0.0, 0.0,
+                             0.0, w)
+
+
+@njit(cache=True)
+def context_sum(decode_context):
+    """The float sum of a decode batch's contexts, in order (:func:`decode_time_at`)."""
+    ctx_sum = 0.0
+    for j in range(decode_context.shape[0]):
+        ctx_sum += float(decode_context[j])
+    return ctx_sum
+
+
+@njit(cache=True)
 def decode_run_times(params, decode_context, n_iters, out):
     """End time (s since start) of each of ``n_iters`` decode iterations into ``out``."""
-    n_decode = decode_context.shape[0]
-    ctx_sum = 0.0
-    for j in range(n_decode):
-        ctx_sum += float(decode_context[j])
-    nd = float(n_decode)
-    window = _window(params)
+    ctx_sum = context_sum(decode_context)
     total = 0.0
     for k in range(n_iters):
-        s = ctx_sum + k * nd
-        w = _windowed_sum(decode_context, window, float(k)) if window > 0.0 else s
-        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, s, 0.0, 0.0, 0.0, w)
+        total += decode_time_at(params, decode_context, ctx_sum, k)
         out[k] = total
 
 
 @njit(cache=True)
 def decode_run(params, decode_context, n_iters):
     """Total seconds of ``n_iters`` pure-decode iterations, contexts growing by 1 each."""
-    n_decode = decode_context.shape[0]
-    ctx_sum = 0.0
-    for j in range(n_decode):
-        ctx_sum += float(decode_context[j])
-    nd = float(n_decode)
-    window = _window(params)
+    ctx_sum = context_sum(decode_context)
     total = 0.0
     for k in range(n_iters):
-        s = ctx_sum + k * nd
-        w = _windowed_sum(decode_context, window, float(k)) if window > 0.0 else s
-        total += _time_from_totals(params, nd, nd, 0.0, 0.0, n_decode, s, 0.0, 0.0, 0.0, w)
+        total += decode_time_at(params, decode_context, ctx_sum, k)
     return total
 
 

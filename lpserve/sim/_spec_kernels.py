@@ -17,7 +17,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, objmode
 
-from lpserve.cost import iteration_time
+from lpserve.cost import context_sum, decode_time_at, iteration_time
 from lpserve.sim import _pool as P
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import hooks as HK
@@ -97,9 +97,9 @@ def prefill_s(sr, req, ch_i, ch_c, ch_h, n_ch):
 
 
 @njit(cache=True)
-def _draft_iter_s(sr, d, i, c, lag, tmp):
-    """Seconds of draft ``d``'s ``i``-th iteration of a step at contexts ``c``; the first
-    also catches up each request's ``lag`` tokens, eq. (5)."""
+def _draft_iter_s(sr, d, i, c, lag, csum):
+    """Seconds of draft ``d``'s ``i``-th iteration of a step at contexts ``c`` (float sum
+    ``csum``); the first also catches up each request's ``lag`` tokens, eq. (5)."""
     D = sr.dparams[d]
     m = c.shape[0]
     n_late = 0
@@ -121,29 +121,31 @@ def _draft_iter_s(sr, d, i, c, lag, tmp):
                 dc[b] = c[k]
                 b += 1
         return iteration_time(D, pt, pc, dc)
-    for q in range(m):
-        tmp[q] = c[q] + i
-    return iteration_time(D, tmp[:0], tmp[:0], tmp[:m])
+    return decode_time_at(D, c, csum, i)
 
 
 @njit(cache=True)
-def _time_s(sr, j, c, lag, times, dmemo, tmp):
-    """Step time of arm ``j`` for contexts ``c`` (eq. (5)-(6)), memoized in ``times``
-    (``tmp``: int64 scratch as long as ``c``)."""
+def _time_s(sr, j, c, lag, times, dmemo, vmemo, tmp):
+    """Step time of arm ``j`` for contexts ``c`` (eq. (5)-(6)), memoized in ``times``; the
+    drafts' iterations in ``dmemo`` (draft, i), the target's verification of ``k`` drafts
+    in ``vmemo[k + 1]`` (any draft's), ``vmemo[0]``: the contexts' float sum; ``tmp``:
+    int64 scratch as long as ``c``."""
     if not math.isnan(times[j]):
         return times[j]
     k, d = arm_of(sr, j)
     m = c.shape[0]
     if k == 0:
-        t = iteration_time(sr.tparams, tmp[:0], tmp[:0], c)
+        t = decode_time_at(sr.tparams, c, vmemo[0], 0)
     else:
         t = 0.0
         for i in range(k):
             if math.isnan(dmemo[d, i]):
-                dmemo[d, i] = _draft_iter_s(sr, d, i, c, lag, tmp)
+                dmemo[d, i] = _draft_iter_s(sr, d, i, c, lag, vmemo[0])
             t += dmemo[d, i]
-        tmp[:m] = k + 1
-        t = t + iteration_time(sr.tparams, tmp[:m], c, tmp[:0])
+        if math.isnan(vmemo[k + 1]):
+            tmp[:m] = k + 1
+            vmemo[k + 1] = iteration_time(sr.tparams, tmp[:m], c, tmp[:0])
+        t = t + vmemo[k + 1]
     times[j] = t
     return t
 
@@ -200,7 +202,7 @@ def _context_id(sr, ten, cnt):
 
 
 @njit(cache=True)
-def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm):
+def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, vmemo, tmp, cterm):
     """The decider's arm for this step, eq. (10)-(11): fixed, UCB1 in context ``ctx_id``,
     or the best expected tokens per second under optimistic or true acceptance rates."""
     ip = sr.ip
@@ -245,7 +247,7 @@ def _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm):
                     if math.isnan(cterm[cl]):
                         cterm[cl] = _expected(_acc_rate(ss, cl, dd), k)
                     v += cterm[cl]
-            v = v / _time_s(sr, a, c, lag, times, dmemo, tmp)
+            v = v / _time_s(sr, a, c, lag, times, dmemo, vmemo, tmp)
             if v > best:
                 best, j = v, a
     return j
@@ -278,10 +280,10 @@ def _learn(ss, kind, ctx_id, j, k, d, reward, ten, accepted):
 @njit(cache=True)
 def workspace(sr, n_dec):
     """Scratch arrays for :func:`step` on a batch of ``n_dec``: ``(wi, times, dmemo,
-    cnt, cterm)``, reused by the steps of one run."""
+    vmemo, cnt, cterm)``, reused by the steps of one run."""
     ip = sr.ip
     return (np.empty((W_ROWS, n_dec), np.int64), np.empty(ip[Q_N_ARMS]),
-            np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))),
+            np.empty((max(ip[Q_DRAFTS], 1), max(ip[Q_MAX_K], 1))), np.empty(ip[Q_MAX_K] + 2),
             np.empty(ip[Q_CLASSES], np.int64), np.empty(max(ip[Q_CLASSES], 1)))
 
 
@@ -335,7 +337,7 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
     bt = cfg[T.C_BT]
     p = rep.pool
     m = n_dec
-    wi, times, dmemo, cnt, cterm = ws
+    wi, times, dmemo, vmemo, cnt, cterm = ws
     idx, c, lag, held0 = wi[W_IDX], wi[W_CTX], wi[W_LAG], wi[W_HELD]
     ten, grow, accepted, tmp = wi[W_TEN], wi[W_GROW], wi[W_ACC], wi[W_TMP]
     idx[:] = dec[:m]
@@ -350,17 +352,19 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
         ten[q] = tenant[i]
     times[:] = np.nan
     dmemo[:] = np.nan
+    vmemo[:] = np.nan
+    vmemo[0] = context_sum(c[:m])
     ctx_id = _context_id(sr, ten[:m], cnt)
     kind = ip[Q_KIND]
     if kind == SP_PYTHON:
         j = _python_choose(cfg[T.C_HOOK], idx[:m].copy(), c[:m].copy(), lag[:m].copy())
     else:
-        j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, tmp, cterm)
+        j = _choose_arm(sr, ss, ctx_id, idx, ten, c, lag, times, dmemo, vmemo, tmp, cterm)
     k, d = arm_of(sr, j)
     d = max(d, 0)
     k = _grow_blocks(req, rep, cfg, idx, c, held0, grow, m, k)  # (7)
     j = arm_index(sr, k, d)
-    dt = _time_s(sr, j, c, lag, times, dmemo, tmp)
+    dt = _time_s(sr, j, c, lag, times, dmemo, vmemo, tmp)
     fst = rep.fst
     fst[T.F_NOW] += dt
     fst[T.F_BUSY] += dt
@@ -400,7 +404,8 @@ def step(req, rep, cfg, sr, ss, dec, n_dec, ws):
         bound = 0.0
         for a in range(ip[Q_N_ARMS]):
             ka, _ = arm_of(sr, a)
-            bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo, tmp))
+            bound = max(bound, m * (ka + 1) / _time_s(sr, a, c, lag, times, dmemo, vmemo,
+                                                          tmp))
         _learn(ss, kind, ctx_id, j, k, d, min(1.0, emitted / dt / bound), ten, accepted)
     elif kind == SP_PYTHON:
         with objmode():

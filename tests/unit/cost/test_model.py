@@ -107,6 +107,21 @@ def test_decode_run_matches_sum_of_iterations():
     assert total == pytest.approx(steps, rel=1e-12)
 
 
+@pytest.mark.parametrize("llm", ["llama-2-7b", "mistral-7b"])
+def test_decode_time_at_is_the_iteration_at_shifted_contexts(llm):
+    """decode_time_at prices a decode iteration from the contexts' sum: the same float as
+    iteration_time of the batch at contexts + k, with a sliding window (mistral) too."""
+    m = cost_model(gpu="a100-80gb", llm=llm)
+    rng = np.random.default_rng(3)
+    e = np.zeros(0, np.int64)
+    for n in (0, 1, 7, 64):
+        c = rng.integers(1, 9000, n)
+        s = K.context_sum(c)
+        for k in (0, 1, 5, 700):
+            assert K.decode_time_at(m.params, c, s, k) == K.iteration_time(m.params, e, e,
+                                                                           c + k)
+
+
 def test_cost_model_for_cluster():
     cl = lp.Cluster(gpu="h100-sxm", llm="llama-3-70b", tp=4, replicas=2)
     m = cost_model_for(cl)
