@@ -43,27 +43,35 @@ import numpy as np
 from numba import njit
 
 from lpserve.kernels.heap import heap_pop, heap_push
-
-MODE_GLRU, MODE_TTL, MODE_DECAY, MODE_TAIL, MODE_INDEX = 0, 1, 2, 3, 4
-MODE_NAMES = ("group-lru", "ttl-pin", "reuse-decay", "tail-lru", "return-knapsack")
-N_CLASSES = 3  # Trace.wait_kind + 1: unknown, tool call, user turn
-#: ``params`` of :func:`group_replay`: the longest wait that counts as a return (s), fits
-#: refreshed every this many ended waits, reuse horizon (s), tail threshold (tokens),
-#: weight of the newest gap in a thread's moving average, fixed TTL (s; < 0: learn),
-#: fewest ended waits before a class uses its own fit, tokens per block
-#: the ttl-pin duel's level alpha (0: no duel), the duel's start (eq. (4b)): the leader
-#: (1: ttl-pin) and the evidence D, V against it carried over from other traffic, and the
-#: scale of its boundary in capacities (y = (scale * capacity) ** 2)
-(P_AMAX, P_REFIT, P_HORIZON, P_XI, P_ALPHA, P_TTL, P_MIN_N, P_BLOCK, P_DUEL, P_LEAD0, P_D0,
- P_V0, P_DSCALE) = range(13)
-N_PARAMS = 13
-#: ages (s) at which keys are re-evaluated; bin ``b`` is ``[AGE_EDGES_S[b], [b+1])``
-AGE_EDGES_S = np.array([0.0, 2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 90, 120, 180,
-                        240, 360, 480, 720, 900, 1200, 1800, 2700, 3600])
-#: candidate TTLs (s) of the ttl-pin fit
-TTL_GRID_S = np.array([0.0, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800,
-                       3600])
-PRIOR_GAP_S = 60.0  # prior mean return gap of the reuse-decay fit (one pseudo-return)
+from lpserve.kernels.session_keys import (  # noqa: F401 - the replay's names
+    AGE_EDGES_S,
+    MODE_DECAY,
+    MODE_GLRU,
+    MODE_INDEX,
+    MODE_NAMES,
+    MODE_TAIL,
+    MODE_TTL,
+    N_CLASSES,
+    N_PARAMS,
+    P_ALPHA,
+    P_AMAX,
+    P_BLOCK,
+    P_D0,
+    P_DSCALE,
+    P_DUEL,
+    P_HORIZON,
+    P_LEAD0,
+    P_MIN_N,
+    P_REFIT,
+    P_TTL,
+    P_V0,
+    P_XI,
+    PRIOR_GAP_S,
+    TTL_GRID_S,
+    decay_score,
+    group_key,
+    predicted_gap,
+)
 
 
 # ===================================================================================== fits
@@ -146,34 +154,6 @@ def fit_return(R, X, NE, edges, amax, min_n):  # pragma: no cover
 
 
 @njit(cache=True)
-def decay_score(NE, c, age, horizon, min_n):  # pragma: no cover
-    """Eq. (5): probability of a reuse within ``horizon`` s for a group of class ``c`` idle
-    for ``age`` s, under an exponential reuse time (rate from the class's returns, plus a
-    pseudo-return of ``PRIOR_GAP_S``) reached with the class's return share; a class with
-    fewer than ``min_n`` ended waits uses the pooled statistics."""
-    n, k, s = NE[c, 0], NE[c, 1], NE[c, 2]
-    if n < min_n:
-        n, k, s = NE[:, 0].sum(), NE[:, 1].sum(), NE[:, 2].sum()
-    p = (k + 1.0) / (n + 2.0)
-    theta = (k + 1.0) / (s + PRIOR_GAP_S)
-    e = math.exp(-theta * age)
-    return p * e * (1.0 - math.exp(-theta * horizon)) / (1.0 - p + p * e)
-
-
-@njit(cache=True)
-def predicted_gap(NE, tg, th, c):  # pragma: no cover - numba
-    """Predicted time (s) until thread ``th`` returns after a wait of class ``c``: the
-    moving average ``tg[th, c]`` of its own gaps after such waits, else the class's mean
-    return gap (pooled over classes before the class has returns), else ``PRIOR_GAP_S``."""
-    if th >= 0 and tg[th, c] > 0:
-        return tg[th, c]
-    if NE[c, 1] > 0:
-        return NE[c, 2] / NE[c, 1]
-    k = NE[:, 1].sum()
-    return NE[:, 2].sum() / k if k > 0 else PRIOR_GAP_S
-
-
-@njit(cache=True)
 def update_gap(tg, th, c, gap, amax, alpha):  # pragma: no cover - numba
     """Fold a return after ``gap`` s into thread ``th``'s moving average for class ``c``
     (weight ``alpha`` on the newest; a gap above ``amax`` is no return and is skipped)."""
@@ -191,37 +171,6 @@ def duel_bound(V, y, alpha):  # pragma: no cover - numba
 
 
 # ===================================================================================== keys
-@njit(cache=True)
-def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edges,
-              params):  # pragma: no cover - numba
-    """``(primary, secondary, next re-key time)`` at ``now`` of a group touched at ``t_g``
-    (smallest key goes first); the next time is after ``now``, ``inf`` when the key no
-    longer changes. Ages are compared as absolute times, so the next time is never
-    ``now`` itself."""
-    inf = np.inf
-    if mode == MODE_GLRU:
-        return 0.0, t_g, inf
-    if mode == MODE_TAIL:
-        return (0.0 if top_depth >= need else 1.0), t_g, inf
-    if mode == MODE_TTL:
-        if now < expiry:  # pinned: ``value`` is the predicted return time
-            return 1.0, -value, expiry
-        return 0.0, t_g, inf
-    B = edges.shape[0] - 1
-    b = 0
-    while b + 1 < B and t_g + edges[b + 1] <= now:
-        b += 1
-    nxt = t_g + edges[b + 1] if b + 1 < B else inf
-    if mode == MODE_DECAY:
-        return decay_score(NE, c, edges[b], params[P_HORIZON], params[P_MIN_N]), t_g, nxt
-    if NE[:, 0].sum() < params[P_MIN_N]:  # return-knapsack before any data: LRU order
-        return 0.0, t_g, nxt
-    idx = value * pi[c, b] / mu[c, b]
-    if b + 1 < B and pi[c, b + 1] / mu[c, b + 1] > pi[c, b] / mu[c, b]:
-        return idx, -t_g, nxt  # the index still rises with age: the younger group goes first
-    return idx, t_g, nxt
-
-
 @njit(cache=True)
 def group_keys(mode, cls, t_g, now, expiry, value, NE, pi, mu, edges,
                params):  # pragma: no cover - numba

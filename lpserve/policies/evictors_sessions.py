@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.arrays import group_rows
+from lpserve.kernels import session_keys as SK
 from lpserve.policies import _group_kernels as G
 from lpserve.policies import _group_ref as GR
 from lpserve.policy import Evictor, EvictorView, Meta, RequestEvent
@@ -318,6 +319,36 @@ class SessionEvictor(Evictor):
 
             self._cost = cost_model_for(cluster)
         self._fit: tuple | None = None  # (tau, pi, mu), fitted on first use
+        self._sv: tuple | None = None  # the arrays shared with a compiled pool, if bound
+
+    def kernel_spec(self) -> tuple[str, tuple[float, ...]] | None:
+        """The compiled pool's kind for this evictor, ``session-groups``, whose order is
+        :meth:`evict`'s (:mod:`lpserve.sim._session_evict`) while :meth:`observe` learns
+        in Python; None (asked in Python) for ttl-pin with its duel, whose shadow caches
+        only this object keeps."""
+        if self.reads_keys:
+            return None
+        return "session-groups", (0.0, 0.0, 1.0, 1.0)
+
+    def kernel_arrays(self, thread_ids: np.ndarray, max_depth: int,
+                      block_tokens: int) -> tuple[np.ndarray, ...]:
+        """The arrays this evictor shares with the compiled pools of a run (after
+        :meth:`reset`; layouts in :mod:`lpserve.kernels.session_keys`): ``(sv_f, NE,
+        (pi, mu), info, thread ids, recompute value by depth)``. ``thread_ids``: the run's
+        threads (int64, any order); ``max_depth``: the deepest block depth; ``block_tokens``
+        tokens per block. :meth:`observe` keeps them current from then on."""
+        sp = self.spec
+        tid = np.unique(np.asarray(thread_ids, np.int64))
+        sv_f = np.zeros(SK.SV_LEN)
+        sv_f[SK.SV_MODE], sv_f[SK.SV_PINS] = sp.mode, 1.0
+        sv_f[SK.SV_PAR:] = sp.params(int(block_tokens))
+        info = np.full((max(tid.size, 1), SK.N_INFO), np.nan)
+        val = self._values(np.arange(int(max_depth) + 1), int(block_tokens))
+        pm = np.zeros((2,) + self._st.R.shape)
+        self._sv = (sv_f, self._st.NE, pm, info, tid, np.ascontiguousarray(val, np.float64))
+        self._fitted()  # the first fit, as on first use (no wait can end before a finish)
+        self._publish()
+        return self._sv
 
     def _refit(self) -> None:
         st, sp = self._st, self.spec
@@ -326,6 +357,14 @@ class SessionEvictor(Evictor):
         pi, mu = G.fit_return(st.R, st.X, st.NE, G.AGE_EDGES_S, sp.amax_s, float(sp.min_n))
         self._fit = (tau, pi, mu)
         self._n_new = 0
+        self._publish()
+
+    def _publish(self) -> None:
+        """Copy the latest fit into the arrays shared with compiled pools (if bound)."""
+        if self._sv is not None and self._fit is not None:
+            tau, pi, mu = self._fit
+            self._sv[0][SK.SV_TAU:SK.SV_PAR] = tau
+            self._sv[2][0], self._sv[2][1] = pi, mu
 
     def _fitted(self) -> tuple:
         """(TTL per wait class (s), return probabilities, mean return gaps): the fit of the
@@ -367,7 +406,9 @@ class SessionEvictor(Evictor):
             q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
             need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
             tau = self._fitted()[0]
-            self._info[th] = (now, now + tau[c], now + self._predicted(th, c), need)
+            self._info[th] = info = (now, now + tau[c], now + self._predicted(th, c), need)
+            if self._sv is not None:
+                self._sv[3][np.searchsorted(self._sv[4], th)] = info
             if sp.mode == G.MODE_TTL and sp.duel_alpha > 0:
                 self._duel(event, c, need)
         if self._n_new >= sp.refit:

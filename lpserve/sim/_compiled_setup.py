@@ -13,7 +13,8 @@ from lpserve.sim import _state_kernels as T
 from lpserve.sim.state import RunContext, State
 from lpserve.sim.twins import twin_spec
 
-__all__ = ["engine_config", "request_arrays", "spec_run", "transfer_coefficients"]
+__all__ = ["engine_config", "request_arrays", "session_arrays", "spec_run",
+           "transfer_coefficients"]
 
 _BATCH = {"prefill-first": T.BATCH_PREFILL, "decode-first": T.BATCH_DECODE,
           "mixed": T.BATCH_MIXED, "static": T.BATCH_STATIC}
@@ -140,6 +141,16 @@ def spec_run(ctx: RunContext, n: int) -> SP.SpecRun:
                       dparams=np.stack(runner.draft_params), rates=rates,
                       edges=np.asarray(dec.bucket_edges, np.int64),
                       counts=np.zeros(6, np.int64), eterm=eterm)
+
+
+def session_arrays(ctx: RunContext, evictor: Any) -> tuple[np.ndarray, ...]:
+    """The arrays a session-aware evictor shares with the run's pools (its
+    ``kernel_arrays``): the run's threads, and block depths up to the longest request's."""
+    S = ctx.state
+    thread = np.asarray(S.thread, np.int64)
+    longest = int((np.asarray(S.prompt) + np.asarray(S.out)).max(initial=0))
+    return evictor.kernel_arrays(thread[thread >= 0], longest // ctx.block_tokens + 2,
+                                 ctx.block_tokens)
 
 
 def transfer_coefficients(cost: Any, link_gbps: float) -> tuple[float, float]:

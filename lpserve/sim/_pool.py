@@ -26,6 +26,8 @@ knapsack   ``k1 = last + credit * p(c)`` with the reuse class ``c = min(hits, 3)
            fixed for one eviction batch (one heap per class, ordered by last access)
 lookahead  ``k1 = last + 1e12 * queued`` (blocks the first waiting requests would hit)
 external   no heap: an evictor written in Python chooses from an ``EvictorView``
+groups     no heap: blocks kept in their session groups (:mod:`lpserve.sim._groups`),
+           ordered at each eviction (:mod:`lpserve.sim._session_evict`)
 =========  =========================================================================
 
 "Radix leaves first": only blocks without a cached child are taken while there are
@@ -43,14 +45,18 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from lpserve.sim import _groups as GR
+from lpserve.sim import _keytable as KT
+from lpserve.sim._keytable import mix64  # noqa: F401 - the pool's key hash
 from lpserve.sim._structs import POOL_FIELDS, new_pool
 
 # evictor kinds
 EV_LRU, EV_PREFIX, EV_SESSION, EV_GDSF, EV_RADIX, EV_LFU, EV_KNAPSACK, EV_LOOKAHEAD, \
-    EV_EXTERNAL = range(9)
+    EV_EXTERNAL, EV_GROUPS = range(10)
 EVICTOR_KINDS = {"lru": EV_LRU, "prefix-lru": EV_PREFIX, "session": EV_SESSION,
                  "gdsf": EV_GDSF, "radix-lru": EV_RADIX, "lfu": EV_LFU,
-                 "knapsack": EV_KNAPSACK, "lookahead": EV_LOOKAHEAD}
+                 "knapsack": EV_KNAPSACK, "lookahead": EV_LOOKAHEAD,
+                 "session-groups": EV_GROUPS}
 N_HEAPS = 4
 # heap h: a binary heap (rows h of the heap arrays, hsize[h] entries) and a sorted run
 # (rows Q0 + h, a ring from hsize[Q0 + h] of hsize[2 Q0 + h] entries); hsize[3 Q0 + h]:
@@ -64,7 +70,7 @@ P_KNAP = 10  # five counts: evictable blocks with hits 0, 1, 2, 3 and > 3
 N_PIST = 15
 # si rows (int64 per slot)
 S_REF, S_DEPTH, S_HITS, S_HASKEY, S_KEY, S_PKEY, S_STAMP, S_THREAD, S_WAIT = range(9)
-N_SI = 9
+N_SI = 9 + GR.N_SI_GROUPS  # then a session group's rows (_groups.S_GROUP, ...)
 # sf rows (float64 per slot)
 F_LAST, F_CREATED, F_GAP = range(3)
 N_SF = 3
@@ -81,9 +87,12 @@ def pool_struct(arrays: "PoolArrays") -> Any:
 
 
 def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
-                    params: tuple[float, ...] = (0.0, 0.0, 1.0, 1.0)) -> PoolArrays:
+                    params: tuple[float, ...] = (0.0, 0.0, 1.0, 1.0),
+                    session: Any = None) -> PoolArrays:
     """The arrays of an empty pool of ``total_blocks`` blocks with evictor ``kind`` and its
-    parameters ``(credit_s, protect_depth, age_s, depth_scale)``."""
+    parameters ``(credit_s, protect_depth, age_s, depth_scale)``; ``session``: the arrays
+    a session-aware evictor shares with the pool (kind ``session-groups``,
+    :meth:`lpserve.policies.evictors_sessions.SessionEvictor.kernel_arrays`)."""
     total = int(total_blocks)
     cap = 16
     while cap < 4 * total:
@@ -97,8 +106,12 @@ def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
     ist[P_KIND] = kind
     ist[P_CACHING] = int(bool(prefix_caching))
     si = np.zeros((N_SI, total), np.int64)
-    si[S_STAMP] = si[S_THREAD] = si[S_WAIT] = -1
+    si[S_STAMP] = si[S_THREAD] = si[S_WAIT] = si[GR.S_GROUP] = -1
     si[S_PKEY] = NOKEY
+    gi, gt = GR.new_group_arrays(total, kind == EV_GROUPS)
+    if session is None:
+        session = (np.zeros(1), np.zeros((1, 1)), np.zeros((1, 1, 1)), np.zeros((1, 1)),
+                   np.zeros(1, np.int64), np.zeros(1))
     return PoolArrays(ist=ist, si=si, sf=np.zeros((N_SF, total)),
                 fstack=np.arange(total - 1, -1, -1, dtype=np.int64),
                 hk=np.zeros(cap, np.int64), hs=np.full(cap, -1, np.int64),
@@ -108,85 +121,23 @@ def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
                 hslot=np.zeros((2 * N_HEAPS, hcap), np.int64),
                 hstamp=np.zeros((2 * N_HEAPS, hcap), np.int64),
                 hsize=np.zeros(4 * N_HEAPS, np.int64), kp=np.asarray(params, np.float64),
-                mark=np.zeros(total, np.int64))
+                mark=np.zeros(total, np.int64), gi=gi, gt=gt, sv_f=session[0],
+                sv_ne=session[1], sv_pm=session[2], sv_info=session[3], sv_tid=session[4],
+                sv_val=session[5])
 
 
 # ===================================================================================== keys
 @njit(cache=True)
-def mix64(x):
-    """splitmix64's finalizer on the bits of int64 ``x`` (int64 in, int64 out)."""
-    z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return np.int64(z)
-
-
-@njit(cache=True)
-def _probe(p, key):
-    """Table index holding ``key``, else the empty one where it would go."""
-    mask = p.ist[P_MASK]
-    hu, hk = p.hu, p.hk
-    j = mix64(key) & mask
-    while hu[j] and hk[j] != key:
-        j = (j + 1) & mask
-    return j
-
-
-@njit(cache=True)
-def _slot_of_table(p, key):
-    """Table index of ``key`` (-1 if absent)."""
-    j = _probe(p, key)
-    return j if p.hu[j] else -1
-
-
-@njit(cache=True)
-def _table_get_or_add(p, key):
-    """Table entry of ``key``, inserted (no slot, no cached child) when absent."""
-    j = _probe(p, key)  # inserted (no slot, no children) when absent
-    if not p.hu[j]:
-        p.hu[j] = 1
-        p.hk[j] = key
-        p.hs[j] = -1
-        p.hc[j] = 0
-    return j
-
-
-@njit(cache=True)
-def _table_drop_if_empty(p, j):
-    """Delete entry ``j`` when it holds no cached block and no cached child (backward
-    shift, so probing stays exact)."""
-    if p.hs[j] >= 0 or p.hc[j] > 0:
-        return
-    mask = p.ist[P_MASK]
-    hu, hk, hs, hc = p.hu, p.hk, p.hs, p.hc
-    hu[j] = 0
-    i = j
-    k = (j + 1) & mask
-    while hu[k]:
-        home = mix64(hk[k]) & mask
-        # move k to the hole at i when its home is not in (i, k] (cyclically)
-        if (k > i and (home <= i or home > k)) or (k < i and (home <= i and home > k)):
-            hk[i] = hk[k]
-            hs[i] = hs[k]
-            hc[i] = hc[k]
-            hu[i] = 1
-            hu[k] = 0
-            i = k
-        k = (k + 1) & mask
-
-
-@njit(cache=True)
 def cached_slot(p, key):
     """Slot holding ``key`` (-1 if not cached)."""
-    j = _slot_of_table(p, key)
+    j = KT.find(p.hu, p.hk, key)
     return -1 if j < 0 else p.hs[j]
 
 
 @njit(cache=True)
 def n_children(p, s):
     """Cached blocks whose prefix chain ends in the block of slot ``s``."""
-    j = _slot_of_table(p, p.si[S_KEY, s])
+    j = KT.find(p.hu, p.hk, p.si[S_KEY, s])
     return 0 if j < 0 else p.hc[j]
 
 
@@ -432,6 +383,9 @@ def _became_evictable(p, s):
     kind = p.ist[P_KIND]
     if kind == EV_EXTERNAL:  # an evictor written in Python chooses from a view
         return
+    if kind == EV_GROUPS:
+        GR.join(p.gi, p.gt, p.si, s, p.si[S_THREAD, s], p.si[S_WAIT, s], p.sf[F_LAST, s])
+        return
     if kind == EV_KNAPSACK:
         h = p.si[S_HITS, s]
         p.ist[P_KNAP + _hits_bucket(h)] += 1
@@ -449,6 +403,8 @@ def _left_evictable(p, s):
     """Slot ``s`` stops being evictable (acquired or dropped): its entries go stale."""
     if p.si[S_STAMP, s] >= 0 and p.ist[P_KIND] == EV_KNAPSACK:
         p.ist[P_KNAP + _hits_bucket(p.si[S_HITS, s])] -= 1
+    elif p.ist[P_KIND] == EV_GROUPS:
+        GR.leave(p.gi, p.gt, p.si, s)
     p.si[S_STAMP, s] = -1
 
 
@@ -526,7 +482,7 @@ def take_hashed(p, key, depth, now_s, parent_key, gap_s):
     p.ist[P_HASHED] += 1
     p.ist[P_FSP] -= 1
     s = p.fstack[p.ist[P_FSP]]
-    j = _table_get_or_add(p, key)
+    j = KT.get_or_add(p.hu, p.hk, p.hs, p.hc, key)
     p.hs[j] = s
     si, sf = p.si, p.sf
     si[S_KEY, s] = key
@@ -540,7 +496,7 @@ def take_hashed(p, key, depth, now_s, parent_key, gap_s):
     sf[F_LAST, s] = now_s
     sf[F_GAP, s] = gap_s
     if parent_key != NOKEY:
-        jp = _table_get_or_add(p, parent_key)
+        jp = KT.get_or_add(p.hu, p.hk, p.hs, p.hc, parent_key)
         p.hc[jp] += 1
     return s
 
@@ -552,16 +508,16 @@ def _drop(p, s):
     pk = p.si[S_PKEY, s]
     _left_evictable(p, s)
     if pk != NOKEY:
-        jp = _slot_of_table(p, pk)
+        jp = KT.find(p.hu, p.hk, pk)
         p.hc[jp] -= 1
         if p.hc[jp] == 0:
             ps = p.hs[jp]
             if ps >= 0:
                 _became_leaf(p, ps)
-            _table_drop_if_empty(p, jp)
-    j = _slot_of_table(p, key)
+            KT.drop_if_empty(p.hu, p.hk, p.hs, p.hc, jp)
+    j = KT.find(p.hu, p.hk, key)
     p.hs[j] = -1
-    _table_drop_if_empty(p, j)
+    KT.drop_if_empty(p.hu, p.hk, p.hs, p.hc, j)
     p.si[S_HASKEY, s] = 0
     p.si[S_PKEY, s] = NOKEY
     p.fstack[p.ist[P_FSP]] = s

@@ -21,6 +21,7 @@ from numba import njit, objmode
 
 from lpserve.sim import _evict_kernels as E
 from lpserve.sim import _pool as P
+from lpserve.sim import _session_evict as SE
 from lpserve.sim import hooks as H
 from lpserve.sim._structs import REP_FIELDS, REQ_FIELDS
 
@@ -264,6 +265,8 @@ def make_room(req, rep, cfg, need):
     elif kind == P.EV_LOOKAHEAD:
         q = queued_slots(req, rep, cfg)
         E.evict(p, n, q, q.shape[0])
+    elif kind == P.EV_GROUPS:  # a session-aware evictor's order (its statistics: Python)
+        SE.evict(p, n, rep.fst[F_NOW])
     else:
         E.evict(p, n, rep.hold, np.int64(0))
     return True

@@ -23,7 +23,8 @@ __all__ = ["new_pool", "new_off", "new_link", "new_req", "new_rep", "new_rk", "n
 PoolType, Pool = struct_type("Pool", __name__)
 POOL_FIELDS = (
     'ist', 'si', 'sf', 'fstack', 'hk', 'hs', 'hc', 'hu', 'hk1', 'hk2', 'hneg', 'hslot',
-    'hstamp', 'hsize', 'kp', 'mark',
+    'hstamp', 'hsize', 'kp', 'mark', 'gi', 'gt', 'sv_f', 'sv_ne', 'sv_pm', 'sv_info', 'sv_tid',
+    'sv_val',
 )
 POOL_T = PoolType([
     ("ist", types.int64[::1]),
@@ -42,12 +43,20 @@ POOL_T = PoolType([
     ("hsize", types.int64[::1]),
     ("kp", types.float64[::1]),
     ("mark", types.int64[::1]),
+    ("gi", types.int64[:, ::1]),
+    ("gt", types.float64[:, ::1]),
+    ("sv_f", types.float64[::1]),
+    ("sv_ne", types.float64[:, ::1]),
+    ("sv_pm", types.float64[:, :, ::1]),
+    ("sv_info", types.float64[:, ::1]),
+    ("sv_tid", types.int64[::1]),
+    ("sv_val", types.float64[::1]),
 ])
 
 
 @njit(cache=True)
 def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp, hsize, kp,
-             mark):
+             mark, gi, gt, sv_f, sv_ne, sv_pm, sv_info, sv_tid, sv_val):
     """A Pool over these arrays (see ``POOL_FIELDS``)."""
     s = structref.new(POOL_T)
     s.ist = ist
@@ -66,6 +75,14 @@ def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp,
     s.hsize = hsize
     s.kp = kp
     s.mark = mark
+    s.gi = gi
+    s.gt = gt
+    s.sv_f = sv_f
+    s.sv_ne = sv_ne
+    s.sv_pm = sv_pm
+    s.sv_info = sv_info
+    s.sv_tid = sv_tid
+    s.sv_val = sv_val
     return s
 
 OffType, Off = struct_type("Off", __name__)

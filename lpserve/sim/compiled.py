@@ -36,6 +36,7 @@ from lpserve.sim import hooks as H
 from lpserve.sim._compiled_setup import (
     engine_config,
     request_arrays,
+    session_arrays,
     spec_run,
     transfer_coefficients,
 )
@@ -173,13 +174,18 @@ class CompiledRun:
         else:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
-        # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), as is
-        # one that observes requests, and a preemption decider without one
-        self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
+        # a session-aware evictor's statistics, shared with every pool (it learns in Python)
+        self.ev_session = session_arrays(ctx, pol.evictor) \
+            if self.ev_kind == P.EV_GROUPS else None
+        # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), one
+        # that observes requests is told of them there, and a preemption decider without
+        # a twin is asked there
+        self.python_evictor = self.ev_kind == P.EV_EXTERNAL
+        self.python_observer = bool(self.cfg[T.C_OBSERVE]) and not self.python_evictor
         self.python_decider = decider == T.DECIDER_PYTHON
         self.python_controller = self.ctl_kind == SK.CTL_PYTHON
         self.python_speculation = int(self.sr_a.ip[SP.Q_KIND]) == SP.SP_PYTHON
-        self.hooked = self.python_evictor or self.python_decider or \
+        self.hooked = self.python_evictor or self.python_observer or self.python_decider or \
             self.python_controller or self.python_speculation or \
             ctx.iteration_log is not None
 
@@ -290,7 +296,8 @@ class CompiledReplica:
         self.wm_blocks = int(self.cfg[T.C_WM])
         self.cfg[T.C_PRO_TARGET] = proactive_target(self)  # (30): free blocks kept
         self.reserve_blocks = int(self.cfg[T.C_RESERVE])
-        pool = P.new_pool_arrays(total, self.eng.prefix_caching, run.ev_kind, run.ev_params)
+        pool = P.new_pool_arrays(total, self.eng.prefix_caching, run.ev_kind, run.ev_params,
+                                 run.ev_session)
         n = self.S.n
         ist = np.zeros(T.N_IST, np.int64)
         ist[T.I_WHEAD] = ist[T.I_WTAIL] = -1

@@ -1,0 +1,166 @@
+"""The session-aware evictors' order in the compiled replica (numba): an eviction of a pool
+whose evictor kind is ``session-groups`` (``_pool``'s table) takes the blocks
+:meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` would choose, without
+the pause that builds its view of every evictable block.
+
+The pool keeps its evictable blocks in groups (:mod:`lpserve.sim._groups`). An eviction
+of ``n`` blocks keys each live group at ``now``
+(:func:`lpserve.kernels.session_keys.pool_group_key`, from the statistics the evictor
+learns in Python and shares with the pool: ``sv_*`` fields, below), orders the groups by
+``(primary, secondary)`` with ties in ``(thread, release time, wait kind)`` order (the
+view's groups, :func:`lpserve.arrays.group_rows`; tail-lru by ``secondary`` alone), and
+takes blocks group by group, deepest first, ties by slot; tail-lru first takes the blocks
+at or past the depth the thread's next turn needs, then those. Work per eviction:
+O(G log G) in the live groups G plus the members of the groups it takes from (a group's
+mean value, read by return-knapsack, is summed again only after the group changed).
+
+The pool's ``sv_*`` arrays (written by the evictor, read here; layouts in
+:mod:`lpserve.kernels.session_keys`): ``sv_f`` mode, pinning flag, TTLs and parameters;
+``sv_ne`` the ended waits per class (K, 3) the evictor updates in place; ``sv_pm`` (2, K,
+B) the return probabilities and mean times of the latest fit; ``sv_info`` (threads, 4)
+each thread's latest finish; ``sv_tid`` the sorted thread ids of those rows; ``sv_val``
+each depth's recompute value (seconds; 1 without a cost model).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from lpserve.kernels import session_keys as K
+from lpserve.sim import _groups as GR
+from lpserve.sim import _pool as P
+
+
+@njit(cache=True)
+def _mean_value(p, g, buf):
+    """Group ``g``'s mean recompute value: its members' values summed in slot order (the
+    view's order), over their count; cached until the group changes."""
+    v = p.gt[GR.GT_VAL, g]
+    if not np.isnan(v):
+        return v
+    m = GR.members(p.gi, p.si, g, buf)
+    slots = np.sort(buf[:m])
+    tot = 0.0
+    for k in range(m):
+        d = p.si[P.S_DEPTH, slots[k]]
+        if d >= p.sv_val.shape[0]:
+            raise RuntimeError("internal: a KV block deeper than the run's longest request")
+        tot += p.sv_val[d]
+    v = tot / m
+    p.gt[GR.GT_VAL, g] = v
+    return v
+
+
+@njit(cache=True)
+def _group_keys(p, now, buf):
+    """The live groups and, per group, its key ``(primary, secondary)``, its place in the
+    view's group order ``(thread, release time bits, wait kind)`` and its tail depth."""
+    gi, gt = p.gi, p.gt
+    n_order = gi[GR.GI_STATE, GR.ST_ORDER]
+    live = np.empty(n_order, np.int64)
+    G = 0
+    for j in range(n_order):
+        g = gi[GR.GI_ORDER, j]
+        if gi[GR.GI_COUNT, g] > 0:
+            live[G] = g
+            G += 1
+    mode = int(p.sv_f[K.SV_MODE])
+    pi, mu = p.sv_pm[0], p.sv_pm[1]
+    keys = np.empty((2, G))
+    ties = np.empty((4, G), np.int64)  # thread, time bits, wait kind, tail depth
+    tbit = np.empty(1)
+    for k in range(G):
+        g = live[k]
+        c = gi[GR.GI_WAIT, g] + 1
+        t_g = gt[GR.GT_T, g]
+        value = _mean_value(p, g, buf) if mode == K.MODE_INDEX else 0.0
+        keys[0, k], keys[1, k], ties[3, k] = K.pool_group_key(
+            p.sv_f, p.sv_ne, pi, mu, p.sv_info, p.sv_tid, c, t_g, gi[GR.GI_THREAD, g], now,
+            value)
+        tbit[0] = t_g
+        ties[0, k], ties[1, k], ties[2, k] = gi[GR.GI_THREAD, g], tbit.view(np.int64)[0], \
+            gi[GR.GI_WAIT, g]
+    if mode == K.MODE_TAIL:  # tail-lru orders by the secondary key alone
+        keys[0, :] = 0.0
+    return live[:G], keys, ties
+
+
+@njit(cache=True)
+def _before(keys, ties, a, b):
+    """Whether group ``a`` goes before group ``b``: by key, then the view's group order."""
+    for r in range(2):
+        if keys[r, a] != keys[r, b]:
+            return keys[r, a] < keys[r, b]
+    for r in range(3):
+        if ties[r, a] != ties[r, b]:
+            return ties[r, a] < ties[r, b]
+    return False
+
+
+@njit(cache=True)
+def _order(keys, ties, order, n_done, used):
+    """Extend ``order[:n_done]`` (the first groups in eviction order) by the next group:
+    the smallest one not yet used (a scan: an eviction takes from few groups); after 16
+    scans the rest is sorted at once. Returns the new length."""
+    G = used.shape[0]
+    if n_done >= 16:
+        rest = np.empty(G - n_done, np.int64)
+        m = 0
+        for k in range(G):
+            if not used[k]:
+                rest[m] = k
+                m += 1
+        for r in range(2, -1, -1):  # stable sorts, least significant first
+            rest = rest[np.argsort(ties[r, rest], kind="mergesort")]
+        for r in range(1, -1, -1):
+            rest = rest[np.argsort(keys[r, rest], kind="mergesort")]
+        order[n_done:G] = rest
+        used[:] = True
+        return G
+    best = -1
+    for k in range(G):
+        if not used[k] and (best < 0 or _before(keys, ties, k, best)):
+            best = k
+    used[best] = True
+    order[n_done] = best
+    return n_done + 1
+
+
+@njit(cache=True)
+def evict(p, n, now):
+    """Evict ``n`` evictable blocks of pool ``p`` (``n <= evictable``) at ``now`` (s), in
+    the order of the module docstring."""
+    buf = np.empty(p.ist[P.P_TOTAL], np.int64)
+    live, keys, ties = _group_keys(p, now, buf)
+    G = live.shape[0]
+    tail = int(p.sv_f[K.SV_MODE]) == K.MODE_TAIL
+    order = np.empty(G, np.int64)
+    used = np.zeros(G, np.bool_)
+    n_ord = 0
+    chosen = np.empty(n, np.int64)
+    done = 0
+    for stage in range(2 if tail else 1):  # tail-lru: the blocks past the need first
+        for k in range(G):
+            if done == n:
+                break
+            if k == n_ord:
+                n_ord = _order(keys, ties, order, n_ord, used)
+            q = order[k]
+            m = GR.members(p.gi, p.si, live[q], buf)
+            slots = np.sort(buf[:m])
+            depth = np.empty(m, np.int64)
+            for j in range(m):
+                depth[j] = -p.si[P.S_DEPTH, slots[j]]
+            by_depth = np.argsort(depth, kind="mergesort")  # deepest first, ties by slot
+            for j in range(m):
+                s = slots[by_depth[j]]
+                if tail and (p.si[P.S_DEPTH, s] < ties[3, q]) != (stage == 1):
+                    continue
+                chosen[done] = s
+                done += 1
+                if done == n:
+                    break
+    if done < n:
+        raise RuntimeError("internal: session groups hold fewer blocks than evictable")
+    for k in range(n):
+        P.evict_one(p, chosen[k])
