@@ -289,6 +289,10 @@ class SessionEvictor(Evictor):
     block is pinned, and the evictable blocks the leading shadow has seen and dropped go
     first (the follower (4c) as far as a prefix cache that also holds the blocks of
     requests in flight allows; ``reads_keys`` gives the view's block keys).
+
+    On the compiled replicas every mode but ttl-pin with its duel orders its evictions in
+    the kernels (:meth:`kernel_spec`, :meth:`kernel_arrays`; ``lpserve.sim._session_evict``
+    takes the blocks :meth:`evict` would), while :meth:`observe` learns here.
     """
 
     meta = Meta(online=True, engines=("lpserve",))
