@@ -69,98 +69,16 @@ from lpserve.kernels.session_keys import (  # noqa: F401 - the replay's names
     PRIOR_GAP_S,
     TTL_GRID_S,
     decay_score,
+    fit_return,
+    fit_ttl,
     group_key,
     predicted_gap,
+    record_wait,
+    update_gap,
 )
 
 
 # ===================================================================================== fits
-@njit(cache=True)
-def record_wait(H, O, R, X, NE, c, gap, w, amax, edges, ttl_grid):  # pragma: no cover
-    """Add one ended wait of class ``c`` to the statistics: a return after ``gap`` s (a
-    gap above ``amax`` is no return) of a group of ``w`` blocks. ``H``/``O`` (K, J):
-    block-hits and block-seconds of each TTL; ``R``/``X`` (K, B): returns and waits at risk
-    per age bin; ``NE`` (K, 3): ended waits, returns, sum of return gaps."""
-    back = gap <= amax
-    for j in range(ttl_grid.shape[0]):
-        tau = ttl_grid[j]
-        if back and gap <= tau:
-            H[c, j] += w
-            O[c, j] += w * gap
-        else:
-            O[c, j] += w * tau
-    B = edges.shape[0] - 1
-    for b in range(B):
-        if back and gap < edges[b]:
-            break
-        X[c, b] += 1.0
-        if back and gap < edges[b + 1]:
-            R[c, b] += 1.0
-            break
-    NE[c, 0] += 1.0
-    if back:
-        NE[c, 1] += 1.0
-        NE[c, 2] += gap
-
-
-@njit(cache=True)
-def fit_ttl(H, O, min_n, NE, ttl_grid):  # pragma: no cover - numba
-    """TTL (s) and hit density (block-hits per pinned block-second) per class, eq. (3):
-    each class's TTL is the one of ``ttl_grid`` whose pins paid best so far, the largest
-    ``H / O`` (0 for a class with fewer than ``min_n`` ended waits). Returns ``(tau (K,),
-    density (K,))``."""
-    K, J = H.shape
-    tau = np.zeros(K)
-    dens = np.zeros(K)
-    for c in range(K):
-        if NE[c, 0] < min_n:
-            continue
-        for j in range(J):
-            if O[c, j] > 0 and H[c, j] / O[c, j] > dens[c]:
-                dens[c] = H[c, j] / O[c, j]
-                tau[c] = ttl_grid[j]
-    return tau, dens
-
-
-@njit(cache=True)
-def fit_return(R, X, NE, edges, amax, min_n):  # pragma: no cover
-    """Per class and age bin (K, B): the probability ``pi`` that a waiting group returns
-    and the mean time ``mu`` (s) to that return, from the at-risk counts (discrete
-    hazard per bin, eqs. (7)); a class with fewer than ``min_n`` ended waits uses the
-    pooled counts of all classes."""
-    K, B = R.shape
-    pi = np.zeros((K, B))
-    mu = np.ones((K, B))
-    Rp = R.sum(axis=0)
-    Xp = X.sum(axis=0)
-    for c in range(K):
-        own = NE[c, 0] >= min_n
-        for b in range(B):
-            surv = 1.0
-            p = 0.0
-            m = 0.0
-            for j in range(b, B):
-                r_ = R[c, j] if own else Rp[j]
-                x_ = X[c, j] if own else Xp[j]
-                h = r_ / x_ if x_ > 0 else 0.0
-                q = surv * h
-                hi = edges[j + 1] if j + 1 < B else amax
-                p += q
-                m += q * (0.5 * (edges[j] + hi) - edges[b])
-                surv *= 1.0 - h
-            pi[c, b] = p
-            mu[c, b] = max(m / p, 1.0) if p > 0 else 1e9
-    return pi, mu
-
-
-@njit(cache=True)
-def update_gap(tg, th, c, gap, amax, alpha):  # pragma: no cover - numba
-    """Fold a return after ``gap`` s into thread ``th``'s moving average for class ``c``
-    (weight ``alpha`` on the newest; a gap above ``amax`` is no return and is skipped)."""
-    if th >= 0 and gap <= amax:
-        tg[th, c] = gap if tg[th, c] <= 0 else alpha * gap + (1.0 - alpha) * tg[th, c]
-
-
 @njit(cache=True)
 def duel_bound(V, y, alpha):  # pragma: no cover - numba
     """Eq. (4b): the evidence ``D`` (summed per-request hit differences, ``V`` their summed

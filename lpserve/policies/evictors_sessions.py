@@ -30,7 +30,6 @@ hits exactly.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, fields
 from itertools import repeat
 from typing import Any
@@ -290,9 +289,11 @@ class SessionEvictor(Evictor):
     first (the follower (4c) as far as a prefix cache that also holds the blocks of
     requests in flight allows; ``reads_keys`` gives the view's block keys).
 
-    On the compiled replicas every mode but ttl-pin with its duel orders its evictions in
-    the kernels (:meth:`kernel_spec`, :meth:`kernel_arrays`; ``lpserve.sim._session_evict``
-    takes the blocks :meth:`evict` would), while :meth:`observe` learns here.
+    What it learns lives in arrays that :meth:`observe` updates with
+    :func:`lpserve.kernels.session_keys.learn`. On the compiled replicas every mode but
+    ttl-pin with its duel runs in the kernels (:meth:`kernel_spec`, :meth:`kernel_arrays`):
+    they call the same ``learn`` at each arrival and finish, and
+    ``lpserve.sim._session_evict`` takes the blocks :meth:`evict` would.
     """
 
     meta = Meta(online=True, engines=("lpserve",))
@@ -307,13 +308,16 @@ class SessionEvictor(Evictor):
 
     def reset(self, cluster: Any, rng: Any) -> None:
         """Forget everything learned in a previous run (keep the ``prior``)."""
-        self._st = (self.spec.prior or WaitStats.empty()).copy()
-        self._tg: dict[int, np.ndarray] = {}   # thread -> moving average gap per class
-        self._pending: dict[int, tuple] = {}   # thread -> (finish_s, class, blocks, tokens)
-        self._timeouts: list[tuple[float, int]] = []
-        self._info: dict[int, tuple] = {}      # thread -> (finish_s, expiry_s, return_s, need)
-        self._q = [0.0, 0.0]
-        self._n_new = 0
+        st = (self.spec.prior or WaitStats.empty()).copy()
+        # what is learned, in the arrays of lpserve.kernels.session_keys.learn (shared
+        # with the compiled pools of a run once bound, :meth:`kernel_arrays`)
+        self._HO, self._RX = np.stack([st.H, st.O]), np.stack([st.R, st.X])
+        self._st = WaitStats(self._HO[0], self._HO[1], self._RX[0], self._RX[1], st.NE)
+        self._sv_f = self._new_sv_f(1)
+        self._pm = np.zeros((2,) + st.R.shape)
+        self._rows: dict[int, int] = {}  # thread id -> row of _th
+        self._th = self._new_rows(16)
+        self._hf, self._hi = np.zeros((2, 64)), np.zeros((2, 64), np.int64)
         self._times: np.ndarray | None = None  # prefill seconds of k blocks from scratch
         self._cost = None
         self._shadows: dict[int, dict] = {}
@@ -322,101 +326,87 @@ class SessionEvictor(Evictor):
             from lpserve.cost import cost_model_for
 
             self._cost = cost_model_for(cluster)
-        self._fit: tuple | None = None  # (tau, pi, mu), fitted on first use
-        self._sv: tuple | None = None  # the arrays shared with a compiled pool, if bound
+
+    def _new_sv_f(self, block_tokens: int) -> np.ndarray:
+        sv_f = np.zeros(SK.SV_LEN)
+        sv_f[SK.SV_MODE], sv_f[SK.SV_PINS] = self.spec.mode, 1.0
+        sv_f[SK.SV_PAR:SK.SV_PAR + G.N_PARAMS] = self.spec.params(block_tokens)
+        return sv_f
+
+    @staticmethod
+    def _new_rows(n: int) -> np.ndarray:
+        th = np.full((n, SK.TH_LEN), np.nan)
+        th[:, SK.TH_TG:SK.TH_TG + G.N_CLASSES] = 0.0
+        return th
+
+    def _row(self, th: int) -> int:
+        """Row of thread ``th`` in the learned arrays (made, growing them, when new)."""
+        r = self._rows.get(th)
+        if r is None:
+            r = self._rows[th] = len(self._rows)
+            if r == self._th.shape[0]:
+                self._th = np.concatenate([self._th, self._new_rows(r)])
+        return r
 
     def kernel_spec(self) -> tuple[str, tuple[float, ...]] | None:
-        """The compiled pool's kind for this evictor, ``session-groups``, whose order is
-        :meth:`evict`'s (:mod:`lpserve.sim._session_evict`) while :meth:`observe` learns
-        in Python; None (asked in Python) for ttl-pin with its duel, whose shadow caches
-        only this object keeps."""
+        """The compiled pool's kind for this evictor, ``session-groups``: the kernels learn
+        as :meth:`observe` does and evict as :meth:`evict` does
+        (:mod:`lpserve.sim._session_evict`); None (asked in Python) for ttl-pin with its
+        duel, whose shadow caches only this object keeps."""
         if self.reads_keys:
             return None
         return "session-groups", (0.0, 0.0, 1.0, 1.0)
 
     def kernel_arrays(self, thread_ids: np.ndarray, max_depth: int,
                       block_tokens: int) -> tuple[np.ndarray, ...]:
-        """The arrays this evictor shares with the compiled pools of a run (after
-        :meth:`reset`; layouts in :mod:`lpserve.kernels.session_keys`): ``(sv_f, NE,
-        (pi, mu), info, thread ids, recompute value by depth)``. ``thread_ids``: the run's
-        threads (int64, any order); ``max_depth``: the deepest block depth; ``block_tokens``
-        tokens per block. :meth:`observe` keeps them current from then on."""
-        sp = self.spec
+        """The arrays the compiled pools of a run learn in and read (after :meth:`reset`;
+        layouts in :mod:`lpserve.kernels.session_keys`): ``(sv_f, NE, (pi, mu), thread
+        rows, their sorted thread ids, recompute value by depth, (H, O), (R, X), timeout
+        heap floats, ints)``. ``thread_ids``: the thread of every request of the run
+        (int64); ``max_depth``: the deepest block depth; ``block_tokens``: tokens per
+        block. The evictor's own state is these arrays from then on."""
         tid = np.unique(np.asarray(thread_ids, np.int64))
-        sv_f = np.zeros(SK.SV_LEN)
-        sv_f[SK.SV_MODE], sv_f[SK.SV_PINS] = sp.mode, 1.0
-        sv_f[SK.SV_PAR:] = sp.params(int(block_tokens))
-        info = np.full((max(tid.size, 1), SK.N_INFO), np.nan)
+        self._sv_f = self._new_sv_f(int(block_tokens))
+        self._rows = {int(t): k for k, t in enumerate(tid.tolist())}
+        self._th = self._new_rows(max(tid.size, 1))
+        cap = int(np.asarray(thread_ids).size) + 1  # one timeout per finish at most
+        self._hf, self._hi = np.zeros((2, cap)), np.zeros((2, cap), np.int64)
+        self._ensure_fit()
         val = self._values(np.arange(int(max_depth) + 1), int(block_tokens))
-        pm = np.zeros((2,) + self._st.R.shape)
-        self._sv = (sv_f, self._st.NE, pm, info, tid, np.ascontiguousarray(val, np.float64))
-        self._fitted()  # the first fit, as on first use (no wait can end before a finish)
-        self._publish()
-        return self._sv
+        return (self._sv_f, self._st.NE, self._pm, self._th, tid,
+                np.ascontiguousarray(val, np.float64), self._HO, self._RX, self._hf,
+                self._hi)
 
-    def _refit(self) -> None:
-        st, sp = self._st, self.spec
-        tau = (np.full(G.N_CLASSES, sp.ttl_s) if sp.ttl_s >= 0 else
-               G.fit_ttl(st.H, st.O, float(sp.min_n), st.NE, G.TTL_GRID_S)[0])
-        pi, mu = G.fit_return(st.R, st.X, st.NE, G.AGE_EDGES_S, sp.amax_s, float(sp.min_n))
-        self._fit = (tau, pi, mu)
-        self._n_new = 0
-        self._publish()
-
-    def _publish(self) -> None:
-        """Copy the latest fit into the arrays shared with compiled pools (if bound)."""
-        if self._sv is not None and self._fit is not None:
-            tau, pi, mu = self._fit
-            self._sv[0][SK.SV_TAU:SK.SV_PAR] = tau
-            self._sv[2][0], self._sv[2][1] = pi, mu
+    def _ensure_fit(self) -> None:
+        """The first fit, on first use (constructing the evictor compiles nothing); no
+        wait can end before a finish, so it is the prior's whenever it is made."""
+        if not self._sv_f[SK.SV_FITTED]:
+            SK.refit(self._sv_f, self._HO, self._RX, self._st.NE, self._pm)
 
     def _fitted(self) -> tuple:
-        """(TTL per wait class (s), return probabilities, mean return gaps): the fit of the
-        waits seen so far, made on first use (constructing the evictor compiles nothing)."""
-        if self._fit is None:
-            self._refit()
-        return self._fit
-
-    def _end_wait(self, th: int, gap: float, ev: RequestEvent | None) -> None:
-        t0, c, w, ctx = self._pending.pop(th)
-        st, sp = self._st, self.spec
-        G.record_wait(st.H, st.O, st.R, st.X, st.NE, c, gap, float(w), sp.amax_s,
-                      G.AGE_EDGES_S, G.TTL_GRID_S)
-        if gap <= sp.amax_s:
-            tg = self._tg.setdefault(th, np.zeros(G.N_CLASSES))
-            tg[c] = gap if tg[c] <= 0 else sp.alpha * gap + (1.0 - sp.alpha) * tg[c]
-        if ev is not None and ev.prompt_tokens >= ctx:
-            self._q[0] += ev.prompt_tokens - ctx
-            self._q[1] += 1.0
-        self._n_new += 1
+        """(TTL per wait class (s), return probabilities, mean return gaps): the latest
+        fit of the waits seen so far."""
+        self._ensure_fit()
+        return self._sv_f[SK.SV_TAU:SK.SV_PAR], self._pm[0], self._pm[1]
 
     def observe(self, event: RequestEvent) -> None:
-        """Learn from a request's arrival (a return) or finish (a wait begins)."""
-        now, th, sp = float(event.now_s), int(event.thread), self.spec
-        while self._timeouts and self._timeouts[0][0] + sp.amax_s < now:
-            t0, th0 = heapq.heappop(self._timeouts)
-            if th0 in self._pending and self._pending[th0][0] == t0:
-                self._end_wait(th0, np.inf, None)
-        if th < 0:
-            return
-        if event.kind == "arrive" and th in self._pending:
-            self._end_wait(th, now - self._pending[th][0], event)
-        elif event.kind == "finish":
-            c, bt = int(event.wait_kind) + 1, max(int(event.block_tokens), 1)
-            if th in self._pending:  # a second finish before a return: the first wait ends
-                self._end_wait(th, now - self._pending[th][0], None)
-            self._pending[th] = (now, c, event.prompt_tokens // bt, event.context_tokens)
-            heapq.heappush(self._timeouts, (now, th))
-            q_hat = self._q[0] / self._q[1] if self._q[1] else 0.0
-            need = int(np.ceil(max(0.0, event.context_tokens + q_hat - sp.xi_tokens) / bt))
-            tau = self._fitted()[0]
-            self._info[th] = info = (now, now + tau[c], now + self._predicted(th, c), need)
-            if self._sv is not None:
-                self._sv[3][np.searchsorted(self._sv[4], th)] = info
-            if sp.mode == G.MODE_TTL and sp.duel_alpha > 0:
-                self._duel(event, c, need)
-        if self._n_new >= sp.refit:
-            self._refit()
+        """Learn from a request's arrival (a return) or finish (a wait begins):
+        :func:`lpserve.kernels.session_keys.learn`, then ttl-pin's duel."""
+        th, fin = int(event.thread), event.kind == "finish"
+        r = self._row(th) if th >= 0 else 0
+        if int(self._sv_f[SK.SV_HEAP]) + 1 >= self._hf.shape[1]:
+            self._hf = np.concatenate([self._hf, np.zeros_like(self._hf)], axis=1)
+            self._hi = np.concatenate([self._hi, np.zeros_like(self._hi)], axis=1)
+        if fin:
+            self._ensure_fit()
+        due = SK.learn(self._sv_f, self._HO, self._RX, self._st.NE, self._pm, self._th,
+                       self._hf, self._hi, fin, float(event.now_s), th, r,
+                       int(event.wait_kind), int(event.prompt_tokens),
+                       int(event.context_tokens), int(event.block_tokens))
+        if fin and th >= 0 and self.reads_keys:
+            self._duel(event, int(event.wait_kind) + 1, int(self._th[r, SK.TH_NEED]))
+        if due:
+            SK.refit(self._sv_f, self._HO, self._RX, self._st.NE, self._pm)
 
     def _duel(self, ev: RequestEvent, c: int, need: int) -> None:
         """Step the replica's shadow LRU and ttl-pin caches with a finished request and
@@ -461,9 +451,9 @@ class SessionEvictor(Evictor):
     def _predicted(self, th: int, c: int) -> float:
         """Predicted gap (s) of thread ``th`` after a wait of class ``c``
         (``_group_kernels.predicted_gap``)."""
-        tg = self._tg.get(th)
-        own = np.zeros(G.N_CLASSES) if tg is None else tg
-        return float(G.predicted_gap(self._st.NE, own.reshape(1, -1), 0, c))
+        r = self._rows.get(th, -1) if th >= 0 else -1
+        return float(G.predicted_gap(self._st.NE,
+                                     self._th[:, SK.TH_TG:SK.TH_TG + G.N_CLASSES], r, c))
 
     def _values(self, depth: np.ndarray, bt: int) -> np.ndarray:
         """Recompute seconds of blocks at ``depth`` (cost model), 1 each without one."""
@@ -497,11 +487,12 @@ class SessionEvictor(Evictor):
         tau, pi, mu = self._fitted()
         expiry = t_g + tau[c_g]  # a group no thread's latest finish explains
         ret = t_g + np.array([self._predicted(-1, c) for c in range(G.N_CLASSES)])[c_g]
-        info = self._info
+        rows, last = self._rows, self._th
         for k, (thj, tg_) in enumerate(zip(th[first].tolist(), t_g.tolist())):
-            rec = info.get(thj)
-            if rec is not None and rec[0] == tg_:
-                expiry[k], ret[k], gneed[k] = rec[1], rec[2], rec[3]
+            rj = rows.get(thj)  # the thread's latest finish released this group
+            if rj is not None and last[rj, SK.TH_FINISH] == tg_:
+                expiry[k], ret[k] = last[rj, SK.TH_EXPIRY], last[rj, SK.TH_RETURN]
+                gneed[k] = int(last[rj, SK.TH_NEED])
         if not pins:
             expiry = t_g
         prim, sec = G.group_keys(sp.mode, c_g, t_g, now, expiry,

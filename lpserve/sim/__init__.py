@@ -275,8 +275,7 @@ def _run_stats(sim: Any, policy: Policy, wall_s: float) -> dict[str, Any]:
         # which hooks ran in Python: "compiled" (numba replicas), with "+python-ranks" (a
         # scheduler written in Python, asked at planning steps) and "+python-evictor" (an
         # evictor written in Python, asked at evictions and told of arrivals and
-        # finishes), "+python-observer" (a compiled evictor that learns in Python, told
-        # of arrivals and finishes), "+python-decider" (a preemption decider written in Python, asked
+        # finishes), "+python-decider" (a preemption decider written in Python, asked
         # per victim), "+python-controller" (a budget controller written in Python) and
         # "+python-speculation" (a speculation decider written in Python, asked per
         # speculative step), and "+reference" in the reference mode (one iteration per

@@ -111,7 +111,8 @@ def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
     gi, gt = GR.new_group_arrays(total, kind == EV_GROUPS)
     if session is None:
         session = (np.zeros(1), np.zeros((1, 1)), np.zeros((1, 1, 1)), np.zeros((1, 1)),
-                   np.zeros(1, np.int64), np.zeros(1))
+                   np.zeros(1, np.int64), np.zeros(1), np.zeros((1, 1, 1)),
+                   np.zeros((1, 1, 1)), np.zeros((1, 1)), np.zeros((1, 1), np.int64))
     return PoolArrays(ist=ist, si=si, sf=np.zeros((N_SF, total)),
                 fstack=np.arange(total - 1, -1, -1, dtype=np.int64),
                 hk=np.zeros(cap, np.int64), hs=np.full(cap, -1, np.int64),
@@ -121,9 +122,8 @@ def new_pool_arrays(total_blocks: int, prefix_caching: bool, kind: int = EV_LRU,
                 hslot=np.zeros((2 * N_HEAPS, hcap), np.int64),
                 hstamp=np.zeros((2 * N_HEAPS, hcap), np.int64),
                 hsize=np.zeros(4 * N_HEAPS, np.int64), kp=np.asarray(params, np.float64),
-                mark=np.zeros(total, np.int64), gi=gi, gt=gt, sv_f=session[0],
-                sv_ne=session[1], sv_pm=session[2], sv_info=session[3], sv_tid=session[4],
-                sv_val=session[5])
+                mark=np.zeros(total, np.int64), gi=gi, gt=gt,
+                **dict(zip(POOL_FIELDS[-10:], session)))
 
 
 # ===================================================================================== keys

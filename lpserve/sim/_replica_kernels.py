@@ -19,6 +19,7 @@ from lpserve.sim import _pool as P
 from lpserve.sim import _preempt_kernels as PK
 from lpserve.sim import _ranks as RK
 from lpserve.sim import _run_kernels as RUN
+from lpserve.sim import _session_evict as SE
 from lpserve.sim import _spec_kernels as SP
 from lpserve.sim import _state_kernels as T
 from lpserve.sim import _step_kernels as S
@@ -64,6 +65,9 @@ def enqueue(req, rep, cfg, i, t):
         req.replica[i] = cfg[T.C_INDEX]
     if cfg[T.C_OBSERVE]:
         E.observe(cfg[T.C_HOOK], 0, i, rep.fst[T.F_NOW], req.keybuf[:0])
+    elif rep.pool.ist[P.P_KIND] == P.EV_GROUPS:  # a session-aware evictor learns here
+        SE.learn(rep.pool, False, rep.fst[T.F_NOW], req.thread[i], -1, req.prompt[i],
+                 req.prompt[i], cfg[T.C_BT])
     return 0
 
 

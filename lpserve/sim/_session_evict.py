@@ -1,25 +1,29 @@
-"""The session-aware evictors' order in the compiled replica (numba): an eviction of a pool
-whose evictor kind is ``session-groups`` (``_pool``'s table) takes the blocks
-:meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` would choose, without
-the pause that builds its view of every evictable block.
+"""A session-aware evictor in the compiled replica (numba), for a pool whose evictor kind
+is ``session-groups`` (``_pool``'s table): it learns at each arrival and finish
+(:func:`learn`) and evicts the blocks
+:meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` would choose, without a
+pause to Python.
 
 The pool keeps its evictable blocks in groups (:mod:`lpserve.sim._groups`). An eviction
 of ``n`` blocks keys each live group at ``now``
-(:func:`lpserve.kernels.session_keys.pool_group_key`, from the statistics the evictor
-learns in Python and shares with the pool: ``sv_*`` fields, below), orders the groups by
-``(primary, secondary)`` with ties in ``(thread, release time, wait kind)`` order (the
-view's groups, :func:`lpserve.arrays.group_rows`; tail-lru by ``secondary`` alone), and
-takes blocks group by group, deepest first, ties by slot; tail-lru first takes the blocks
-at or past the depth the thread's next turn needs, then those. Work per eviction:
-O(G log G) in the live groups G plus the members of the groups it takes from (a group's
-mean value, read by return-knapsack, is summed again only after the group changed).
+(:func:`lpserve.kernels.session_keys.pool_group_key`, from what the evictor learned:
+``sv_*`` fields, below), orders the groups by ``(primary, secondary)`` with ties in
+``(thread, release time, wait kind)`` order (the view's groups,
+:func:`lpserve.arrays.group_rows`; tail-lru by ``secondary`` alone), and takes blocks
+group by group, deepest first, ties by slot; tail-lru first takes the blocks at or past
+the depth the thread's next turn needs, then those. Work per eviction: O(G) in the live
+groups G to key them, plus the members of the groups it takes from (found by scans, a
+sort past 16 groups; a group's mean value, read by return-knapsack, is summed again only
+after the group changed).
 
-The pool's ``sv_*`` arrays (written by the evictor, read here; layouts in
-:mod:`lpserve.kernels.session_keys`): ``sv_f`` mode, pinning flag, TTLs and parameters;
-``sv_ne`` the ended waits per class (K, 3) the evictor updates in place; ``sv_pm`` (2, K,
-B) the return probabilities and mean times of the latest fit; ``sv_info`` (threads, 4)
-each thread's latest finish; ``sv_tid`` the sorted thread ids of those rows; ``sv_val``
-each depth's recompute value (seconds; 1 without a cost model).
+The pool's ``sv_*`` arrays (the evictor's own, :meth:`SessionEvictor.kernel_arrays`;
+layouts in :mod:`lpserve.kernels.session_keys`): ``sv_f`` mode, pinning flag, TTLs,
+parameters and counters; ``sv_ne`` the ended waits per class (K, 3); ``sv_pm`` (2, K, B)
+the return probabilities and mean times of the latest fit; ``sv_th`` (threads,
+``TH_LEN``) each thread's pending wait, gaps and latest finish; ``sv_tid`` the sorted
+thread ids of those rows; ``sv_val`` each depth's recompute value (seconds; 1 without a
+cost model); ``sv_ho``/``sv_rx`` the other wait statistics; ``sv_hf``/``sv_hi`` the
+timeouts' heap.
 """
 from __future__ import annotations
 
@@ -65,7 +69,6 @@ def _group_keys(p, now, buf):
             live[G] = g
             G += 1
     mode = int(p.sv_f[K.SV_MODE])
-    pi, mu = p.sv_pm[0], p.sv_pm[1]
     keys = np.empty((2, G))
     ties = np.empty((4, G), np.int64)  # thread, time bits, wait kind, tail depth
     tbit = np.empty(1)
@@ -75,7 +78,7 @@ def _group_keys(p, now, buf):
         t_g = gt[GR.GT_T, g]
         value = _mean_value(p, g, buf) if mode == K.MODE_INDEX else 0.0
         keys[0, k], keys[1, k], ties[3, k] = K.pool_group_key(
-            p.sv_f, p.sv_ne, pi, mu, p.sv_info, p.sv_tid, c, t_g, gi[GR.GI_THREAD, g], now,
+            p.sv_f, p.sv_ne, p.sv_pm, p.sv_th, p.sv_tid, c, t_g, gi[GR.GI_THREAD, g], now,
             value)
         tbit[0] = t_g
         ties[0, k], ties[1, k], ties[2, k] = gi[GR.GI_THREAD, g], tbit.view(np.int64)[0], \
@@ -164,3 +167,15 @@ def evict(p, n, now):
         raise RuntimeError("internal: session groups hold fewer blocks than evictable")
     for k in range(n):
         P.evict_one(p, chosen[k])
+
+
+@njit(cache=True)
+def learn(p, finish, now, thread, wait_kind, prompt, context, block_tokens):
+    """Tell the session-aware evictor whose arrays pool ``p`` holds of a request's arrival
+    (``finish`` False) or finish at ``now`` (s): ``lpserve.kernels.session_keys.learn``,
+    and the refit it asks for; ``thread`` -1: none, ``wait_kind`` -1 at an arrival,
+    ``context``: its prompt plus generated tokens at a finish, its prompt at an arrival."""
+    r = np.searchsorted(p.sv_tid, thread) if thread >= 0 else 0
+    if K.learn(p.sv_f, p.sv_ho, p.sv_rx, p.sv_ne, p.sv_pm, p.sv_th, p.sv_hf, p.sv_hi, finish,
+               now, thread, r, wait_kind, prompt, context, block_tokens):
+        K.refit(p.sv_f, p.sv_ho, p.sv_rx, p.sv_ne, p.sv_pm)

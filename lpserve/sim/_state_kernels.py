@@ -485,6 +485,9 @@ def finish(req, rep, cfg, i):
     if cfg[C_OBSERVE]:
         n = block_keys(req, cfg, i)
         E.observe(cfg[C_HOOK], 1, i, now, req.keybuf[:n])
+    elif rep.pool.ist[P.P_KIND] == P.EV_GROUPS:  # a session-aware evictor learns here
+        SE.learn(rep.pool, True, now, req.thread[i], req.wait[i], req.prompt[i],
+                 req.prompt[i] + req.gen[i], cfg[C_BT])
     if cfg[C_TRACK_FIN]:
         emit(rep, np.int64(EV_FINISH), i, now)
 

@@ -23,8 +23,8 @@ __all__ = ["new_pool", "new_off", "new_link", "new_req", "new_rep", "new_rk", "n
 PoolType, Pool = struct_type("Pool", __name__)
 POOL_FIELDS = (
     'ist', 'si', 'sf', 'fstack', 'hk', 'hs', 'hc', 'hu', 'hk1', 'hk2', 'hneg', 'hslot',
-    'hstamp', 'hsize', 'kp', 'mark', 'gi', 'gt', 'sv_f', 'sv_ne', 'sv_pm', 'sv_info', 'sv_tid',
-    'sv_val',
+    'hstamp', 'hsize', 'kp', 'mark', 'gi', 'gt', 'sv_f', 'sv_ne', 'sv_pm', 'sv_th', 'sv_tid',
+    'sv_val', 'sv_ho', 'sv_rx', 'sv_hf', 'sv_hi',
 )
 POOL_T = PoolType([
     ("ist", types.int64[::1]),
@@ -48,15 +48,20 @@ POOL_T = PoolType([
     ("sv_f", types.float64[::1]),
     ("sv_ne", types.float64[:, ::1]),
     ("sv_pm", types.float64[:, :, ::1]),
-    ("sv_info", types.float64[:, ::1]),
+    ("sv_th", types.float64[:, ::1]),
     ("sv_tid", types.int64[::1]),
     ("sv_val", types.float64[::1]),
+    ("sv_ho", types.float64[:, :, ::1]),
+    ("sv_rx", types.float64[:, :, ::1]),
+    ("sv_hf", types.float64[:, ::1]),
+    ("sv_hi", types.int64[:, ::1]),
 ])
 
 
 @njit(cache=True)
 def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp, hsize, kp,
-             mark, gi, gt, sv_f, sv_ne, sv_pm, sv_info, sv_tid, sv_val):
+             mark, gi, gt, sv_f, sv_ne, sv_pm, sv_th, sv_tid, sv_val, sv_ho, sv_rx, sv_hf,
+             sv_hi):
     """A Pool over these arrays (see ``POOL_FIELDS``)."""
     s = structref.new(POOL_T)
     s.ist = ist
@@ -80,9 +85,13 @@ def new_pool(ist, si, sf, fstack, hk, hs, hc, hu, hk1, hk2, hneg, hslot, hstamp,
     s.sv_f = sv_f
     s.sv_ne = sv_ne
     s.sv_pm = sv_pm
-    s.sv_info = sv_info
+    s.sv_th = sv_th
     s.sv_tid = sv_tid
     s.sv_val = sv_val
+    s.sv_ho = sv_ho
+    s.sv_rx = sv_rx
+    s.sv_hf = sv_hf
+    s.sv_hi = sv_hi
     return s
 
 OffType, Off = struct_type("Off", __name__)

@@ -174,18 +174,20 @@ class CompiledRun:
         else:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
-        # a session-aware evictor's statistics, shared with every pool (it learns in Python)
-        self.ev_session = session_arrays(ctx, pol.evictor) \
-            if self.ev_kind == P.EV_GROUPS else None
+        # a session-aware evictor's learned state, in every pool (they learn and evict
+        # in the kernels, never asked in Python)
+        self.ev_session = None
+        if self.ev_kind == P.EV_GROUPS:
+            self.ev_session = session_arrays(ctx, pol.evictor)
+            self.cfg[T.C_OBSERVE] = 0
         # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), one
-        # that observes requests is told of them there, and a preemption decider without
-        # a twin is asked there
-        self.python_evictor = self.ev_kind == P.EV_EXTERNAL
-        self.python_observer = bool(self.cfg[T.C_OBSERVE]) and not self.python_evictor
+        # that observes requests outside the kernels is told of them there (a session
+        # evictor without a prefix cache), and a preemption decider without a twin is asked
+        self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
         self.python_decider = decider == T.DECIDER_PYTHON
         self.python_controller = self.ctl_kind == SK.CTL_PYTHON
         self.python_speculation = int(self.sr_a.ip[SP.Q_KIND]) == SP.SP_PYTHON
-        self.hooked = self.python_evictor or self.python_observer or self.python_decider or \
+        self.hooked = self.python_evictor or self.python_decider or \
             self.python_controller or self.python_speculation or \
             ctx.iteration_log is not None
 

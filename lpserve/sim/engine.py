@@ -185,7 +185,6 @@ class Simulation:
         self.engine_name = "+".join(
             ["compiled"] + ["python-ranks"] * self.ctx.ranks_in_python
             + ["python-evictor"] * run.python_evictor
-            + ["python-observer"] * run.python_observer
             + ["python-decider"] * run.python_decider
             + ["python-controller"] * run.python_controller
             + ["python-speculation"] * run.python_speculation
