@@ -189,12 +189,12 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
 
 # ===================================================================================== learning
 #: ``sv_f`` (float64) of a session-aware evictor's learned state (shared with a compiled
-#: replica's pool, :mod:`lpserve.sim._session_evict`): its mode, whether it pins (1; 0:
-#: a duel's LRU leads), the fitted TTL per class from ``SV_TAU``, its ``params`` from
+#: replica's pool, :mod:`lpserve.sim._session_evict`): its mode, the fitted TTL per class
+#: from ``SV_TAU``, its ``params`` from
 #: ``SV_PAR``, then the summed and counted growth of a thread's prompt over its previous
 #: context (tail-lru's ``q``), the ended waits since the last fit, the timeout heap's size
 #: and whether a fit was made
-SV_MODE, SV_PINS, SV_TAU = 0, 1, 2
+SV_MODE, SV_TAU = 0, 1
 SV_PAR = SV_TAU + N_CLASSES
 SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED = range(SV_PAR + N_PARAMS, SV_PAR + N_PARAMS + 5)
 SV_LEN = SV_FITTED + 1
@@ -291,8 +291,9 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
     as :meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` keys it: the pin's
     expiry, the predicted return and the tail depth of the thread's latest finish when
     that finish released the group, else the class's (TTL after ``t_g``, its mean return
-    gap, no tail); no pin while the duel's LRU leads. ``tid``: the thread id of each row
-    of ``th_f``, sorted."""
+    gap, no tail). The pool runs no duel (ttl-pin with one is asked in Python), so a pin
+    always holds until its expiry. ``tid``: the thread id of each row of ``th_f``,
+    sorted."""
     mode = int(sv_f[SV_MODE])
     expiry = t_g + sv_f[SV_TAU + c]
     ret = t_g + predicted_gap(NE, NE[:1, :], -1, c)
@@ -301,8 +302,6 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
         r = np.searchsorted(tid, thread)
         if r < tid.shape[0] and tid[r] == thread and th_f[r, TH_FINISH] == t_g:
             expiry, ret, need = th_f[r, TH_EXPIRY], th_f[r, TH_RETURN], int(th_f[r, TH_NEED])
-    if sv_f[SV_PINS] == 0.0:
-        expiry = t_g
     prim, sec, _ = group_key(mode, c, t_g, now, expiry, 0, 0,
                              ret if mode == MODE_TTL else value, NE, pm[0], pm[1],
                              AGE_EDGES_S, sv_f[SV_PAR:SV_PAR + N_PARAMS])

@@ -329,7 +329,7 @@ class SessionEvictor(Evictor):
 
     def _new_sv_f(self, block_tokens: int) -> np.ndarray:
         sv_f = np.zeros(SK.SV_LEN)
-        sv_f[SK.SV_MODE], sv_f[SK.SV_PINS] = self.spec.mode, 1.0
+        sv_f[SK.SV_MODE] = self.spec.mode
         sv_f[SK.SV_PAR:SK.SV_PAR + G.N_PARAMS] = self.spec.params(block_tokens)
         return sv_f
 

@@ -17,7 +17,7 @@ sort past 16 groups; a group's mean value, read by return-knapsack, is summed ag
 after the group changed).
 
 The pool's ``sv_*`` arrays (the evictor's own, :meth:`SessionEvictor.kernel_arrays`;
-layouts in :mod:`lpserve.kernels.session_keys`): ``sv_f`` mode, pinning flag, TTLs,
+layouts in :mod:`lpserve.kernels.session_keys`): ``sv_f`` mode, TTLs,
 parameters and counters; ``sv_ne`` the ended waits per class (K, 3); ``sv_pm`` (2, K, B)
 the return probabilities and mean times of the latest fit; ``sv_th`` (threads,
 ``TH_LEN``) each thread's pending wait, gaps and latest finish; ``sv_tid`` the sorted
