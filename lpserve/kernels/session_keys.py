@@ -192,12 +192,14 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
 #: replica's pool, :mod:`lpserve.sim._session_evict`): its mode, the fitted TTL per class
 #: from ``SV_TAU``, its ``params`` from
 #: ``SV_PAR``, then the summed and counted growth of a thread's prompt over its previous
-#: context (tail-lru's ``q``), the ended waits since the last fit, the timeout heap's size
-#: and whether a fit was made
+#: context (tail-lru's ``q``), the ended waits since the last fit, the timeout heap's size,
+#: whether a fit was made, and a stamp counting the changes to what :func:`pool_group_key`
+#: reads (a pool keeps a group's key while the stamp and the key's validity time hold)
 SV_MODE, SV_TAU = 0, 1
 SV_PAR = SV_TAU + N_CLASSES
-SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED = range(SV_PAR + N_PARAMS, SV_PAR + N_PARAMS + 5)
-SV_LEN = SV_FITTED + 1
+SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED, SV_STAMP = range(SV_PAR + N_PARAMS,
+                                                               SV_PAR + N_PARAMS + 6)
+SV_LEN = SV_STAMP + 1
 #: columns of ``sv_th`` (float64, one row per thread): its pending wait (the finish that
 #: started it, NaN: none; its class, prompt blocks and context tokens), its moving average
 #: gap per class (``TH_TG + c``), and its latest finish (s), that finish's pin expiry (s),
@@ -221,6 +223,7 @@ def refit(sv_f, HO, RX, NE, pm):
     pm[0], pm[1] = pi, mu
     sv_f[SV_NEW] = 0.0
     sv_f[SV_FITTED] = 1.0
+    sv_f[SV_STAMP] += 1.0
 
 
 @njit(cache=True)
@@ -239,6 +242,7 @@ def _end_wait(sv_f, HO, RX, NE, th_f, r, gap, prompt):
         sv_f[SV_Q_SUM] += prompt - ctx
         sv_f[SV_Q_N] += 1.0
     sv_f[SV_NEW] += 1.0
+    sv_f[SV_STAMP] += 1.0
 
 
 @njit(cache=True)
@@ -281,19 +285,21 @@ def learn(sv_f, HO, RX, NE, pm, th_f, hf, hi, finish, now, thread, r, wait_kind,
         th_f[r, TH_FINISH], th_f[r, TH_EXPIRY] = now, now + sv_f[SV_TAU + c]
         th_f[r, TH_RETURN] = now + predicted_gap(NE, th_f[:, TH_TG:TH_TG + N_CLASSES], r, c)
         th_f[r, TH_NEED] = need
+        sv_f[SV_STAMP] += 1.0
     return sv_f[SV_NEW] >= p[P_REFIT]
 
 
 @njit(cache=True)
 def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
-    """``(primary, secondary, need)`` at ``now`` of a group of evictable blocks (class
+    """``(primary, secondary, need, until)`` at ``now`` of a group of evictable blocks (class
     ``c``, released at ``t_g`` by ``thread``, -1 none; ``value``: its mean recompute value)
     as :meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` keys it: the pin's
     expiry, the predicted return and the tail depth of the thread's latest finish when
     that finish released the group, else the class's (TTL after ``t_g``, its mean return
     gap, no tail). The pool runs no duel (ttl-pin with one is asked in Python), so a pin
     always holds until its expiry. ``tid``: the thread id of each row of ``th_f``,
-    sorted."""
+    sorted. The key holds until ``until`` (s; after ``now``, inf: for good) unless
+    ``sv_f[SV_STAMP]`` changes."""
     mode = int(sv_f[SV_MODE])
     expiry = t_g + sv_f[SV_TAU + c]
     ret = t_g + predicted_gap(NE, NE[:1, :], -1, c)
@@ -302,7 +308,7 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
         r = np.searchsorted(tid, thread)
         if r < tid.shape[0] and tid[r] == thread and th_f[r, TH_FINISH] == t_g:
             expiry, ret, need = th_f[r, TH_EXPIRY], th_f[r, TH_RETURN], int(th_f[r, TH_NEED])
-    prim, sec, _ = group_key(mode, c, t_g, now, expiry, 0, 0,
-                             ret if mode == MODE_TTL else value, NE, pm[0], pm[1],
-                             AGE_EDGES_S, sv_f[SV_PAR:SV_PAR + N_PARAMS])
-    return prim, sec, need
+    prim, sec, until = group_key(mode, c, t_g, now, expiry, 0, 0,
+                                 ret if mode == MODE_TTL else value, NE, pm[0], pm[1],
+                                 AGE_EDGES_S, sv_f[SV_PAR:SV_PAR + N_PARAMS])
+    return prim, sec, need, until

@@ -13,9 +13,13 @@ Layout (the pool's fields ``gi`` int64 ``(GI_ROWS, cap)``, ``gt`` float64
 is another kind): a group's thread, wait kind, member count and first member (its
 members form a doubly linked list through the slot rows ``S_GNEXT``/``S_GPREV`` of the
 pool's ``si``; ``S_GROUP``: a slot's group, -1 none), its release time and its cached
-mean recompute value (NaN: to be summed again); ``GI_ORDER``: group ids in creation
+mean recompute value (NaN: to be summed again), its cached eviction key (``GT_K1``,
+``GT_K2``, tail depth ``GI_NEED``), valid before ``GT_UNTIL`` (-inf: to be keyed again;
+a join or leave resets it) while the evictor's stamp is ``GI_STAMP``; ``GI_ORDER``: group ids in creation
 order, which is time order (a dead group stays until the list is compacted);
-``GI_FREE``: a stack of unused ids; ``GI_STATE``: the two lists' lengths.
+``GI_FREE``: a stack of unused ids; ``GI_STATE``: the two lists' lengths and the live
+groups' count. The list is compacted when its dead groups outnumber the live ones
+(:func:`live_groups`), so reading the groups costs O(live groups), amortized.
 """
 from __future__ import annotations
 
@@ -26,12 +30,13 @@ from numba import njit
 S_GROUP, S_GNEXT, S_GPREV = 9, 10, 11
 N_SI_GROUPS = 3
 # rows of gi (int64 per group id)
-GI_THREAD, GI_WAIT, GI_COUNT, GI_HEAD, GI_ORDER, GI_FREE, GI_STATE = range(7)
-GI_ROWS = 7
-ST_ORDER, ST_FREE = 0, 1  # GI_STATE entries: lengths of GI_ORDER and GI_FREE
+GI_THREAD, GI_WAIT, GI_COUNT, GI_HEAD, GI_ORDER, GI_FREE, GI_STATE, GI_STAMP, GI_NEED = \
+    range(9)
+GI_ROWS = 9
+ST_ORDER, ST_FREE, ST_LIVE = 0, 1, 2  # GI_STATE: lengths of GI_ORDER, GI_FREE; live groups
 # rows of gt (float64 per group id)
-GT_T, GT_VAL = 0, 1
-GT_ROWS = 2
+GT_T, GT_VAL, GT_K1, GT_K2, GT_UNTIL = range(5)
+GT_ROWS = 5
 
 
 def new_group_arrays(total_blocks: int, on: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -82,6 +87,7 @@ def _group_of(gi, gt, thread, wait, now):
     st[ST_ORDER] += 1
     gi[GI_THREAD, g], gi[GI_WAIT, g], gi[GI_COUNT, g], gi[GI_HEAD, g] = thread, wait, 0, -1
     gt[GT_T, g] = now
+    st[ST_LIVE] += 1
     return g
 
 
@@ -97,6 +103,7 @@ def join(gi, gt, si, s, thread, wait, now):
     gi[GI_HEAD, g] = s
     gi[GI_COUNT, g] += 1
     gt[GT_VAL, g] = np.nan
+    gt[GT_UNTIL, g] = -np.inf
 
 
 @njit(cache=True)
@@ -115,6 +122,26 @@ def leave(gi, gt, si, s):
     si[S_GROUP, s] = -1
     gi[GI_COUNT, g] -= 1
     gt[GT_VAL, g] = np.nan
+    gt[GT_UNTIL, g] = -np.inf
+    if gi[GI_COUNT, g] == 0:
+        gi[GI_STATE, ST_LIVE] -= 1
+
+
+@njit(cache=True)
+def live_groups(gi, out):
+    """The live groups' ids in creation order into ``out``; their count. Compacts the
+    creation-order list first when it holds more dead groups than live ones (each dead
+    group is passed over at most once more before it is dropped)."""
+    st = gi[GI_STATE]
+    if st[ST_ORDER] > 2 * st[ST_LIVE] + 16:
+        _compact(gi)
+    G = 0
+    for j in range(st[ST_ORDER]):
+        g = gi[GI_ORDER, j]
+        if gi[GI_COUNT, g] > 0:
+            out[G] = g
+            G += 1
+    return G
 
 
 @njit(cache=True)

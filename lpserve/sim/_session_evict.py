@@ -7,13 +7,14 @@ pause to Python.
 The pool keeps its evictable blocks in groups (:mod:`lpserve.sim._groups`). An eviction
 of ``n`` blocks keys each live group at ``now``
 (:func:`lpserve.kernels.session_keys.pool_group_key`, from what the evictor learned:
-``sv_*`` fields, below), orders the groups by ``(primary, secondary)`` with ties in
+``sv_*`` fields, below; a group keeps its key while nothing it reads changed: its
+members, the learned state's stamp, its validity time), orders the groups by ``(primary, secondary)`` with ties in
 ``(thread, release time, wait kind)`` order (the view's groups,
 :func:`lpserve.arrays.group_rows`; tail-lru by ``secondary`` alone), and takes blocks
 group by group, deepest first, ties by slot; tail-lru first takes the blocks at or past
 the depth the thread's next turn needs, then those. Work per eviction: O(G) in the live
 groups G to key them, plus the members of the groups it takes from (found by scans, a
-sort past 16 groups; a group's mean value, read by return-knapsack, is summed again only
+merge sort past 16 groups; a group's mean value, read by return-knapsack, is summed again only
 after the group changed).
 
 The pool's ``sv_*`` arrays (the evictor's own, :meth:`SessionEvictor.kernel_arrays`;
@@ -34,6 +35,8 @@ from lpserve.kernels import session_keys as K
 from lpserve.sim import _groups as GR
 from lpserve.sim import _pool as P
 
+_DEPTH_CAP, _SLOT_CAP = 1 << 30, 1 << 32  # packed sort keys of a group's members
+
 
 @njit(cache=True)
 def _mean_value(p, g, buf):
@@ -43,10 +46,10 @@ def _mean_value(p, g, buf):
     if not np.isnan(v):
         return v
     m = GR.members(p.gi, p.si, g, buf)
-    slots = np.sort(buf[:m])
+    buf[:m].sort()
     tot = 0.0
     for k in range(m):
-        d = p.si[P.S_DEPTH, slots[k]]
+        d = p.si[P.S_DEPTH, buf[k]]
         if d >= p.sv_val.shape[0]:
             raise RuntimeError("internal: a KV block deeper than the run's longest request")
         tot += p.sv_val[d]
@@ -60,26 +63,24 @@ def _group_keys(p, now, buf):
     """The live groups and, per group, its key ``(primary, secondary)``, its place in the
     view's group order ``(thread, release time bits, wait kind)`` and its tail depth."""
     gi, gt = p.gi, p.gt
-    n_order = gi[GR.GI_STATE, GR.ST_ORDER]
-    live = np.empty(n_order, np.int64)
-    G = 0
-    for j in range(n_order):
-        g = gi[GR.GI_ORDER, j]
-        if gi[GR.GI_COUNT, g] > 0:
-            live[G] = g
-            G += 1
+    live = np.empty(gi[GR.GI_STATE, GR.ST_ORDER], np.int64)
+    G = GR.live_groups(gi, live)
     mode = int(p.sv_f[K.SV_MODE])
     keys = np.empty((2, G))
     ties = np.empty((4, G), np.int64)  # thread, time bits, wait kind, tail depth
     tbit = np.empty(1)
+    stamp = int(p.sv_f[K.SV_STAMP])
     for k in range(G):
         g = live[k]
-        c = gi[GR.GI_WAIT, g] + 1
         t_g = gt[GR.GT_T, g]
-        value = _mean_value(p, g, buf) if mode == K.MODE_INDEX else 0.0
-        keys[0, k], keys[1, k], ties[3, k] = K.pool_group_key(
-            p.sv_f, p.sv_ne, p.sv_pm, p.sv_th, p.sv_tid, c, t_g, gi[GR.GI_THREAD, g], now,
-            value)
+        if gi[GR.GI_STAMP, g] != stamp or not now < gt[GR.GT_UNTIL, g]:
+            value = _mean_value(p, g, buf) if mode == K.MODE_INDEX else 0.0
+            gt[GR.GT_K1, g], gt[GR.GT_K2, g], gi[GR.GI_NEED, g], gt[GR.GT_UNTIL, g] = \
+                K.pool_group_key(p.sv_f, p.sv_ne, p.sv_pm, p.sv_th, p.sv_tid,
+                                 gi[GR.GI_WAIT, g] + 1, t_g, gi[GR.GI_THREAD, g], now, value)
+            gi[GR.GI_STAMP, g] = stamp
+        keys[0, k], keys[1, k], ties[3, k] = gt[GR.GT_K1, g], gt[GR.GT_K2, g], \
+            gi[GR.GI_NEED, g]
         tbit[0] = t_g
         ties[0, k], ties[1, k], ties[2, k] = gi[GR.GI_THREAD, g], tbit.view(np.int64)[0], \
             gi[GR.GI_WAIT, g]
@@ -101,6 +102,28 @@ def _before(keys, ties, a, b):
 
 
 @njit(cache=True)
+def _sorted(keys, ties, idx):
+    """Group indices ``idx`` in eviction order (:func:`_before`; a merge sort, stable)."""
+    n = idx.shape[0]
+    src, dst = idx.copy(), np.empty_like(idx)
+    w = 1
+    while w < n:
+        for lo in range(0, n, 2 * w):
+            mid, hi = min(lo + w, n), min(lo + 2 * w, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j < hi and (i == mid or _before(keys, ties, src[j], src[i])):
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+        src, dst = dst, src
+        w *= 2
+    return src
+
+
+@njit(cache=True)
 def _order(keys, ties, order, n_done, used):
     """Extend ``order[:n_done]`` (the first groups in eviction order) by the next group:
     the smallest one not yet used (a scan: an eviction takes from few groups); after 16
@@ -113,11 +136,7 @@ def _order(keys, ties, order, n_done, used):
             if not used[k]:
                 rest[m] = k
                 m += 1
-        for r in range(2, -1, -1):  # stable sorts, least significant first
-            rest = rest[np.argsort(ties[r, rest], kind="mergesort")]
-        for r in range(1, -1, -1):
-            rest = rest[np.argsort(keys[r, rest], kind="mergesort")]
-        order[n_done:G] = rest
+        order[n_done:G] = _sorted(keys, ties, rest)
         used[:] = True
         return G
     best = -1
@@ -127,6 +146,22 @@ def _order(keys, ties, order, n_done, used):
     used[best] = True
     order[n_done] = best
     return n_done + 1
+
+
+@njit(cache=True)
+def _deepest_first(p, g, buf):
+    """Group ``g``'s members into ``buf``, deepest first, ties by slot (one sort of packed
+    keys: the depth's complement above the slot's 32 bits); their count."""
+    m = GR.members(p.gi, p.si, g, buf)
+    for j in range(m):
+        s, d = buf[j], p.si[P.S_DEPTH, buf[j]]
+        if d >= _DEPTH_CAP or s >= _SLOT_CAP:
+            raise RuntimeError("internal: a KV block deeper than 2**30 or a pool over 2**32")
+        buf[j] = ((_DEPTH_CAP - d) << 32) | s
+    buf[:m].sort()
+    for j in range(m):
+        buf[j] &= _SLOT_CAP - 1
+    return m
 
 
 @njit(cache=True)
@@ -149,14 +184,9 @@ def evict(p, n, now):
             if k == n_ord:
                 n_ord = _order(keys, ties, order, n_ord, used)
             q = order[k]
-            m = GR.members(p.gi, p.si, live[q], buf)
-            slots = np.sort(buf[:m])
-            depth = np.empty(m, np.int64)
+            m = _deepest_first(p, live[q], buf)
             for j in range(m):
-                depth[j] = -p.si[P.S_DEPTH, slots[j]]
-            by_depth = np.argsort(depth, kind="mergesort")  # deepest first, ties by slot
-            for j in range(m):
-                s = slots[by_depth[j]]
+                s = buf[j]
                 if tail and (p.si[P.S_DEPTH, s] < ties[3, q]) != (stage == 1):
                     continue
                 chosen[done] = s

@@ -1,7 +1,8 @@
 """The pool's session groups (``sim/_groups.py``) against a plain model: after any sequence
 of releases and hits, the live groups are exactly the evictable blocks grouped by
 (thread, release time, wait kind), listed in time order, with ids reused only after the
-list is compacted (a small pool compacts many times)."""
+list is compacted (a small pool compacts many times; reading the live groups compacts a
+list that holds more dead groups than live ones)."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,10 +49,24 @@ def _check(total, steps):
         else:  # released by a request of `thread`
             GR.join(gi, gt, si, s, thread, wait, now)
             model[s] = (thread, now, wait)
+        if pick % 7 == 0:  # an eviction reads the live groups
+            _read_live(gi, gt)
     want: dict[tuple, set] = {}
     for s, key in model.items():
         want.setdefault(key, set()).add(s)
     assert _live(gi, gt, si) == want
+    assert gi[GR.GI_STATE, GR.ST_LIVE] == len(want)
+
+
+def _read_live(gi, gt):
+    """live_groups (which may compact the list) lists the live groups in time order, and
+    the list then holds at most as many dead groups as live ones (plus 16)."""
+    before = [g for g in gi[GR.GI_ORDER, :gi[GR.GI_STATE, GR.ST_ORDER]].tolist()
+              if gi[GR.GI_COUNT, g] > 0]
+    out = np.empty(gi.shape[1], np.int64)
+    G = GR.live_groups(gi, out)
+    assert out[:G].tolist() == before
+    assert gi[GR.GI_STATE, GR.ST_ORDER] <= 2 * G + 16
 
 
 STEP = st.tuples(st.integers(0, 2), st.integers(-1, 2), st.integers(-1, 1),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lpserve as lp
 from lpserve.policies.evictors_kv import make_evictor
@@ -71,3 +73,26 @@ def test_the_duel_stays_in_python():
     """ttl-pin with its duel orders by shadow caches only the Python object keeps."""
     assert make_evictor("ttl-pin").kernel_spec() is None
     assert make_evictor("ttl-pin", duel_alpha=0.0).kernel_spec()[0] == "session-groups"
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.0]),
+                          st.sampled_from([-3.0, 0.0, 1.0]), st.integers(-1, 3),
+                          st.integers(0, 4), st.integers(-1, 2)), min_size=0, max_size=70,
+                unique_by=lambda t: t[2:]))
+def test_groups_are_taken_by_key_then_thread_time_and_wait(rows):
+    """Scans (the first 16 groups) and the merge sort of the rest give the order by key,
+    then thread, release time and wait kind (groups differ in the last three), as does
+    the merge sort alone."""
+    from lpserve.sim._session_evict import _order, _sorted
+
+    G = len(rows)
+    keys = np.array([[r[0] for r in rows], [r[1] for r in rows]], np.float64).reshape(2, G)
+    ties = np.array([[r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows],
+                     [0] * G], np.int64).reshape(4, G)
+    want = sorted(range(G), key=lambda k: (keys[0, k], keys[1, k], *ties[:3, k]))
+    assert _sorted(keys, ties, np.arange(G, dtype=np.int64)).tolist() == want
+    order, used, n = np.empty(G, np.int64), np.zeros(G, np.bool_), 0
+    while n < G:
+        n = _order(keys, ties, order, n, used)
+    assert order.tolist() == want
