@@ -194,12 +194,15 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
 #: ``SV_PAR``, then the summed and counted growth of a thread's prompt over its previous
 #: context (tail-lru's ``q``), the ended waits since the last fit, the timeout heap's size,
 #: whether a fit was made, and a stamp counting the changes to what :func:`pool_group_key`
-#: reads (a pool keeps a group's key while the stamp and the key's validity time hold)
+#: reads (a pool keeps a group's key while the stamp and the key's validity time hold);
+#: then ttl-pin's duel: whether the evictor runs one (``SV_DUEL``) and whether it has
+#: started (``SV_ASK``: its shadow caches, which only the Python object keeps, have taken
+#: a finished request, so the compiled pools ask that object from then on)
 SV_MODE, SV_TAU = 0, 1
 SV_PAR = SV_TAU + N_CLASSES
-SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED, SV_STAMP = range(SV_PAR + N_PARAMS,
-                                                               SV_PAR + N_PARAMS + 6)
-SV_LEN = SV_STAMP + 1
+SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED, SV_STAMP, SV_DUEL, SV_ASK = range(
+    SV_PAR + N_PARAMS, SV_PAR + N_PARAMS + 8)
+SV_LEN = SV_ASK + 1
 #: columns of ``sv_th`` (float64, one row per thread): its pending wait (the finish that
 #: started it, NaN: none; its class, prompt blocks and context tokens), its moving average
 #: gap per class (``TH_TG + c``), and its latest finish (s), that finish's pin expiry (s),
@@ -296,8 +299,10 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
     as :meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` keys it: the pin's
     expiry, the predicted return and the tail depth of the thread's latest finish when
     that finish released the group, else the class's (TTL after ``t_g``, its mean return
-    gap, no tail). The pool runs no duel (ttl-pin with one is asked in Python), so a pin
-    always holds until its expiry. ``tid``: the thread id of each row of ``th_f``,
+    gap, no tail). A pin holds until its expiry, except under ttl-pin's duel, whose
+    replicas pin only once their duel has made ttl-pin its leader (the pools key groups
+    only before the duel starts, ``SV_ASK``: no pins then). ``tid``: the thread id of each
+    row of ``th_f``,
     sorted. The key holds until ``until`` (s; after ``now``, inf: for good) unless
     ``sv_f[SV_STAMP]`` changes."""
     mode = int(sv_f[SV_MODE])
@@ -308,6 +313,8 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
         r = np.searchsorted(tid, thread)
         if r < tid.shape[0] and tid[r] == thread and th_f[r, TH_FINISH] == t_g:
             expiry, ret, need = th_f[r, TH_EXPIRY], th_f[r, TH_RETURN], int(th_f[r, TH_NEED])
+    if sv_f[SV_DUEL] != 0.0:  # no replica pins before its duel starts
+        expiry = t_g
     prim, sec, until = group_key(mode, c, t_g, now, expiry, 0, 0,
                                  ret if mode == MODE_TTL else value, NE, pm[0], pm[1],
                                  AGE_EDGES_S, sv_f[SV_PAR:SV_PAR + N_PARAMS])

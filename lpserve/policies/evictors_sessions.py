@@ -290,10 +290,12 @@ class SessionEvictor(Evictor):
     requests in flight allows; ``reads_keys`` gives the view's block keys).
 
     What it learns lives in arrays that :meth:`observe` updates with
-    :func:`lpserve.kernels.session_keys.learn`. On the compiled replicas every mode but
-    ttl-pin with its duel runs in the kernels (:meth:`kernel_spec`, :meth:`kernel_arrays`):
-    they call the same ``learn`` at each arrival and finish, and
-    ``lpserve.sim._session_evict`` takes the blocks :meth:`evict` would.
+    :func:`lpserve.kernels.session_keys.learn`. On the compiled replicas every mode runs
+    in the kernels (:meth:`kernel_spec`, :meth:`kernel_arrays`): they call the same
+    ``learn`` at each arrival and finish, and ``lpserve.sim._session_evict`` takes the
+    blocks :meth:`evict` would; ttl-pin's duel, whose shadows only this object keeps, is
+    told of each finish of a thread (:meth:`observe`) and asked at each eviction once it
+    has started.
     """
 
     meta = Meta(online=True, engines=("lpserve",))
@@ -331,6 +333,7 @@ class SessionEvictor(Evictor):
         sv_f = np.zeros(SK.SV_LEN)
         sv_f[SK.SV_MODE] = self.spec.mode
         sv_f[SK.SV_PAR:SK.SV_PAR + G.N_PARAMS] = self.spec.params(block_tokens)
+        sv_f[SK.SV_DUEL] = float(self.reads_keys)
         return sv_f
 
     @staticmethod
@@ -348,13 +351,12 @@ class SessionEvictor(Evictor):
                 self._th = np.concatenate([self._th, self._new_rows(r)])
         return r
 
-    def kernel_spec(self) -> tuple[str, tuple[float, ...]] | None:
+    def kernel_spec(self) -> tuple[str, tuple[float, ...]]:
         """The compiled pool's kind for this evictor, ``session-groups``: the kernels learn
         as :meth:`observe` does and evict as :meth:`evict` does
-        (:mod:`lpserve.sim._session_evict`); None (asked in Python) for ttl-pin with its
-        duel, whose shadow caches only this object keeps."""
-        if self.reads_keys:
-            return None
+        (:mod:`lpserve.sim._session_evict`). ttl-pin's duel keeps its shadow caches in this
+        object: the kernels tell it of each finish of a thread (:meth:`observe` steps the
+        shadows) and, once its duel has started, ask it at each eviction."""
         return "session-groups", (0.0, 0.0, 1.0, 1.0)
 
     def kernel_arrays(self, thread_ids: np.ndarray, max_depth: int,
@@ -411,6 +413,7 @@ class SessionEvictor(Evictor):
     def _duel(self, ev: RequestEvent, c: int, need: int) -> None:
         """Step the replica's shadow LRU and ttl-pin caches with a finished request and
         update whether the replica pins (``_group_kernels.group_replay``'s duel)."""
+        self._sv_f[SK.SV_ASK] = 1.0  # compiled pools ask this object from now on
         sh = self._shadows.get(ev.replica)
         if sh is None:
             sh = self._shadows[ev.replica] = {

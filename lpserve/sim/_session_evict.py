@@ -2,7 +2,10 @@
 is ``session-groups`` (``_pool``'s table): it learns at each arrival and finish
 (:func:`learn`) and evicts the blocks
 :meth:`lpserve.policies.evictors_sessions.SessionEvictor.evict` would choose, without a
-pause to Python.
+pause to Python. ttl-pin with its duel is asked in Python once the duel has started
+(:func:`asks_python`; its shadow caches take each finish of a thread there,
+:func:`finish_in_python`); before, no replica pins and its shadows are empty, and the pool
+evicts as above.
 
 The pool keeps its evictable blocks in groups (:mod:`lpserve.sim._groups`). An eviction
 of ``n`` blocks keys each live group at ``now``
@@ -197,6 +200,20 @@ def evict(p, n, now):
         raise RuntimeError("internal: session groups hold fewer blocks than evictable")
     for k in range(n):
         P.evict_one(p, chosen[k])
+
+
+@njit(cache=True)
+def asks_python(p):
+    """Whether pool ``p``'s evictions are asked of the Python evictor: ttl-pin's duel has
+    started (its shadow caches live in the Python object)."""
+    return p.sv_f[K.SV_ASK] != 0.0
+
+
+@njit(cache=True)
+def finish_in_python(p, thread):
+    """Whether a finish of ``thread`` (-1: none) is told to the Python evictor, not
+    learned here: ttl-pin's duel steps its shadow caches with every finish of a thread."""
+    return thread >= 0 and p.sv_f[K.SV_DUEL] != 0.0
 
 
 @njit(cache=True)

@@ -259,7 +259,8 @@ def make_room(req, rep, cfg, need):
         return False
     n = min(p.ist[P.P_EVICTABLE], max(need - plain, cfg[C_EVICT_BATCH]))
     kind = p.ist[P.P_KIND]
-    if kind == P.EV_EXTERNAL:  # the evictor is written in Python: ask it (a pause)
+    if kind == P.EV_EXTERNAL or (kind == P.EV_GROUPS and SE.asks_python(p)):
+        # the evictor is written in Python, or its duel has started: ask it (a pause)
         q = queued_slots(req, rep, cfg) if cfg[C_EV_QUEUE] else rep.hold[:0]
         E.evict_external(p, n, rep.fst[F_NOW], cfg[C_HOOK], q, q.shape[0], cfg[C_EV_TREE])
     elif kind == P.EV_LOOKAHEAD:
@@ -482,10 +483,11 @@ def finish(req, rep, cfg, i):
     req.status[i] = ST_FINISHED
     r_remove(rep, i)
     release_request(req, rep, i, now)
-    if cfg[C_OBSERVE]:
+    groups = rep.pool.ist[P.P_KIND] == P.EV_GROUPS
+    if cfg[C_OBSERVE] or (groups and SE.finish_in_python(rep.pool, req.thread[i])):
         n = block_keys(req, cfg, i)
         E.observe(cfg[C_HOOK], 1, i, now, req.keybuf[:n])
-    elif rep.pool.ist[P.P_KIND] == P.EV_GROUPS:  # a session-aware evictor learns here
+    elif groups:  # a session-aware evictor learns here
         SE.learn(rep.pool, True, now, req.thread[i], req.wait[i], req.prompt[i],
                  req.prompt[i] + req.gen[i], cfg[C_BT])
     if cfg[C_TRACK_FIN]:

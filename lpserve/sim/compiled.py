@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from lpserve.kernels import dpp as D
+from lpserve.kernels import session_keys as SEK
 from lpserve.policy.checks import check_ranks
 from lpserve.sim import _link_kernels as LK
 from lpserve.sim import _offload_kernels as O
@@ -175,15 +176,19 @@ class CompiledRun:
             self.ev_kind = P.EVICTOR_KINDS[ev[0]]
             self.ev_params = tuple(float(x) for x in ev[1])
         # a session-aware evictor's learned state, in every pool (they learn and evict
-        # in the kernels, never asked in Python)
+        # in the kernels; ttl-pin's duel is told of finishes of threads, and asked once it
+        # has started, in Python)
         self.ev_session = None
+        duel = False
         if self.ev_kind == P.EV_GROUPS:
             self.ev_session = session_arrays(ctx, pol.evictor)
             self.cfg[T.C_OBSERVE] = 0
+            duel = bool(self.ev_session[0][SEK.SV_DUEL])
         # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), one
         # that observes requests outside the kernels is told of them there (a session
         # evictor without a prefix cache), and a preemption decider without a twin is asked
-        self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL
+        self.python_evictor = bool(self.cfg[T.C_OBSERVE]) or self.ev_kind == P.EV_EXTERNAL \
+            or duel
         self.python_decider = decider == T.DECIDER_PYTHON
         self.python_controller = self.ctl_kind == SK.CTL_PYTHON
         self.python_speculation = int(self.sr_a.ip[SP.Q_KIND]) == SP.SP_PYTHON

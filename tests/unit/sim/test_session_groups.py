@@ -69,10 +69,38 @@ def test_compiled_order_evicts_what_the_evictor_chooses(monkeypatch, name, knobs
         assert np.array_equal(got.arrays[k], ref.arrays[k], equal_nan=True), k
 
 
-def test_the_duel_stays_in_python():
-    """ttl-pin with its duel orders by shadow caches only the Python object keeps."""
-    assert make_evictor("ttl-pin").kernel_spec() is None
-    assert make_evictor("ttl-pin", duel_alpha=0.0).kernel_spec()[0] == "session-groups"
+@pytest.mark.parametrize("seed,kv_fraction,threads,knobs", [
+    (3, 0.2, True, {}), (5, 0.17, True, {}), (4, 0.17, False, {}),
+    (4, 0.17, False, {"ttl_s": 30.0})])  # a fixed TTL: pins the duel has not yet allowed
+def test_the_duel_is_asked_in_python_once_it_starts(seed, kv_fraction, threads, knobs):
+    """ttl-pin with its duel (shadow caches only the Python object keeps): the kernels
+    evict until the first finish of a thread steps the shadows, then ask the object (the
+    evictions before it are the kernels'); the same run as the evictor asked in Python
+    throughout. Without threads the duel never starts and the object is never asked."""
+    inst = _instance(seed, kv_fraction, threads)
+    AskedInPython.calls = 0
+    ref = _run(inst, "ttl-pin", True, **knobs)
+    asked = AskedInPython.calls
+    assert asked > 20
+    calls = []
+    real = SessionEvictor.evict
+
+    def counted(self, view, need_blocks):
+        calls.append(float(view.now_s))
+        return real(self, view, need_blocks)
+
+    SessionEvictor.evict = counted
+    try:
+        got = _run(inst, "ttl-pin", False, **knobs)
+    finally:
+        SessionEvictor.evict = real
+    assert got.digest() == ref.digest()
+    for k in ("first_token_s", "finish_s", "cached_prompt_tokens"):
+        assert np.array_equal(got.arrays[k], ref.arrays[k], equal_nan=True), k
+    assert got.stats["engine"] == "compiled+python-evictor"
+    first_finish = float(np.nanmin(np.asarray(got.arrays["finish_s"])))
+    # evictions before the duel starts (the first finish) are the kernels'
+    assert not calls if not threads else min(calls) >= first_finish
 
 
 @settings(max_examples=80, deadline=None)
