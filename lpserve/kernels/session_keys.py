@@ -302,9 +302,8 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
     gap, no tail). A pin holds until its expiry, except under ttl-pin's duel, whose
     replicas pin only once their duel has made ttl-pin its leader (the pools key groups
     only before the duel starts, ``SV_ASK``: no pins then). ``tid``: the thread id of each
-    row of ``th_f``,
-    sorted. The key holds until ``until`` (s; after ``now``, inf: for good) unless
-    ``sv_f[SV_STAMP]`` changes."""
+    row of ``th_f``, sorted. The key holds until ``until`` (s; after ``now``, inf: for
+    good) unless ``sv_f[SV_STAMP]`` changes."""
     mode = int(sv_f[SV_MODE])
     expiry = t_g + sv_f[SV_TAU + c]
     ret = t_g + predicted_gap(NE, NE[:1, :], -1, c)
