@@ -194,14 +194,14 @@ def group_key(mode, c, t_g, now, expiry, top_depth, need, value, NE, pi, mu, edg
 #: ``SV_PAR``, then the summed and counted growth of a thread's prompt over its previous
 #: context (tail-lru's ``q``), the ended waits since the last fit, the timeout heap's size,
 #: whether a fit was made, and a stamp counting the changes to what :func:`pool_group_key`
-#: reads (a pool keeps a group's key while the stamp and the key's validity time hold);
-#: then ttl-pin's duel: whether the evictor runs one (``SV_DUEL``) and whether it has
-#: started (``SV_ASK``: its shadow caches, which only the Python object keeps, have taken
-#: a finished request, so the compiled pools ask that object from then on)
+#: reads (a pool keeps a group's key while the stamp and the key's validity time hold),
+#: and whether ttl-pin's duel (:func:`duels`) has started (``SV_ASK``: its shadow caches,
+#: which only the Python object keeps, have taken a finished request, so the compiled
+#: pools ask that object from then on)
 SV_MODE, SV_TAU = 0, 1
 SV_PAR = SV_TAU + N_CLASSES
-SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED, SV_STAMP, SV_DUEL, SV_ASK = range(
-    SV_PAR + N_PARAMS, SV_PAR + N_PARAMS + 8)
+SV_Q_SUM, SV_Q_N, SV_NEW, SV_HEAP, SV_FITTED, SV_STAMP, SV_ASK = range(
+    SV_PAR + N_PARAMS, SV_PAR + N_PARAMS + 7)
 SV_LEN = SV_ASK + 1
 #: columns of ``sv_th`` (float64, one row per thread): its pending wait (the finish that
 #: started it, NaN: none; its class, prompt blocks and context tokens), its moving average
@@ -211,6 +211,13 @@ TH_T0, TH_C, TH_W, TH_CTX = range(4)
 TH_TG = 4
 TH_FINISH, TH_EXPIRY, TH_RETURN, TH_NEED = range(TH_TG + N_CLASSES, TH_TG + N_CLASSES + 4)
 TH_LEN = TH_NEED + 1
+
+
+@njit(cache=True)
+def duels(sv_f):
+    """Whether the evictor of learned state ``sv_f`` is ttl-pin with its duel (a
+    positive duel level ``P_DUEL``, ``models/kv-sessions.md`` (4b))."""
+    return int(sv_f[SV_MODE]) == MODE_TTL and sv_f[SV_PAR + P_DUEL] > 0.0
 
 
 @njit(cache=True)
@@ -312,7 +319,7 @@ def pool_group_key(sv_f, NE, pm, th_f, tid, c, t_g, thread, now, value):
         r = np.searchsorted(tid, thread)
         if r < tid.shape[0] and tid[r] == thread and th_f[r, TH_FINISH] == t_g:
             expiry, ret, need = th_f[r, TH_EXPIRY], th_f[r, TH_RETURN], int(th_f[r, TH_NEED])
-    if sv_f[SV_DUEL] != 0.0:  # no replica pins before its duel starts
+    if duels(sv_f):  # no replica pins before its duel starts
         expiry = t_g
     prim, sec, until = group_key(mode, c, t_g, now, expiry, 0, 0,
                                  ret if mode == MODE_TTL else value, NE, pm[0], pm[1],

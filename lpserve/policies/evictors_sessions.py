@@ -333,7 +333,6 @@ class SessionEvictor(Evictor):
         sv_f = np.zeros(SK.SV_LEN)
         sv_f[SK.SV_MODE] = self.spec.mode
         sv_f[SK.SV_PAR:SK.SV_PAR + G.N_PARAMS] = self.spec.params(block_tokens)
-        sv_f[SK.SV_DUEL] = float(self.reads_keys)
         return sv_f
 
     @staticmethod

@@ -15,8 +15,9 @@ members form a doubly linked list through the slot rows ``S_GNEXT``/``S_GPREV`` 
 pool's ``si``; ``S_GROUP``: a slot's group, -1 none), its release time and its cached
 mean recompute value (NaN: to be summed again), its cached eviction key (``GT_K1``,
 ``GT_K2``, tail depth ``GI_NEED``), valid before ``GT_UNTIL`` (-inf: to be keyed again;
-a join or leave resets it) while the evictor's stamp is ``GI_STAMP``; ``GI_ORDER``: group ids in creation
-order, which is time order (a dead group stays until the list is compacted);
+a join or leave resets it) while the evictor's stamp is ``GI_STAMP``; ``GI_ORDER``:
+group ids in creation order, which is time order (a dead group stays until the list is
+compacted);
 ``GI_FREE``: a stack of unused ids; ``GI_STATE``: the two lists' lengths and the live
 groups' count. The list is compacted when its dead groups outnumber the live ones
 (:func:`live_groups`), so reading the groups costs O(live groups), amortized.

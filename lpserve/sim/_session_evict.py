@@ -11,14 +11,15 @@ The pool keeps its evictable blocks in groups (:mod:`lpserve.sim._groups`). An e
 of ``n`` blocks keys each live group at ``now``
 (:func:`lpserve.kernels.session_keys.pool_group_key`, from what the evictor learned:
 ``sv_*`` fields, below; a group keeps its key while nothing it reads changed: its
-members, the learned state's stamp, its validity time), orders the groups by ``(primary, secondary)`` with ties in
-``(thread, release time, wait kind)`` order (the view's groups,
+members, the learned state's stamp, its validity time), orders the groups by
+``(primary, secondary)`` with ties in ``(thread, release time, wait kind)`` order (the
+view's groups,
 :func:`lpserve.arrays.group_rows`; tail-lru by ``secondary`` alone), and takes blocks
 group by group, deepest first, ties by slot; tail-lru first takes the blocks at or past
 the depth the thread's next turn needs, then those. Work per eviction: O(G) in the live
 groups G to key them, plus the members of the groups it takes from (found by scans, a
-merge sort past 16 groups; a group's mean value, read by return-knapsack, is summed again only
-after the group changed).
+merge sort past 16 groups; a group's mean value, read by return-knapsack, is summed
+again only after the group changed).
 
 The pool's ``sv_*`` arrays (the evictor's own, :meth:`SessionEvictor.kernel_arrays`;
 layouts in :mod:`lpserve.kernels.session_keys`): ``sv_f`` mode, TTLs,
@@ -213,7 +214,7 @@ def asks_python(p):
 def finish_in_python(p, thread):
     """Whether a finish of ``thread`` (-1: none) is told to the Python evictor, not
     learned here: ttl-pin's duel steps its shadow caches with every finish of a thread."""
-    return thread >= 0 and p.sv_f[K.SV_DUEL] != 0.0
+    return thread >= 0 and K.duels(p.sv_f)
 
 
 @njit(cache=True)

@@ -183,7 +183,7 @@ class CompiledRun:
         if self.ev_kind == P.EV_GROUPS:
             self.ev_session = session_arrays(ctx, pol.evictor)
             self.cfg[T.C_OBSERVE] = 0
-            duel = bool(self.ev_session[0][SEK.SV_DUEL])
+            duel = bool(SEK.duels(self.ev_session[0]))
         # an evictor without a compiled twin is asked in Python (lpserve.sim.hooks), one
         # that observes requests outside the kernels is told of them there (a session
         # evictor without a prefix cache), and a preemption decider without a twin is asked

@@ -72,7 +72,8 @@ def test_compiled_order_evicts_what_the_evictor_chooses(monkeypatch, name, knobs
 @pytest.mark.parametrize("seed,kv_fraction,threads,knobs", [
     (3, 0.2, True, {}), (5, 0.17, True, {}), (4, 0.17, False, {}),
     (4, 0.17, False, {"ttl_s": 30.0})])  # a fixed TTL: pins the duel has not yet allowed
-def test_the_duel_is_asked_in_python_once_it_starts(seed, kv_fraction, threads, knobs):
+def test_the_duel_is_asked_in_python_once_it_starts(monkeypatch, seed, kv_fraction, threads,
+                                                    knobs):
     """ttl-pin with its duel (shadow caches only the Python object keeps): the kernels
     evict until the first finish of a thread steps the shadows, then ask the object (the
     evictions before it are the kernels'); the same run as the evictor asked in Python
@@ -89,11 +90,8 @@ def test_the_duel_is_asked_in_python_once_it_starts(seed, kv_fraction, threads, 
         calls.append(float(view.now_s))
         return real(self, view, need_blocks)
 
-    SessionEvictor.evict = counted
-    try:
-        got = _run(inst, "ttl-pin", False, **knobs)
-    finally:
-        SessionEvictor.evict = real
+    monkeypatch.setattr(SessionEvictor, "evict", counted)
+    got = _run(inst, "ttl-pin", False, **knobs)
     assert got.digest() == ref.digest()
     for k in ("first_token_s", "finish_s", "cached_prompt_tokens"):
         assert np.array_equal(got.arrays[k], ref.arrays[k], equal_nan=True), k
